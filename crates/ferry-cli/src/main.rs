@@ -1,0 +1,2 @@
+//! The `ferry` command. Implementation in progress.
+fn main() {}

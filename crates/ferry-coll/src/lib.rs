@@ -1,0 +1,1 @@
+//! ferry collectives (M4). Implementation in progress.

@@ -1,0 +1,404 @@
+//! Configuration (R4): one TOML file named by `FERRY_CONFIG`, plus `FERRY_<SECTION>_<KEY>`
+//! environment overrides (e.g. `FERRY_TCP_CONNECTION_CAP=2`, `FERRY_GENERAL_TIMEOUT_MS=500`).
+//!
+//! Unknown keys and bad values are errors that name the key. Every key, its meaning and its
+//! default is listed in `docs/CONFIGURATION.md`; the defaults are the `Default` impls below.
+//! The file may be re-read while the job runs ([`ConfigWatcher`]) so that a rank's address can
+//! change (seed 000 §5.1).
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// Settings that apply to every backend.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct General {
+    /// An operation that makes no progress for this long fails with a timeout naming the peers
+    /// it waited for (failure detection, T5).
+    pub timeout_ms: u64,
+    /// Busy-poll this long before blocking while waiting for messages.
+    pub spin_us: u64,
+    /// Print per-rank statistics to stderr at exit (same as `FERRY_STATS=1`).
+    pub stats: bool,
+}
+
+impl Default for General {
+    fn default() -> Self {
+        General {
+            timeout_ms: 60_000,
+            spin_us: 50,
+            stats: false,
+        }
+    }
+}
+
+/// Settings of the TCP backend (seed 000).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Tcp {
+    /// Addresses `host:port` of ranks 0..N-1 for starts without the launcher (R2a): each process
+    /// takes the rank of the first address it can bind.
+    pub addresses: Vec<String>,
+    /// Inbox cap in messages (early arrivals kept before their receive is posted).
+    pub inbox_messages: usize,
+    /// Inbox cap in bytes.
+    pub inbox_bytes: usize,
+    /// Outbox cap in bytes (messages kept until the receiver took them); a full outbox blocks
+    /// the sender while it keeps serving its peers. 0 means unbounded (needed for T6 retention).
+    pub outbox_bytes: usize,
+    /// Most connections kept open at once; least recently used ones are closed beyond it.
+    pub connection_cap: usize,
+    /// Timeout of one connection attempt including the handshake.
+    pub connect_timeout_ms: u64,
+    /// Interval between re-reads of the configuration file while running.
+    pub reload_ms: u64,
+    /// Per-job secret checked in the connection handshake (T8). Normally set by the launcher
+    /// through the environment; required in the file for hand-started jobs to be protected.
+    pub secret: Option<String>,
+}
+
+impl Default for Tcp {
+    fn default() -> Self {
+        Tcp {
+            addresses: Vec::new(),
+            inbox_messages: 4096,
+            inbox_bytes: 256 << 20,
+            outbox_bytes: 1 << 30,
+            connection_cap: 1024,
+            connect_timeout_ms: 10_000,
+            reload_ms: 1_000,
+            secret: None,
+        }
+    }
+}
+
+/// How the shared-memory backend moves large messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SingleCopy {
+    /// Use cross-memory attach when the kernel permits it, else fall back (reported once).
+    Auto,
+    /// Require cross-memory attach; fail at start-up if not permitted.
+    Cma,
+    /// Always copy through the shared rings (2 copies).
+    Off,
+}
+
+/// Settings of the shared-memory backend (seed 001).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Shm {
+    /// Slots per ring (one ring per ordered pair of ranks).
+    pub ring_slots: usize,
+    /// Bytes per slot; messages up to this size travel inline.
+    pub slot_bytes: usize,
+    /// Messages at least this large use the single-copy path.
+    pub single_copy_threshold: usize,
+    /// Single-copy mode.
+    pub single_copy: SingleCopy,
+    /// Job name for hand-started ranks (R2b); ranks of different names never meet.
+    pub job: Option<String>,
+}
+
+impl Default for Shm {
+    fn default() -> Self {
+        Shm {
+            ring_slots: 64,
+            slot_bytes: 8192,
+            single_copy_threshold: 32 * 1024,
+            single_copy: SingleCopy::Auto,
+            job: None,
+        }
+    }
+}
+
+/// The whole configuration.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Settings for every backend.
+    pub general: General,
+    /// TCP backend.
+    pub tcp: Tcp,
+    /// Shared-memory backend.
+    pub shm: Shm,
+}
+
+const SECTIONS: &[&str] = &["general", "tcp", "shm"];
+
+impl Config {
+    /// Operation timeout.
+    pub fn timeout(&self) -> Duration {
+        Duration::from_millis(self.general.timeout_ms)
+    }
+
+    /// Polling time before blocking.
+    pub fn spin(&self) -> Duration {
+        Duration::from_micros(self.general.spin_us)
+    }
+
+    /// Parses TOML text (no environment overrides). `origin` names the source in errors.
+    pub fn from_toml(text: &str, origin: &str) -> Result<Config> {
+        let value: toml::Table = text
+            .parse()
+            .map_err(|e: toml::de::Error| Error::config(format!("{origin}: {}", e.message())))?;
+        Config::from_table(value, origin)
+    }
+
+    fn from_table(table: toml::Table, origin: &str) -> Result<Config> {
+        for key in table.keys() {
+            if !SECTIONS.contains(&key.as_str()) {
+                return Err(Error::config(format!(
+                    "{origin}: unknown section `{key}` (known: {})",
+                    SECTIONS.join(", ")
+                )));
+            }
+        }
+        let cfg: Config = match toml::Value::Table(table.clone()).try_into() {
+            Ok(cfg) => cfg,
+            Err(e) => {
+                let e: toml::de::Error = e;
+                return Err(Error::config(format!(
+                    "{origin}: {}{}",
+                    offending_key(&table)
+                        .map(|k| format!("`{k}`: "))
+                        .unwrap_or_default(),
+                    e.message()
+                )));
+            }
+        };
+        cfg.validate(origin)?;
+        Ok(cfg)
+    }
+
+    /// Loads the file named by `FERRY_CONFIG` (if set) and applies `FERRY_<SECTION>_<KEY>`
+    /// overrides from the environment.
+    pub fn from_env() -> Result<Config> {
+        let vars: Vec<(String, String)> = std::env::vars().collect();
+        let path = std::env::var_os("FERRY_CONFIG").map(PathBuf::from);
+        Config::load(path.as_deref(), &vars)
+    }
+
+    /// Loads `path` (if any) and applies overrides from `vars` (name, value) pairs.
+    pub fn load(path: Option<&Path>, vars: &[(String, String)]) -> Result<Config> {
+        let (mut table, origin) = match path {
+            Some(p) => {
+                let text = std::fs::read_to_string(p).map_err(|e| {
+                    Error::config(format!("cannot read configuration file {}", p.display()))
+                        .with_source(e)
+                })?;
+                let t: toml::Table = text.parse().map_err(|e: toml::de::Error| {
+                    Error::config(format!("{}: {}", p.display(), e.message()))
+                })?;
+                (t, p.display().to_string())
+            }
+            None => (toml::Table::new(), "defaults".to_string()),
+        };
+        apply_env_overrides(&mut table, vars)?;
+        Config::from_table(table, &origin)
+    }
+
+    fn validate(&self, origin: &str) -> Result<()> {
+        let bad = |key: &str, why: &str| Err(Error::config(format!("{origin}: `{key}` {why}")));
+        if self.general.timeout_ms == 0 {
+            return bad("general.timeout_ms", "must be at least 1");
+        }
+        if self.tcp.connection_cap < 1 {
+            return bad("tcp.connection_cap", "must be at least 1");
+        }
+        if self.tcp.inbox_messages < 1 {
+            return bad("tcp.inbox_messages", "must be at least 1");
+        }
+        if self.shm.ring_slots < 2 || !self.shm.ring_slots.is_power_of_two() {
+            return bad("shm.ring_slots", "must be a power of two, at least 2");
+        }
+        if self.shm.slot_bytes < 64 || self.shm.slot_bytes % 64 != 0 {
+            return bad("shm.slot_bytes", "must be a multiple of 64, at least 64");
+        }
+        for (i, a) in self.tcp.addresses.iter().enumerate() {
+            if a.rsplit_once(':')
+                .and_then(|(_, p)| p.parse::<u16>().ok())
+                .is_none()
+            {
+                return bad(
+                    &format!("tcp.addresses[{i}]"),
+                    &format!("is `{a}`, expected host:port"),
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Finds the first `section.key` whose value alone fails to deserialize, so that type errors
+/// name the key (serde's message alone only says what type was expected).
+fn offending_key(table: &toml::Table) -> Option<String> {
+    for (section, value) in table {
+        let toml::Value::Table(keys) = value else {
+            return Some(section.clone());
+        };
+        for (key, v) in keys {
+            let mut one = toml::Table::new();
+            let mut inner = toml::Table::new();
+            inner.insert(key.clone(), v.clone());
+            one.insert(section.clone(), toml::Value::Table(inner));
+            if toml::Value::Table(one).try_into::<Config>().is_err() {
+                return Some(format!("{section}.{key}"));
+            }
+        }
+    }
+    None
+}
+
+/// Environment variables that are not configuration keys (set by the launcher or the user).
+const NON_CONFIG_VARS: &[&str] = &[
+    "FERRY_BACKEND",
+    "FERRY_CONFIG",
+    "FERRY_SIZE",
+    "FERRY_RANK",
+    "FERRY_LOG",
+    "FERRY_STATS",
+];
+
+fn apply_env_overrides(table: &mut toml::Table, vars: &[(String, String)]) -> Result<()> {
+    for (name, raw) in vars {
+        let Some(rest) = name.strip_prefix("FERRY_") else {
+            continue;
+        };
+        if NON_CONFIG_VARS.contains(&name.as_str()) {
+            continue;
+        }
+        let lower = rest.to_ascii_lowercase();
+        let Some((section, key)) = SECTIONS.iter().find_map(|s| {
+            lower
+                .strip_prefix(&format!("{s}_"))
+                .map(|k| (*s, k.to_string()))
+        }) else {
+            // Other FERRY_ variables belong to the launcher and backends (rendezvous, node,
+            // secret, ...); they are not configuration keys.
+            continue;
+        };
+        let value = parse_env_value(raw);
+        let entry = table
+            .entry(section.to_string())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        match entry {
+            toml::Value::Table(t) => {
+                t.insert(key, value);
+            }
+            _ => {
+                return Err(Error::config(format!(
+                    "`{section}` must be a table (overridden by {name})"
+                )))
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Environment values are TOML scalars when they parse as such (numbers, booleans, arrays),
+/// strings otherwise.
+fn parse_env_value(raw: &str) -> toml::Value {
+    let doc = format!("v = {raw}");
+    match doc.parse::<toml::Table>() {
+        Ok(mut t) => t
+            .remove("v")
+            .unwrap_or(toml::Value::String(raw.to_string())),
+        Err(_) => toml::Value::String(raw.to_string()),
+    }
+}
+
+/// Re-reads the configuration file when it changes (000 §5.1), at most once per interval.
+#[derive(Debug)]
+pub struct ConfigWatcher {
+    path: Option<PathBuf>,
+    vars: Vec<(String, String)>,
+    modified: Option<SystemTime>,
+    interval: Duration,
+    last_check: std::time::Instant,
+}
+
+impl ConfigWatcher {
+    /// Watches the file named by `FERRY_CONFIG`, if any.
+    pub fn from_env(interval: Duration) -> ConfigWatcher {
+        let path = std::env::var_os("FERRY_CONFIG").map(PathBuf::from);
+        let modified = path
+            .as_deref()
+            .and_then(|p| std::fs::metadata(p).ok())
+            .and_then(|m| m.modified().ok());
+        ConfigWatcher {
+            path,
+            vars: std::env::vars().collect(),
+            modified,
+            interval,
+            last_check: std::time::Instant::now(),
+        }
+    }
+
+    /// Returns the new configuration if the file changed since the last call and its interval
+    /// has passed; errors in the new file are returned (the caller keeps the old settings).
+    pub fn poll(&mut self) -> Option<Result<Config>> {
+        let path = self.path.as_deref()?;
+        if self.last_check.elapsed() < self.interval {
+            return None;
+        }
+        self.last_check = std::time::Instant::now();
+        let modified = std::fs::metadata(path).ok()?.modified().ok();
+        if modified == self.modified {
+            return None;
+        }
+        self.modified = modified;
+        Some(Config::load(Some(path), &self.vars))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        let c = Config::load(None, &[]).unwrap();
+        assert_eq!(c, Config::default());
+    }
+
+    #[test]
+    fn unknown_key_is_named() {
+        let e = Config::from_toml("[tcp]\nconection_cap = 3\n", "f.toml").unwrap_err();
+        assert!(e.to_string().contains("conection_cap"), "{e}");
+        let e = Config::from_toml("[tpc]\n", "f.toml").unwrap_err();
+        assert!(e.to_string().contains("tpc"), "{e}");
+    }
+
+    #[test]
+    fn bad_value_is_named() {
+        let e = Config::from_toml("[tcp]\nconnection_cap = \"many\"\n", "f.toml").unwrap_err();
+        assert!(e.to_string().contains("connection_cap"), "{e}");
+        let e = Config::from_toml("[tcp]\nconnection_cap = 0\n", "f.toml").unwrap_err();
+        assert!(e.to_string().contains("tcp.connection_cap"), "{e}");
+        let e = Config::from_toml("[tcp]\naddresses = [\"nohost\"]\n", "f.toml").unwrap_err();
+        assert!(e.to_string().contains("tcp.addresses[0]"), "{e}");
+    }
+
+    #[test]
+    fn environment_overrides_file_and_is_checked() {
+        let vars = vec![
+            ("FERRY_TCP_CONNECTION_CAP".to_string(), "2".to_string()),
+            ("FERRY_RANK".to_string(), "3".to_string()),
+        ];
+        let c = Config::load(None, &vars).unwrap();
+        assert_eq!(c.tcp.connection_cap, 2);
+        let vars = vec![("FERRY_TCP_NO_SUCH_KEY".to_string(), "1".to_string())];
+        let e = Config::load(None, &vars).unwrap_err();
+        assert!(e.to_string().contains("no_such_key"), "{e}");
+        let vars = vec![("FERRY_SHM_SINGLE_COPY".to_string(), "off".to_string())];
+        assert_eq!(
+            Config::load(None, &vars).unwrap().shm.single_copy,
+            SingleCopy::Off
+        );
+    }
+}

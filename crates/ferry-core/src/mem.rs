@@ -1,0 +1,203 @@
+//! The in-memory backend: ranks are threads of one process, connected by channels.
+//!
+//! Not selectable through `FERRY_BACKEND`; it exists so that collectives and the data layer can
+//! be tested with many ranks in one test process (threads-as-ranks), independent of sockets.
+
+use std::time::Duration;
+
+use crossbeam::channel::{unbounded, Receiver, RecvTimeoutError, Sender};
+use ferry_proto::{Arrival, EarlyArrivals, FlowTable, MsgKey};
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::stats::Stats;
+use crate::transport::{check_peer, Exchange, OpState, Transport, WaitPolicy};
+
+struct Packet {
+    source: usize,
+    key: MsgKey,
+    serial: u64,
+    payload: Vec<u8>,
+}
+
+/// One rank of an in-memory job.
+pub struct MemTransport {
+    rank: usize,
+    peers: Vec<Sender<Packet>>,
+    incoming: Receiver<Packet>,
+    flows: FlowTable,
+    inbox: EarlyArrivals,
+    stats: Stats,
+    policy: WaitPolicy,
+}
+
+impl MemTransport {
+    /// Creates the `size` ranks of one job; hand one to each thread.
+    pub fn create_job(size: usize) -> Vec<MemTransport> {
+        let (senders, receivers): (Vec<_>, Vec<_>) = (0..size).map(|_| unbounded()).unzip();
+        receivers
+            .into_iter()
+            .enumerate()
+            .map(|(rank, incoming)| MemTransport {
+                rank,
+                peers: senders.clone(),
+                incoming,
+                flows: FlowTable::new(),
+                inbox: EarlyArrivals::new(usize::MAX, usize::MAX),
+                stats: Stats::new(rank, size, "mem"),
+                policy: WaitPolicy {
+                    spin: Duration::from_micros(20),
+                    timeout: Duration::from_secs(30),
+                },
+            })
+            .collect()
+    }
+
+    /// Runs `f` on `size` threads, one rank each, and returns their results in rank order.
+    pub fn run<R, F>(size: usize, f: F) -> Vec<R>
+    where
+        R: Send,
+        F: Fn(MemTransport) -> R + Sync,
+    {
+        let ranks = MemTransport::create_job(size);
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = ranks
+                .into_iter()
+                .map(|t| {
+                    let f = &f;
+                    scope.spawn(move || f(t))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| match h.join() {
+                    Ok(r) => r,
+                    Err(p) => std::panic::resume_unwind(p),
+                })
+                .collect()
+        })
+    }
+
+    fn stash(&mut self, p: Packet) -> Result<()> {
+        let arrival = Arrival {
+            source: p.source,
+            key: p.key,
+            serial: p.serial,
+        };
+        self.inbox.insert(arrival, p.payload).map_err(|e| {
+            Error::new(ErrorKind::Protocol, "recv")
+                .on_rank(self.rank)
+                .with_peer(p.source)
+                .with_source(e)
+        })
+    }
+}
+
+impl Transport for MemTransport {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn size(&self) -> usize {
+        self.peers.len()
+    }
+
+    fn name(&self) -> &'static str {
+        "mem"
+    }
+
+    fn wait_policy(&self) -> WaitPolicy {
+        self.policy
+    }
+
+    fn progress_exchange(&mut self, ex: &mut Exchange<'_>) -> Result<bool> {
+        self.stats.calls += 1;
+        let size = self.size();
+        for s in ex.sends.iter_mut().filter(|s| s.state == OpState::New) {
+            check_peer(self.rank, size, s.peer, "send")?;
+            let serial = self.flows.take_send_serial(s.peer, s.key);
+            let packet = Packet {
+                source: self.rank,
+                key: s.key,
+                serial,
+                payload: s.data.to_vec(),
+            };
+            self.peers[s.peer].send(packet).map_err(|_| {
+                Error::new(ErrorKind::PeerFailed, "send")
+                    .on_rank(self.rank)
+                    .with_peer(s.peer)
+            })?;
+            self.stats.record_send(s.peer, s.data.len());
+            s.state = OpState::Done;
+        }
+        while let Ok(p) = self.incoming.try_recv() {
+            self.stash(p)?;
+        }
+        for r in ex.recvs.iter_mut() {
+            let serial = match r.state {
+                OpState::Done => continue,
+                OpState::New => {
+                    check_peer(self.rank, size, r.peer, "recv")?;
+                    let serial = self.flows.take_recv_serial(r.peer, r.key);
+                    r.state = OpState::Active {
+                        serial,
+                        progress: 0,
+                    };
+                    serial
+                }
+                OpState::Active { serial, .. } => serial,
+            };
+            let arrival = Arrival {
+                source: r.peer,
+                key: r.key,
+                serial,
+            };
+            if let Some(payload) = self.inbox.take(&arrival) {
+                let len = payload.len();
+                r.buf.fill_from(payload).map_err(|want| {
+                    Error::invalid("recv", format!("message of {len} bytes, buffer of {want}"))
+                        .on_rank(self.rank)
+                        .with_peer(r.peer)
+                })?;
+                self.stats.record_recv(r.peer, len);
+                r.state = OpState::Done;
+            }
+        }
+        Ok(ex.is_complete())
+    }
+
+    fn wait_for_input(&mut self, timeout: Duration) -> Result<()> {
+        match self.incoming.recv_timeout(timeout) {
+            Ok(p) => self.stash(p),
+            Err(RecvTimeoutError::Timeout) => Ok(()),
+            Err(RecvTimeoutError::Disconnected) => Err(Error::new(ErrorKind::PeerFailed, "recv")
+                .on_rank(self.rank)
+                .with_detail("every peer is gone")),
+        }
+    }
+
+    fn stats(&self) -> Stats {
+        self.stats.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ring_exchange_on_threads() {
+        let out = MemTransport::run(4, |mut t| {
+            let r = t.rank();
+            let n = t.size();
+            let msg = [r as u8];
+            let mut got = Vec::new();
+            let mut ex = Exchange::new();
+            ex.send((r + 1) % n, MsgKey::user(0), &msg);
+            ex.recv((r + n - 1) % n, MsgKey::user(0), &mut got);
+            t.exchange(&mut ex).unwrap();
+            drop(ex);
+            got[0]
+        });
+        assert_eq!(out, vec![3, 0, 1, 2]);
+    }
+}

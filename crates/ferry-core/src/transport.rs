@@ -1,0 +1,356 @@
+//! The transport API every backend implements (M1, M3).
+//!
+//! A backend moves byte blobs between ranks of one job. Everything a phase of the program sends
+//! and receives is handed over at once as an [`Exchange`]; the backend progresses all of its
+//! operations together, so no send ever waits for an unrelated receive (M3) and a full receiver
+//! never deadlocks its senders (T1).
+//!
+//! A backend implements two primitives:
+//! - [`Transport::progress_exchange`]: do whatever can be done *now* without blocking, and say
+//!   whether every operation has completed;
+//! - [`Transport::wait_for_input`]: sleep until something may have arrived, or a timeout.
+//!
+//! The provided [`Transport::exchange`] drives them: it polls for a bounded time (waking a
+//! sleeping process costs ~25 us on a VM, far more than a message), then blocks, and gives up
+//! with a [`ErrorKind::Timeout`] naming the peers still pending. Backends may override `send`
+//! and `recv` with faster single-message paths.
+
+use std::time::{Duration, Instant};
+
+use ferry_proto::MsgKey;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::stats::Stats;
+
+/// Progress of one operation of an exchange. Backends own the meaning of the fields between
+/// [`OpState::New`] and [`OpState::Done`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OpState {
+    /// Not yet seen by the backend.
+    #[default]
+    New,
+    /// Under way: the flow serial assigned to it and a backend-defined progress counter
+    /// (e.g. bytes written).
+    Active {
+        /// Serial of the message within its flow (M2).
+        serial: u64,
+        /// Backend-defined progress (bytes moved, protocol step, ...).
+        progress: usize,
+    },
+    /// Completed.
+    Done,
+}
+
+/// One message to send.
+#[derive(Debug)]
+pub struct SendOp<'a> {
+    /// Destination rank.
+    pub peer: usize,
+    /// Generation, kind and tag.
+    pub key: MsgKey,
+    /// Payload. Borrowed until the exchange completes.
+    pub data: &'a [u8],
+    /// Progress, owned by the backend.
+    pub state: OpState,
+}
+
+/// Where a received message goes.
+#[derive(Debug)]
+pub enum RecvBuf<'a> {
+    /// Any length: the vector is resized to the message (its capacity is reused).
+    Vec(&'a mut Vec<u8>),
+    /// Exactly this length: a message of another length is a protocol error.
+    Slice(&'a mut [u8]),
+}
+
+impl RecvBuf<'_> {
+    /// Makes the buffer `len` bytes long (Vec) or checks that it is (Slice), and returns it.
+    pub fn prepare(&mut self, len: usize) -> std::result::Result<&mut [u8], usize> {
+        match self {
+            RecvBuf::Vec(v) => {
+                v.resize(len, 0);
+                Ok(&mut v[..])
+            }
+            RecvBuf::Slice(s) => {
+                if s.len() == len {
+                    Ok(&mut s[..])
+                } else {
+                    Err(s.len())
+                }
+            }
+        }
+    }
+
+    /// Stores a whole payload that already sits in a vector, moving it when possible.
+    pub fn fill_from(&mut self, payload: Vec<u8>) -> std::result::Result<(), usize> {
+        match self {
+            RecvBuf::Vec(v) => {
+                **v = payload;
+                Ok(())
+            }
+            RecvBuf::Slice(s) => {
+                if s.len() == payload.len() {
+                    s.copy_from_slice(&payload);
+                    Ok(())
+                } else {
+                    Err(s.len())
+                }
+            }
+        }
+    }
+
+    /// Expected length, if fixed.
+    pub fn fixed_len(&self) -> Option<usize> {
+        match self {
+            RecvBuf::Vec(_) => None,
+            RecvBuf::Slice(s) => Some(s.len()),
+        }
+    }
+}
+
+/// One message to receive.
+#[derive(Debug)]
+pub struct RecvOp<'a> {
+    /// Source rank.
+    pub peer: usize,
+    /// Generation, kind and tag.
+    pub key: MsgKey,
+    /// Destination buffer.
+    pub buf: RecvBuf<'a>,
+    /// Progress, owned by the backend.
+    pub state: OpState,
+}
+
+/// Everything one phase sends and receives, progressed together (M1's batched exchange).
+#[derive(Debug, Default)]
+pub struct Exchange<'a> {
+    /// Messages to send.
+    pub sends: Vec<SendOp<'a>>,
+    /// Messages to receive.
+    pub recvs: Vec<RecvOp<'a>>,
+}
+
+impl<'a> Exchange<'a> {
+    /// An empty exchange.
+    pub fn new() -> Exchange<'a> {
+        Exchange {
+            sends: Vec::new(),
+            recvs: Vec::new(),
+        }
+    }
+
+    /// An empty exchange that reuses the allocations of `sends` and `recvs` (which must be
+    /// empty; see [`Exchange::into_parts`]). Lets a precomputed transition run without
+    /// allocating (D5).
+    pub fn from_parts(sends: Vec<SendOp<'a>>, recvs: Vec<RecvOp<'a>>) -> Exchange<'a> {
+        debug_assert!(sends.is_empty() && recvs.is_empty());
+        Exchange { sends, recvs }
+    }
+
+    /// Clears the exchange and hands back its vectors with the borrow released, so that their
+    /// capacity can be reused by the next exchange.
+    pub fn into_parts(self) -> (Vec<SendOp<'static>>, Vec<RecvOp<'static>>) {
+        let Exchange {
+            mut sends,
+            mut recvs,
+        } = self;
+        sends.clear();
+        recvs.clear();
+        // Collecting an emptied vector into one of the same layout reuses its allocation.
+        (
+            sends.into_iter().map(|_| unreachable_op()).collect(),
+            recvs.into_iter().map(|_| unreachable_op()).collect(),
+        )
+    }
+
+    /// Adds a send.
+    pub fn send(&mut self, peer: usize, key: MsgKey, data: &'a [u8]) {
+        self.sends.push(SendOp {
+            peer,
+            key,
+            data,
+            state: OpState::New,
+        });
+    }
+
+    /// Adds a receive of any length into `buf`.
+    pub fn recv(&mut self, peer: usize, key: MsgKey, buf: &'a mut Vec<u8>) {
+        self.recvs.push(RecvOp {
+            peer,
+            key,
+            buf: RecvBuf::Vec(buf),
+            state: OpState::New,
+        });
+    }
+
+    /// Adds a receive of exactly `buf.len()` bytes into `buf`.
+    pub fn recv_into(&mut self, peer: usize, key: MsgKey, buf: &'a mut [u8]) {
+        self.recvs.push(RecvOp {
+            peer,
+            key,
+            buf: RecvBuf::Slice(buf),
+            state: OpState::New,
+        });
+    }
+
+    /// Whether every operation has completed.
+    pub fn is_complete(&self) -> bool {
+        self.sends.iter().all(|s| s.state == OpState::Done)
+            && self.recvs.iter().all(|r| r.state == OpState::Done)
+    }
+
+    /// Ranks with an operation still pending, for error messages.
+    pub fn pending_peers(&self) -> Vec<usize> {
+        let mut peers: Vec<usize> = self
+            .sends
+            .iter()
+            .filter(|s| s.state != OpState::Done)
+            .map(|s| s.peer)
+            .chain(
+                self.recvs
+                    .iter()
+                    .filter(|r| r.state != OpState::Done)
+                    .map(|r| r.peer),
+            )
+            .collect();
+        peers.sort_unstable();
+        peers.dedup();
+        peers
+    }
+}
+
+fn unreachable_op<T>() -> T {
+    // Only called on elements of an empty iterator.
+    unreachable!("map over an emptied vector")
+}
+
+/// How long to poll before blocking, and how long to wait at most.
+#[derive(Debug, Clone, Copy)]
+pub struct WaitPolicy {
+    /// Busy-poll this long before blocking (bounded polling, perf-anchors: wake-ups cost ~25 us).
+    pub spin: Duration,
+    /// Give up after this long without completing (failure detection by timeout, T5).
+    pub timeout: Duration,
+}
+
+impl Default for WaitPolicy {
+    fn default() -> Self {
+        WaitPolicy {
+            spin: Duration::from_micros(50),
+            timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// A communication backend: one rank's view of a job (M1).
+///
+/// Implementations never panic or abort on I/O, peer or user errors; they return an [`Error`]
+/// naming this rank, the operation and, where there is one, the peer.
+pub trait Transport: Send {
+    /// This process's rank, 0 to size-1.
+    fn rank(&self) -> usize;
+
+    /// Number of ranks in the job.
+    fn size(&self) -> usize;
+
+    /// The backend's `FERRY_BACKEND` name.
+    fn name(&self) -> &'static str;
+
+    /// Node (host) number of `rank`; ranks with the same number share memory. Node-aware
+    /// collectives use it. The default puts every rank on node 0.
+    fn node_of(&self, rank: usize) -> usize {
+        let _ = rank;
+        0
+    }
+
+    /// Makes all possible progress on `ex` without blocking; returns whether it is complete.
+    fn progress_exchange(&mut self, ex: &mut Exchange<'_>) -> Result<bool>;
+
+    /// Blocks until input may have arrived for this rank, or `timeout` passes. Spurious
+    /// wake-ups are allowed.
+    fn wait_for_input(&mut self, timeout: Duration) -> Result<()>;
+
+    /// The polling and timeout policy used by [`Transport::exchange`].
+    fn wait_policy(&self) -> WaitPolicy {
+        WaitPolicy::default()
+    }
+
+    /// Runs `ex` to completion: polls for a bounded time, then blocks; fails with a timeout
+    /// error naming the pending peers.
+    fn exchange(&mut self, ex: &mut Exchange<'_>) -> Result<()> {
+        drive_exchange(self, ex)
+    }
+
+    /// Sends one message (blocking until the payload may be reused).
+    fn send(&mut self, peer: usize, key: MsgKey, data: &[u8]) -> Result<()> {
+        let mut ex = Exchange::new();
+        ex.send(peer, key, data);
+        self.exchange(&mut ex)
+    }
+
+    /// Receives one message of any length into `buf`.
+    fn recv(&mut self, peer: usize, key: MsgKey, buf: &mut Vec<u8>) -> Result<()> {
+        let mut ex = Exchange::new();
+        ex.recv(peer, key, buf);
+        self.exchange(&mut ex)
+    }
+
+    /// Communication statistics of this rank so far (T7).
+    fn stats(&self) -> Stats;
+
+    /// Orderly shutdown: delivers what is still owed to peers and releases resources. Called
+    /// once at the end; dropping without it must still release OS resources.
+    fn finish(&mut self) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// The default exchange driver: bounded polling, then blocking waits, then a timeout error.
+pub fn drive_exchange<T: Transport + ?Sized>(t: &mut T, ex: &mut Exchange<'_>) -> Result<()> {
+    if t.progress_exchange(ex)? {
+        return Ok(());
+    }
+    let policy = t.wait_policy();
+    let start = Instant::now();
+    let mut polls: u32 = 0;
+    loop {
+        if t.progress_exchange(ex)? {
+            return Ok(());
+        }
+        polls = polls.wrapping_add(1);
+        let elapsed = start.elapsed();
+        if elapsed >= policy.timeout {
+            let pending = ex.pending_peers();
+            let mut err = Error::new(ErrorKind::Timeout, "exchange")
+                .on_rank(t.rank())
+                .with_detail(format!(
+                    "no progress within {:?}; still waiting for ranks {:?}",
+                    policy.timeout, pending
+                ));
+            if let [single] = pending[..] {
+                err = err.with_peer(single);
+            }
+            return Err(err);
+        }
+        if elapsed < policy.spin {
+            std::hint::spin_loop();
+            // Every few polls let another process on an oversubscribed core run.
+            if polls % 64 == 0 {
+                std::thread::yield_now();
+            }
+        } else {
+            let left = policy.timeout - elapsed;
+            t.wait_for_input(left.min(Duration::from_millis(10)))?;
+        }
+    }
+}
+
+/// Validates that `peer` is a rank of a job of `size` ranks.
+pub fn check_peer(rank: usize, size: usize, peer: usize, op: &'static str) -> Result<()> {
+    if peer >= size {
+        return Err(
+            Error::invalid(op, format!("rank {peer} out of range 0..{size}")).on_rank(rank),
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,1 @@
+//! ferry data layer (D1-D9). Implementation in progress.

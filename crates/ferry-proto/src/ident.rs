@@ -1,0 +1,127 @@
+//! Message identifiers (M2; seed 000 §4.5.4).
+//!
+//! A *flow* is every message from one rank to another with the same [`MsgKey`]. Within a flow the
+//! sender numbers messages 0, 1, 2, ...; the receiver numbers its receives the same way, so the
+//! n-th receive of a flow takes the n-th message of that flow whatever order the network delivers
+//! them in (for example after a connection was evicted and re-opened).
+
+use std::collections::HashMap;
+
+/// What layer a message belongs to. Keeps user traffic, collectives and control traffic of the
+/// same communicator from ever matching each other.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MsgKind(pub u8);
+
+impl MsgKind {
+    /// Point-to-point messages of the user program.
+    pub const USER: MsgKind = MsgKind(0);
+    /// Messages of collective operations (barrier, broadcast, reductions, ...).
+    pub const COLLECTIVE: MsgKind = MsgKind(1);
+    /// Data-layer transitions (container switches).
+    pub const DATA: MsgKind = MsgKind(2);
+    /// Library control traffic (shutdown, key-value store, membership).
+    pub const CONTROL: MsgKind = MsgKind(3);
+}
+
+/// The part of a message identifier that the program chooses: communicator generation, kind and
+/// tag. Source and destination complete it into a flow.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MsgKey {
+    /// Generation of the communicator (group) the message belongs to; a new group gets a new
+    /// generation so that stale messages of an old group never match.
+    pub generation: u32,
+    /// Layer the message belongs to.
+    pub kind: MsgKind,
+    /// Program- or algorithm-chosen tag.
+    pub tag: u32,
+}
+
+impl MsgKey {
+    /// A key of kind [`MsgKind::USER`] in generation 0, the common case for point-to-point code.
+    pub const fn user(tag: u32) -> MsgKey {
+        MsgKey {
+            generation: 0,
+            kind: MsgKind::USER,
+            tag,
+        }
+    }
+
+    /// A key with every field given.
+    pub const fn new(generation: u32, kind: MsgKind, tag: u32) -> MsgKey {
+        MsgKey {
+            generation,
+            kind,
+            tag,
+        }
+    }
+}
+
+/// Serial-number bookkeeping for one rank: the next serial to send on each outgoing flow and the
+/// next serial to expect on each incoming flow.
+#[derive(Debug, Default, Clone)]
+pub struct FlowTable {
+    next_send: HashMap<(usize, MsgKey), u64>,
+    next_recv: HashMap<(usize, MsgKey), u64>,
+}
+
+impl FlowTable {
+    /// An empty table: every flow starts at serial 0.
+    pub fn new() -> FlowTable {
+        FlowTable::default()
+    }
+
+    /// Takes the serial number for the next message to `dest` with `key`.
+    pub fn take_send_serial(&mut self, dest: usize, key: MsgKey) -> u64 {
+        let counter = self.next_send.entry((dest, key)).or_insert(0);
+        let serial = *counter;
+        *counter += 1;
+        serial
+    }
+
+    /// Takes the serial number the next receive from `source` with `key` must match.
+    pub fn take_recv_serial(&mut self, source: usize, key: MsgKey) -> u64 {
+        let counter = self.next_recv.entry((source, key)).or_insert(0);
+        let serial = *counter;
+        *counter += 1;
+        serial
+    }
+
+    /// Forgets every flow of generations older than `generation` (their messages can no longer
+    /// be wanted once a communicator is replaced), keeping the table bounded.
+    pub fn retire_generations_before(&mut self, generation: u32) {
+        self.next_send
+            .retain(|(_, k), _| k.generation >= generation);
+        self.next_recv
+            .retain(|(_, k), _| k.generation >= generation);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn serials_count_per_flow_independently() {
+        let mut t = FlowTable::new();
+        let a = MsgKey::user(1);
+        let b = MsgKey::user(2);
+        assert_eq!(t.take_send_serial(1, a), 0);
+        assert_eq!(t.take_send_serial(1, a), 1);
+        assert_eq!(t.take_send_serial(2, a), 0);
+        assert_eq!(t.take_send_serial(1, b), 0);
+        assert_eq!(t.take_recv_serial(1, a), 0);
+        assert_eq!(t.take_recv_serial(1, a), 1);
+    }
+
+    #[test]
+    fn retiring_generations_resets_only_old_flows() {
+        let mut t = FlowTable::new();
+        let old = MsgKey::new(1, MsgKind::DATA, 0);
+        let new = MsgKey::new(2, MsgKind::DATA, 0);
+        t.take_send_serial(0, old);
+        t.take_send_serial(0, new);
+        t.retire_generations_before(2);
+        assert_eq!(t.take_send_serial(0, old), 0);
+        assert_eq!(t.take_send_serial(0, new), 1);
+    }
+}

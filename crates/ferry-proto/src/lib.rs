@@ -1,0 +1,15 @@
+//! ferry's protocol core: everything about messages that can be decided without I/O.
+//!
+//! This crate never opens a socket, never reads a clock and never blocks: time, when it matters,
+//! is an argument. That keeps it property-testable and fuzzable (see `tests/` and `fuzz/`).
+//!
+//! - [`ident`]: message identifiers (M2, seed 000 §4.5.4): a flow is
+//!   (communicator generation, kind, source, destination, tag); each message of a flow carries a
+//!   serial number so that out-of-order arrivals are matched to the right receive.
+//! - [`matching`]: the receive side of M2: posted receives and a bounded store of early arrivals.
+
+pub mod ident;
+pub mod matching;
+
+pub use ident::{FlowTable, MsgKey, MsgKind};
+pub use matching::{Arrival, EarlyArrivals, MatchError};

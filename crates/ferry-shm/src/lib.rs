@@ -1,0 +1,1 @@
+//! ferry shared-memory backend (seed 001). Implementation in progress.

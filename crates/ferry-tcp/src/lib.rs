@@ -1,0 +1,1 @@
+//! ferry TCP backend (seed 000). Implementation in progress.

@@ -1,0 +1,134 @@
+//! Start-up: pick the backend from the environment and build this rank's [`World`].
+
+use ferry_core::single::SingleTransport;
+use ferry_core::{BackendKind, Config, Error, ErrorKind, LaunchInfo, Result, Transport};
+
+/// This rank's view of the job: the transport plus the configuration it was built with.
+pub struct World {
+    transport: Box<dyn Transport>,
+    config: Config,
+    print_stats: bool,
+    finished: bool,
+}
+
+/// Initialises ferry from the environment (`FERRY_BACKEND`, `FERRY_CONFIG`, launcher variables)
+/// and sets up logging from `FERRY_LOG`.
+pub fn init() -> Result<World> {
+    init_logging();
+    let config = Config::from_env()?;
+    let launch = LaunchInfo::from_env()?;
+    init_with(config, launch)
+}
+
+/// Initialises ferry with explicit configuration and launch information.
+pub fn init_with(config: Config, launch: LaunchInfo) -> Result<World> {
+    let kind = choose_backend(&launch);
+    let transport: Box<dyn Transport> = match kind {
+        BackendKind::Single => Box::new(SingleTransport::new()),
+        other => {
+            return Err(Error::new(ErrorKind::Unsupported, "init")
+                .with_detail(format!("backend `{other}` is not available in this build")))
+        }
+    };
+    let print_stats = config.general.stats
+        || std::env::var("FERRY_STATS")
+            .map(|v| v == "1")
+            .unwrap_or(false);
+    Ok(World {
+        transport,
+        config,
+        print_stats,
+        finished: false,
+    })
+}
+
+/// The backend to use: `FERRY_BACKEND` if set; otherwise, with more than one rank, shared
+/// memory when the launcher started every rank on this host, and `single` for one rank.
+fn choose_backend(launch: &LaunchInfo) -> BackendKind {
+    if let Some(b) = launch.backend {
+        return b;
+    }
+    match launch.size {
+        Some(n) if n > 1 => BackendKind::Shm,
+        _ => BackendKind::Single,
+    }
+}
+
+fn init_logging() {
+    use tracing_subscriber::EnvFilter;
+    let Ok(filter) = std::env::var("FERRY_LOG") else {
+        return;
+    };
+    let filter = EnvFilter::try_new(&filter).unwrap_or_else(|e| {
+        eprintln!("ferry: FERRY_LOG=`{filter}` is not a valid filter ({e}); using `ferry=debug`");
+        EnvFilter::new("ferry=debug")
+    });
+    // A second init (e.g. two worlds in one test process) keeps the first subscriber.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+impl World {
+    /// Wraps an already built transport (tests, embedding).
+    pub fn from_transport(transport: Box<dyn Transport>, config: Config) -> World {
+        World {
+            transport,
+            config,
+            print_stats: false,
+            finished: false,
+        }
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.transport.rank()
+    }
+
+    /// Number of ranks.
+    pub fn size(&self) -> usize {
+        self.transport.size()
+    }
+
+    /// Name of the backend in use.
+    pub fn backend(&self) -> &'static str {
+        self.transport.name()
+    }
+
+    /// The transport, for point-to-point messages, exchanges and collectives.
+    pub fn transport(&mut self) -> &mut dyn Transport {
+        &mut *self.transport
+    }
+
+    /// The configuration this world was built with.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Orderly shutdown: waits until peers no longer need anything from this rank, prints
+    /// statistics if asked to (`FERRY_STATS=1`).
+    pub fn finish(mut self) -> Result<()> {
+        self.finish_inner()
+    }
+
+    fn finish_inner(&mut self) -> Result<()> {
+        if self.finished {
+            return Ok(());
+        }
+        self.finished = true;
+        let result = self.transport.finish();
+        if self.print_stats {
+            eprint!("{}", self.transport.stats());
+        }
+        result
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        if let Err(e) = self.finish_inner() {
+            tracing::warn!("shutdown: {e}");
+        }
+    }
+}
