@@ -12,6 +12,7 @@
 //! This crate never aborts the process and never panics on I/O, peer or user errors.
 
 pub mod config;
+pub mod element;
 pub mod error;
 pub mod launch;
 pub mod mem;
@@ -21,6 +22,7 @@ pub mod store;
 pub mod transport;
 
 pub use config::Config;
+pub use element::Element;
 pub use error::{Error, ErrorKind, Result};
 pub use ferry_proto::{MsgKey, MsgKind};
 pub use launch::{BackendKind, LaunchInfo};
