@@ -1,0 +1,608 @@
+//! Conformance of the example programs with LAIK's observable behaviour (issue 03).
+//!
+//! Reads `../shared/conformance/cases.tsv` (relative to the workspace root; more case
+//! directories may be named in `FERRY_CONFORMANCE_DIRS`, comma-separated) and runs every case
+//! with a plain SPMD launch through `target/<profile>/ferry run -n RANKS --backend B PROGRAM
+//! ARGS`, on every backend that serves the rank count: `single` for one rank; `tcp`, `shm`,
+//! `hybrid`, and `hybrid2` for more. `hybrid2` is the hybrid backend with the ranks split into
+//! two "nodes" on this host: each rank is started through `sh -c` that sets
+//! `FERRY_NODE=node<k>` (first half of the ranks node0, the rest node1) before it execs the
+//! program, so shm carries the traffic within a node and TCP the traffic between them. Stdout is compared in the
+//! case's mode (`exact`, `sorted`, `prefix`), and the exit status too (`ping_pong-1` must exit
+//! 1, everything else 0). The environment column is translated the way the outside runner
+//! does: `LAIK_LOG=...` adds `FERRY_LOG=debug`, any other `LAIK_X=v` adds `FERRY_X=v`, and the
+//! original variables are passed on too.
+//!
+//! Skips (printing why) when the conformance data is absent, the launcher binary is not built,
+//! or a backend answers that it is not part of this build. Elastic cases (launch column
+//! `tcp2:...`) are reported as skipped: joining and removing processes belongs to fault
+//! tolerance, a later issue.
+//!
+//! Knobs: `FERRY_CONFORMANCE_BACKENDS=tcp,shm` restricts the multi-rank backends,
+//! `FERRY_CONFORMANCE_ONLY=<substring>` restricts the cases, `FERRY_CONFORMANCE_TIMEOUT_S`
+//! sets the per-run timeout (default 120 s; the machine may be loaded).
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// At most this many cases run at once: the CI machine has two cores and every case starts
+/// several processes.
+const PARALLEL: usize = 2;
+
+/// Wrapper of the `hybrid2` variant: the launcher gives all ranks the same environment, so
+/// each rank computes its node from `FERRY_RANK`/`FERRY_SIZE` (block split in two halves).
+const HYBRID2_WRAPPER: &str =
+    r#"FERRY_NODE=node$((FERRY_RANK / ((FERRY_SIZE + 1) / 2))) exec "$0" "$@""#;
+
+#[derive(Debug, Clone)]
+struct Case {
+    set: String,
+    id: String,
+    example: String,
+    ranks: usize,
+    args: Vec<String>,
+    expected: PathBuf,
+    mode: String,
+    env: String,
+    launch: String,
+}
+
+/// Outcome of one case on one backend.
+#[derive(Debug, Clone, PartialEq)]
+enum Outcome {
+    Pass,
+    Fail(String),
+    Skip(String),
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
+}
+
+/// `target/<profile>`: the test binary lives in `target/<profile>/deps/`.
+fn profile_dir() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let deps = exe.parent()?;
+    Some(deps.parent()?.to_path_buf())
+}
+
+fn case_dirs(root: &Path) -> Vec<PathBuf> {
+    let mut dirs = vec![root.join("../shared/conformance")];
+    if let Ok(extra) = std::env::var("FERRY_CONFORMANCE_DIRS") {
+        for d in extra.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+            let p = PathBuf::from(d);
+            dirs.push(if p.is_absolute() { p } else { root.join(p) });
+        }
+    }
+    dirs
+}
+
+fn parse_cases(dir: &Path, text: &str) -> Result<Vec<Case>, String> {
+    let set = dir
+        .file_name()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| dir.display().to_string());
+    let mut cases = Vec::new();
+    for (no, line) in text.lines().enumerate() {
+        if line.is_empty() || line.starts_with('#') || line.starts_with("case-id") {
+            continue;
+        }
+        let f: Vec<&str> = line.split('\t').collect();
+        if f.len() < 8 {
+            return Err(format!(
+                "{}: line {}: {} columns, need at least 8",
+                dir.display(),
+                no + 1,
+                f.len()
+            ));
+        }
+        let ranks = f[2].trim().parse::<usize>().map_err(|_| {
+            format!(
+                "{}: line {}: bad rank count `{}`",
+                dir.display(),
+                no + 1,
+                f[2]
+            )
+        })?;
+        cases.push(Case {
+            set: set.clone(),
+            id: f[0].to_string(),
+            example: f[1].to_string(),
+            ranks,
+            args: f[3].split_whitespace().map(str::to_string).collect(),
+            expected: dir.join(f[4]),
+            mode: f[5].to_string(),
+            env: f[6].to_string(),
+            launch: f[7].to_string(),
+        });
+    }
+    Ok(cases)
+}
+
+/// The runner's translation of LAIK variables: originals are kept, ferry's equivalents added.
+fn translate_env(env: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    if env == "-" || env.is_empty() {
+        return out;
+    }
+    for kv in env.split(',') {
+        let Some((k, v)) = kv.split_once('=') else {
+            continue;
+        };
+        out.push((k.to_string(), v.to_string()));
+        if k == "LAIK_LOG" {
+            out.push(("FERRY_LOG".to_string(), "debug".to_string()));
+        } else if let Some(rest) = k.strip_prefix("LAIK_") {
+            out.push((format!("FERRY_{rest}"), v.to_string()));
+        }
+    }
+    out
+}
+
+fn split_lines(s: &str) -> Vec<&str> {
+    let mut lines: Vec<&str> = s.split('\n').collect();
+    if lines.last() == Some(&"") {
+        lines.pop();
+    }
+    lines
+}
+
+/// `^\d+\.\d{n}` followed by `rest`; returns the remainder after the number.
+fn eat_fixed<'a>(s: &'a str, decimals: usize) -> Option<&'a str> {
+    let int_len = s.bytes().take_while(u8::is_ascii_digit).count();
+    if int_len == 0 {
+        return None;
+    }
+    let s = s[int_len..].strip_prefix('.')?;
+    let frac_len = s.bytes().take_while(u8::is_ascii_digit).count();
+    if frac_len != decimals {
+        return None;
+    }
+    Some(&s[frac_len..])
+}
+
+/// `^Time: \d+\.\d{3} s \(average per iteration: \d+\.\d{3} ms, per phase: \d+\.\d{3} ms\)$`
+fn is_time_line(l: &str) -> bool {
+    (|| {
+        let s = l.strip_prefix("Time: ")?;
+        let s = eat_fixed(s, 3)?.strip_prefix(" s (average per iteration: ")?;
+        let s = eat_fixed(s, 3)?.strip_prefix(" ms, per phase: ")?;
+        let s = eat_fixed(s, 3)?;
+        (s == " ms)").then_some(())
+    })()
+    .is_some()
+}
+
+/// `^GB/s: (\d+\.\d{6}|inf|nan|-?inf|-nan)$`
+fn is_gbs_line(l: &str) -> bool {
+    match l.strip_prefix("GB/s: ") {
+        Some("inf" | "nan" | "-inf" | "-nan") => true,
+        Some(s) => eat_fixed(s, 6) == Some(""),
+        None => false,
+    }
+}
+
+/// Compares stdout with the expected bytes in `mode` (cases.tsv header, README).
+fn compare(mode: &str, got: &str, expected: &str) -> bool {
+    match mode {
+        "exact" => got == expected,
+        "sorted" => {
+            let mut lines = split_lines(got);
+            lines.sort_unstable_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+            let mut joined = lines.join("\n");
+            if !lines.is_empty() {
+                joined.push('\n');
+            }
+            joined == expected
+        }
+        "prefix" => {
+            let g = split_lines(got);
+            let e = split_lines(expected);
+            g.len() == e.len() + 2
+                && g[..e.len()] == e[..]
+                && is_time_line(g[g.len() - 2])
+                && is_gbs_line(g[g.len() - 1])
+        }
+        _ => false,
+    }
+}
+
+/// First lines where two outputs differ, for failure messages.
+fn first_difference(got: &str, expected: &str) -> String {
+    let g = split_lines(got);
+    let e = split_lines(expected);
+    for i in 0..g.len().max(e.len()) {
+        let (a, b) = (g.get(i), e.get(i));
+        if a != b {
+            return format!(
+                "line {}: got {:?}, expected {:?} ({} vs {} lines)",
+                i + 1,
+                a.copied().unwrap_or("<none>"),
+                b.copied().unwrap_or("<none>"),
+                g.len(),
+                e.len()
+            );
+        }
+    }
+    "outputs differ only in line endings".to_string()
+}
+
+struct Runner {
+    ferry: Option<PathBuf>,
+    examples: PathBuf,
+    timeout: Duration,
+}
+
+struct RunResult {
+    status: Option<i32>,
+    stdout: String,
+    stderr: String,
+    timed_out: bool,
+}
+
+fn read_all(mut r: impl Read + Send + 'static) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = r.read_to_end(&mut buf);
+        buf
+    })
+}
+
+impl Runner {
+    fn run(&self, mut cmd: Command) -> std::io::Result<RunResult> {
+        use std::os::unix::process::CommandExt;
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        let mut child = cmd.spawn()?;
+        let out = read_all(child.stdout.take().expect("piped stdout"));
+        let err = read_all(child.stderr.take().expect("piped stderr"));
+        let start = Instant::now();
+        let mut timed_out = false;
+        let status = loop {
+            if let Some(st) = child.try_wait()? {
+                break st;
+            }
+            if start.elapsed() > self.timeout {
+                timed_out = true;
+                // The launcher and its ranks share the process group we created.
+                let _ = Command::new("kill")
+                    .args(["-KILL", "--", &format!("-{}", child.id())])
+                    .status();
+                let _ = child.kill();
+                break child.wait()?;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let stdout = String::from_utf8_lossy(&out.join().unwrap_or_default()).into_owned();
+        let stderr = String::from_utf8_lossy(&err.join().unwrap_or_default()).into_owned();
+        Ok(RunResult {
+            status: status.code(),
+            stdout,
+            stderr,
+            timed_out,
+        })
+    }
+
+    fn run_case(&self, case: &Case, backend: &str) -> Outcome {
+        let prog = self.examples.join(&case.example);
+        if !prog.exists() {
+            return Outcome::Fail(format!("example program {} not built", prog.display()));
+        }
+        let expected = match std::fs::read(&case.expected) {
+            Ok(b) => String::from_utf8_lossy(&b).into_owned(),
+            Err(e) => {
+                return Outcome::Fail(format!("cannot read {}: {e}", case.expected.display()))
+            }
+        };
+        let real_backend = if backend == "hybrid2" {
+            "hybrid"
+        } else {
+            backend
+        };
+        let mut cmd = match &self.ferry {
+            Some(ferry) => {
+                let mut c = Command::new(ferry);
+                c.args([
+                    "run",
+                    "-n",
+                    &case.ranks.to_string(),
+                    "--backend",
+                    real_backend,
+                    "--",
+                ]);
+                if backend == "hybrid2" {
+                    c.args(["sh", "-c", HYBRID2_WRAPPER]);
+                }
+                c.arg(&prog);
+                c
+            }
+            None => {
+                // Without the launcher only one-rank runs are possible.
+                let mut c = Command::new(&prog);
+                c.env("FERRY_BACKEND", "single");
+                c
+            }
+        };
+        cmd.args(&case.args);
+        // A stray setting of the developer's shell must not change the backend under test.
+        cmd.env_remove("FERRY_BACKEND").env_remove("FERRY_LOG");
+        if self.ferry.is_none() {
+            cmd.env("FERRY_BACKEND", "single");
+        }
+        for (k, v) in translate_env(&case.env) {
+            cmd.env(k, v);
+        }
+        let r = match self.run(cmd) {
+            Ok(r) => r,
+            Err(e) => return Outcome::Fail(format!("cannot start: {e}")),
+        };
+        if r.stderr.contains("is not available in this build") {
+            return Outcome::Skip(format!("backend {backend} not built"));
+        }
+        let last_err = r
+            .stderr
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .last()
+            .unwrap_or("")
+            .to_string();
+        if r.timed_out {
+            return Outcome::Fail(format!(
+                "timeout after {:?}; stderr: {last_err}",
+                self.timeout
+            ));
+        }
+        let want = if case.id == "ping_pong-1" { 1 } else { 0 };
+        if r.status != Some(want) {
+            return Outcome::Fail(format!(
+                "exit status {:?}, expected {want}; stderr: {last_err}",
+                r.status
+            ));
+        }
+        if !compare(&case.mode, &r.stdout, &expected) {
+            let shown = if case.mode == "sorted" {
+                let mut l = split_lines(&r.stdout);
+                l.sort_unstable_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+                let mut s = l.join("\n");
+                s.push('\n');
+                s
+            } else {
+                r.stdout.clone()
+            };
+            return Outcome::Fail(format!(
+                "stdout differs ({}): {}; stderr: {last_err}",
+                case.mode,
+                first_difference(&shown, &expected)
+            ));
+        }
+        Outcome::Pass
+    }
+}
+
+fn backends_for(case: &Case, multi: &[String]) -> Vec<String> {
+    if case.ranks == 1 {
+        vec!["single".to_string()]
+    } else {
+        multi.to_vec()
+    }
+}
+
+#[test]
+fn conformance_cases() {
+    let root = workspace_root();
+    let mut cases = Vec::new();
+    for dir in case_dirs(&root) {
+        let tsv = dir.join("cases.tsv");
+        match std::fs::read_to_string(&tsv) {
+            Ok(text) => match parse_cases(&dir, &text) {
+                Ok(c) => cases.extend(c),
+                Err(e) => panic!("{e}"),
+            },
+            Err(_) => eprintln!(
+                "conformance: {} absent, cases of {} skipped",
+                tsv.display(),
+                dir.display()
+            ),
+        }
+    }
+    if cases.is_empty() {
+        eprintln!("conformance: SKIPPED, no conformance data found (expected ../shared/conformance next to the workspace)");
+        return;
+    }
+    if let Ok(only) = std::env::var("FERRY_CONFORMANCE_ONLY") {
+        cases.retain(|c| c.id.contains(&only) || c.example == only);
+    }
+    let Some(profile) = profile_dir() else {
+        eprintln!("conformance: SKIPPED, cannot locate target/<profile> from the test binary");
+        return;
+    };
+    let ferry = profile.join("ferry");
+    let ferry = ferry.exists().then_some(ferry);
+    if ferry.is_none() {
+        eprintln!(
+            "conformance: launcher {} not built (cargo build -p ferry-cli); multi-rank cases \
+             skipped, one-rank cases run directly on the single backend",
+            profile.join("ferry").display()
+        );
+    }
+    let timeout = std::env::var("FERRY_CONFORMANCE_TIMEOUT_S")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .unwrap_or(120);
+    let runner = Runner {
+        ferry: ferry.clone(),
+        examples: profile.join("examples"),
+        timeout: Duration::from_secs(timeout),
+    };
+    let multi: Vec<String> = std::env::var("FERRY_CONFORMANCE_BACKENDS")
+        .unwrap_or_else(|_| "tcp,shm,hybrid,hybrid2".to_string())
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect();
+
+    // Work list; elastic and launcher-less multi-rank cases are recorded as skipped.
+    let mut results: Vec<(Case, String, Outcome)> = Vec::new();
+    let mut work: Vec<(Case, String)> = Vec::new();
+    for c in &cases {
+        if c.launch != "-" {
+            results.push((
+                c.clone(),
+                "elastic".to_string(),
+                Outcome::Skip(
+                    "elastic launch (spares/removal) is fault tolerance, a later issue".into(),
+                ),
+            ));
+            continue;
+        }
+        for b in backends_for(c, &multi) {
+            if ferry.is_none() && c.ranks > 1 {
+                results.push((c.clone(), b, Outcome::Skip("launcher not built".into())));
+            } else {
+                work.push((c.clone(), b));
+            }
+        }
+    }
+
+    let next = AtomicUsize::new(0);
+    let done = Mutex::new(Vec::new());
+    // A backend that said "not built" once is not tried again.
+    let unavailable = Mutex::new(std::collections::BTreeSet::<String>::new());
+    std::thread::scope(|s| {
+        for _ in 0..PARALLEL {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::SeqCst);
+                let Some((case, backend)) = work.get(i) else {
+                    break;
+                };
+                let outcome = if unavailable.lock().unwrap().contains(backend) {
+                    Outcome::Skip(format!("backend {backend} not built"))
+                } else {
+                    let t = Instant::now();
+                    let o = runner.run_case(case, backend);
+                    eprintln!(
+                        "conformance: {:<28} {:<8} {:>6.2}s {}",
+                        case.id,
+                        backend,
+                        t.elapsed().as_secs_f64(),
+                        match &o {
+                            Outcome::Pass => "ok".to_string(),
+                            Outcome::Fail(w) => format!("FAIL {w}"),
+                            Outcome::Skip(w) => format!("skip {w}"),
+                        }
+                    );
+                    if matches!(&o, Outcome::Skip(w) if w.contains("not built")) {
+                        unavailable.lock().unwrap().insert(backend.clone());
+                    }
+                    o
+                };
+                done.lock()
+                    .unwrap()
+                    .push((case.clone(), backend.clone(), outcome));
+            });
+        }
+    });
+    results.extend(done.into_inner().unwrap());
+
+    // Summary per set and backend.
+    let mut per: BTreeMap<(String, String), [usize; 3]> = BTreeMap::new();
+    let mut failures = Vec::new();
+    let mut skip_reasons = std::collections::BTreeSet::new();
+    for (case, backend, outcome) in &results {
+        let e = per
+            .entry((case.set.clone(), backend.clone()))
+            .or_insert([0; 3]);
+        match outcome {
+            Outcome::Pass => e[0] += 1,
+            Outcome::Fail(why) => {
+                e[1] += 1;
+                failures.push(format!("{} {} [{}]: {}", case.set, case.id, backend, why));
+            }
+            Outcome::Skip(why) => {
+                e[2] += 1;
+                skip_reasons.insert(format!("{backend}: {why}"));
+            }
+        }
+    }
+    eprintln!("conformance summary (pass/fail/skip):");
+    for ((set, backend), [p, f, s]) in &per {
+        eprintln!("  {set:<16} {backend:<8} {p:>3} pass {f:>3} fail {s:>3} skipped");
+    }
+    for why in &skip_reasons {
+        eprintln!("  skipped: {why}");
+    }
+    failures.sort();
+    assert!(
+        failures.is_empty(),
+        "{} conformance case-run(s) failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn compare_modes_follow_the_readme() {
+    assert!(compare("exact", "a\nb\n", "a\nb\n"));
+    assert!(!compare("exact", "a\nb", "a\nb\n"));
+    assert!(compare("sorted", "b\na\n", "a\nb\n"));
+    assert!(compare("sorted", "b\na", "a\nb\n"));
+    // Byte order: upper case before lower case, as LC_ALL=C sort.
+    assert!(compare("sorted", "a\nB\n", "B\na\n"));
+    assert!(!compare("sorted", "a\na\n", "a\n"));
+    let exp = "Do 4 iterations\n";
+    let good = "Do 4 iterations\nTime: 0.123 s (average per iteration: 30.750 ms, per phase: 15.375 ms)\nGB/s: 0.000260\n";
+    assert!(compare("prefix", good, exp));
+    assert!(compare(
+        "prefix",
+        "Do 4 iterations\nTime: 0.000 s (average per iteration: 0.000 ms, per phase: 0.000 ms)\nGB/s: inf\n",
+        exp
+    ));
+    assert!(!compare("prefix", "Do 4 iterations\nTime: 0.12 s (average per iteration: 30.750 ms, per phase: 15.375 ms)\nGB/s: 0.000260\n", exp));
+    assert!(!compare("prefix", "Do 4 iterations\nTime: 0.123 s (average per iteration: 30.750 ms, per phase: 15.375 ms)\nGB/s: 0.26\n", exp));
+    assert!(!compare("prefix", "Do 5 iterations\nTime: 0.123 s (average per iteration: 30.750 ms, per phase: 15.375 ms)\nGB/s: 0.000260\n", exp));
+    assert!(!compare("prefix", exp, exp));
+    assert!(!compare("unknown-mode", "x", "x"));
+}
+
+#[test]
+fn environment_translation_matches_the_runner() {
+    let t = translate_env("LAIK_LOG=1:0,OMP_NUM_THREADS=1,LAIK_LAYOUT_GENERIC=1");
+    let want: Vec<(String, String)> = [
+        ("LAIK_LOG", "1:0"),
+        ("FERRY_LOG", "debug"),
+        ("OMP_NUM_THREADS", "1"),
+        ("LAIK_LAYOUT_GENERIC", "1"),
+        ("FERRY_LAYOUT_GENERIC", "1"),
+    ]
+    .iter()
+    .map(|(a, b)| (a.to_string(), b.to_string()))
+    .collect();
+    assert_eq!(t, want);
+    assert!(translate_env("-").is_empty());
+}
+
+#[test]
+fn case_table_parses() {
+    let text = "# comment\ncase-id\texample\tranks\targs\texpected-file\tcompare-mode\tenv\tlaunch\torigin\n\
+                a-1\tvsum\t1\t\ta.expected\texact\t-\t-\tlaik-test\n\
+                b-4\tjac3d\t4\t-s 100 10\tb.expected\texact\tLAIK_LOG=1\ttcp2:spares=2\tgenerated\n";
+    let c = parse_cases(Path::new("/x/set"), text).unwrap();
+    assert_eq!(c.len(), 2);
+    assert!(c[0].args.is_empty());
+    assert_eq!(c[1].args, ["-s", "100", "10"]);
+    assert_eq!(c[1].ranks, 4);
+    assert_eq!(c[1].launch, "tcp2:spares=2");
+    assert_eq!(c[0].set, "set");
+    assert!(parse_cases(Path::new("/x"), "a\tb\n").is_err());
+    assert!(parse_cases(Path::new("/x"), "a\tb\tx\td\te\tf\tg\th\n").is_err());
+}
