@@ -19,6 +19,7 @@ pub mod mem;
 pub mod single;
 pub mod stats;
 pub mod store;
+pub mod tcp_store;
 pub mod transport;
 
 pub use config::Config;

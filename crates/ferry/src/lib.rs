@@ -9,6 +9,7 @@
 //! `ferry-core` (transport trait, errors, config) -> backends (`ferry-tcp`, `ferry-shm`, ...)
 //! -> `ferry-coll` (collectives) -> `ferry-data` (data layer) -> this facade.
 
+pub mod bootstrap;
 mod world;
 
 pub use ferry_coll as coll;
