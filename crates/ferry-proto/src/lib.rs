@@ -7,7 +7,10 @@
 //!   (communicator generation, kind, source, destination, tag); each message of a flow carries a
 //!   serial number so that out-of-order arrivals are matched to the right receive.
 //! - [`matching`]: the receive side of M2: posted receives and a bounded store of early arrivals.
+//! - [`frame`] and [`handshake`]: the TCP backend's wire format (T1, T4, T8), strict decoders.
 
+pub mod frame;
+pub mod handshake;
 pub mod ident;
 pub mod matching;
 
