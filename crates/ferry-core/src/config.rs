@@ -59,6 +59,16 @@ pub struct Tcp {
     /// Per-job secret checked in the connection handshake (T8). Normally set by the launcher
     /// through the environment; required in the file for hand-started jobs to be protected.
     pub secret: Option<String>,
+    /// Address (host or IP, no port) the launcher-started backend binds its ephemeral listening
+    /// port on and publishes in the rendezvous store (`FERRY_TCP_BIND`).
+    pub bind: String,
+    /// Messages up to this many bytes travel with their TRY request (eager, one write); larger
+    /// ones are announced and pulled by the receiver with GET straight into the posted receive
+    /// buffer (rendezvous, 000 §4.4, §7.2.1).
+    pub eager_bytes: usize,
+    /// Largest message accepted from a peer; a frame announcing more is a protocol error and the
+    /// connection is dropped (bounds what a broken or hostile peer can make us allocate).
+    pub max_message_bytes: u64,
 }
 
 impl Default for Tcp {
@@ -72,6 +82,9 @@ impl Default for Tcp {
             connect_timeout_ms: 10_000,
             reload_ms: 1_000,
             secret: None,
+            bind: "127.0.0.1".to_string(),
+            eager_bytes: 64 << 10,
+            max_message_bytes: 1 << 34,
         }
     }
 }
