@@ -1,0 +1,38 @@
+//! ferry's MPI backend (`FERRY_BACKEND=mpi`, R3): the ferry [`Transport`] over nonblocking MPI
+//! point-to-point calls, for jobs started with `mpirun`/`srun` on machines where MPI is the
+//! fastest or the only sanctioned way to communicate.
+//!
+//! The backend is compiled only with the cargo feature `mpi` (the `ferry` crate's `mpi` feature
+//! turns it on), because it needs an MPI installation and libclang at build time; without the
+//! feature this crate holds only the MPI-independent [`tags`] mapping, so that
+//! `cargo build --workspace` works on machines without MPI.
+//!
+//! How ferry's operations map to MPI (see [`MpiTransport`] for details):
+//! - a batched [`Exchange`] becomes `MPI_Isend` for every send (from a copy owned by the
+//!   backend, so a send completes locally at once and never waits for a receive: M3, T1) and
+//!   `MPI_Improbe` + `MPI_Imrecv` for every receive (so messages of unknown length need no size
+//!   exchange), progressed with `MPI_Testsome`/`MPI_Test`;
+//! - message keys become MPI tags as described in [`tags`]; serial order within a flow is MPI's
+//!   non-overtaking rule;
+//! - every MPI call returns its error code (`MPI_ERRORS_RETURN` is set on ferry's private
+//!   duplicate of `MPI_COMM_WORLD`), and a failing call becomes a ferry [`ErrorKind::Mpi`]
+//!   error naming rank, operation, peer and the MPI error string — never an abort;
+//! - collectives and reductions are **not** mapped to native MPI collectives: ferry's
+//!   collectives are generic over [`Transport`] and run their own deterministic algorithms on
+//!   top of this backend, so a reduction adds its terms in the same order whatever the backend,
+//!   and printed results are identical to the tcp/shm/single runs (the equivalent of LAIK's
+//!   `LAIK_MPI_REDUCE=0`). The only collective MPI calls are made at start-up (node discovery
+//!   with `MPI_Comm_split_type` and `MPI_Allgather` of integers, where order cannot matter) and
+//!   at shutdown.
+//!
+//! [`Transport`]: ferry_core::Transport
+//! [`Exchange`]: ferry_core::Exchange
+//! [`ErrorKind::Mpi`]: ferry_core::ErrorKind::Mpi
+
+pub mod tags;
+
+#[cfg(feature = "mpi")]
+mod transport;
+
+#[cfg(feature = "mpi")]
+pub use transport::{MpiTransport, MAX_EARLY_BYTES, MAX_INFLIGHT_SEND_BYTES};

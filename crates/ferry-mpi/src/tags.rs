@@ -1,0 +1,185 @@
+//! How a ferry [`MsgKey`] becomes an MPI tag (M2 over MPI).
+//!
+//! A key has 72 bits (32-bit generation, 8-bit kind, 32-bit tag); an MPI tag has as many bits
+//! as the library's `MPI_TAG_UB` allows (31 with Open MPI and MPICH, at least 15 by the
+//! standard). The mapping is a pure function of the key and `MPI_TAG_UB`, so sender and
+//! receiver agree without talking:
+//!
+//! - **exact** (the common case): with `b` usable bits, the top bit is 0 and the other `b-1`
+//!   bits hold `kind | generation | tag` in fixed fields (2 bits of kind, up to 8 of generation,
+//!   the rest for the tag: kind < 4, generation < 256, tag < 2^20 with 31 bits). Different keys
+//!   give different MPI tags, so MPI's own matching keeps flows apart and no header is sent.
+//! - **hashed** (keys that do not fit): the top bit is 1 and the other bits are a hash of the
+//!   key; the message carries a [`HEADER_LEN`]-byte header with the full key, and the receiver
+//!   puts messages whose header names another key aside until their receive is posted.
+//!
+//! Serial order within a flow (M2) is MPI's non-overtaking rule: every message of one flow has
+//! the same source, communicator and MPI tag.
+
+use ferry_proto::{MsgKey, MsgKind};
+
+/// Bytes of the key header that travels in front of the payload in hashed mode.
+pub const HEADER_LEN: usize = 12;
+
+/// The MPI tag of one key and whether its messages carry the key header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct WireTag {
+    /// Tag passed to MPI, within `0..=MPI_TAG_UB`.
+    pub tag: i32,
+    /// Whether the key did not fit and messages carry a [`HEADER_LEN`]-byte key header.
+    pub hashed: bool,
+}
+
+/// The field layout of MPI tags for one value of `MPI_TAG_UB`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TagMap {
+    /// Bits of the tag field.
+    tag_bits: u32,
+    /// Bits of the generation field.
+    gen_bits: u32,
+    /// Value of the top usable bit (the "hashed" flag).
+    flag: i32,
+}
+
+/// Bits given to the kind field: the four kinds ferry defines today.
+const KIND_BITS: u32 = 2;
+
+impl TagMap {
+    /// The layout for a library whose largest tag is `tag_ub`; `None` if `tag_ub` is below what
+    /// the MPI standard guarantees (32767), which only a broken library reports.
+    pub fn new(tag_ub: i32) -> Option<TagMap> {
+        if tag_ub < 32767 {
+            return None;
+        }
+        // Usable bits: the largest b with 2^b - 1 <= tag_ub.
+        let bits = 63 - (tag_ub as u64 + 1).leading_zeros();
+        let exact_bits = bits - 1;
+        let gen_bits = ((exact_bits - KIND_BITS) / 3).min(8);
+        let tag_bits = exact_bits - KIND_BITS - gen_bits;
+        Some(TagMap {
+            tag_bits,
+            gen_bits,
+            flag: 1i32 << exact_bits,
+        })
+    }
+
+    /// Largest user tag that maps exactly (others are hashed).
+    pub fn max_exact_tag(&self) -> u32 {
+        (1u32 << self.tag_bits) - 1
+    }
+
+    /// The MPI tag of `key`.
+    pub fn wire(&self, key: MsgKey) -> WireTag {
+        let fits = u32::from(key.kind.0) < (1 << KIND_BITS)
+            && key.generation < (1 << self.gen_bits)
+            && key.tag < (1 << self.tag_bits);
+        if fits {
+            let v = (u32::from(key.kind.0) << (self.gen_bits + self.tag_bits))
+                | (key.generation << self.tag_bits)
+                | key.tag;
+            // v < 2^(exact_bits) <= 2^30, so it is a non-negative i32.
+            WireTag {
+                tag: v as i32,
+                hashed: false,
+            }
+        } else {
+            let h = fnv1a(&encode_header(key)) as u32;
+            let mask = (self.flag - 1) as u32;
+            WireTag {
+                tag: self.flag | (h & mask) as i32,
+                hashed: true,
+            }
+        }
+    }
+}
+
+/// The key header of hashed-mode messages: generation and tag little-endian, then the kind.
+pub fn encode_header(key: MsgKey) -> [u8; HEADER_LEN] {
+    let mut h = [0u8; HEADER_LEN];
+    h[0..4].copy_from_slice(&key.generation.to_le_bytes());
+    h[4..8].copy_from_slice(&key.tag.to_le_bytes());
+    h[8] = key.kind.0;
+    h
+}
+
+/// Reads a key header; `None` if the message is too short to hold one.
+pub fn decode_header(msg: &[u8]) -> Option<MsgKey> {
+    let h = msg.get(..HEADER_LEN)?;
+    let word = |i: usize| u32::from_le_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
+    Some(MsgKey::new(word(0), MsgKind(h[8]), word(4)))
+}
+
+/// FNV-1a, 64 bit, with a final avalanche step so that keys differing in one field spread over
+/// all tag bits. Deterministic across processes (unlike std's randomly seeded hasher), which the
+/// sender and the receiver need to agree on hashed tags.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_for_common_and_minimal_tag_ub() {
+        let m = TagMap::new(i32::MAX).unwrap();
+        assert_eq!(m.max_exact_tag(), (1 << 20) - 1);
+        let minimal = TagMap::new(32767).unwrap();
+        assert_eq!(minimal.flag, 1 << 14);
+        assert!(minimal.max_exact_tag() >= 255);
+        assert!(TagMap::new(1000).is_none());
+    }
+
+    #[test]
+    fn exact_keys_are_distinct_and_in_range() {
+        let m = TagMap::new(i32::MAX).unwrap();
+        let mut seen = std::collections::HashSet::new();
+        for kind in 0..4u8 {
+            for generation in [0u32, 1, 255] {
+                for tag in [0u32, 1, 7, (1 << 20) - 1] {
+                    let w = m.wire(MsgKey::new(generation, MsgKind(kind), tag));
+                    assert!(!w.hashed);
+                    assert!(w.tag >= 0 && w.tag < (1 << 30));
+                    assert!(
+                        seen.insert(w.tag),
+                        "collision for {kind} {generation} {tag}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn keys_that_do_not_fit_are_hashed_into_the_upper_half() {
+        for ub in [32767, 65535, (1 << 29) - 1, i32::MAX] {
+            let m = TagMap::new(ub).unwrap();
+            for key in [
+                MsgKey::new(0, MsgKind::USER, u32::MAX),
+                MsgKey::new(1 << 20, MsgKind::DATA, 3),
+                MsgKey::new(0, MsgKind(200), 0),
+            ] {
+                let w = m.wire(key);
+                assert!(w.hashed);
+                assert!(w.tag >= m.flag && w.tag <= ub, "{w:?} for ub {ub}");
+                assert_eq!(m.wire(key), w, "mapping must be deterministic");
+            }
+        }
+    }
+
+    #[test]
+    fn header_round_trips() {
+        let k = MsgKey::new(0xdead_beef, MsgKind(9), 0x0102_0304);
+        let mut msg = encode_header(k).to_vec();
+        msg.extend_from_slice(b"payload");
+        assert_eq!(decode_header(&msg), Some(k));
+        assert_eq!(decode_header(&msg[..5]), None);
+    }
+}

@@ -1,0 +1,800 @@
+//! [`MpiTransport`]: ferry's transport over nonblocking MPI point-to-point calls.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::ffi::{c_char, c_int, c_void};
+use std::ptr;
+use std::time::{Duration, Instant};
+
+use ferry_core::error::{Error, ErrorKind, Result};
+use ferry_core::stats::Stats;
+use ferry_core::transport::{check_peer, Exchange, OpState, RecvBuf, RecvOp, WaitPolicy};
+use ferry_core::{Config, MsgKey, Transport};
+use mpi::environment::{Threading, Universe};
+use mpi::ffi;
+
+use crate::tags::{decode_header, encode_header, TagMap, WireTag, HEADER_LEN};
+
+/// Most payload bytes of sends that MPI has not yet completed. A send beyond it waits (inside
+/// the exchange, which keeps progressing its receives) until earlier sends drain: back-pressure
+/// instead of unbounded buffering (T1).
+pub const MAX_INFLIGHT_SEND_BYTES: usize = 256 << 20;
+
+/// Most bytes of hashed-tag messages kept aside because they arrived for another key (see
+/// [`crate::tags`]); exceeding it is a [`ErrorKind::ResourceExhausted`] error.
+pub const MAX_EARLY_BYTES: usize = 256 << 20;
+
+/// Most messages kept aside, as [`MAX_EARLY_BYTES`].
+const MAX_EARLY_MESSAGES: usize = 65_536;
+
+/// Free buffers kept for reuse, and the largest one kept: enough for the steady state of
+/// halo exchanges without holding on to the memory of one huge message.
+const POOL_BUFFERS: usize = 64;
+const POOL_MAX_CAPACITY: usize = 16 << 20;
+
+/// After this long in an exchange without completion, the waiting rank yields the core to other
+/// processes (ranks oversubscribe cores in tests and on laptops); after [`YIELD_FOR`] more it
+/// sleeps in short naps.
+const YIELD_FOR: Duration = Duration::from_millis(2);
+const NAP: Duration = Duration::from_micros(50);
+
+/// A receive whose message MPI has matched (`MPI_Improbe`) and is filling (`MPI_Imrecv`) into a
+/// buffer owned by the backend.
+struct RecvSlot {
+    req: ffi::MPI_Request,
+    buf: Vec<u8>,
+    len: usize,
+}
+
+/// One rank of a job over MPI (`FERRY_BACKEND=mpi`).
+///
+/// Buffers handed to MPI are always owned by the transport, never borrowed from an
+/// [`Exchange`]: an exchange may be dropped after an error while MPI still holds a request,
+/// and MPI must never write into or read from freed memory. Sends are therefore copied (and
+/// complete for the caller as soon as MPI has them, like a buffered send, bounded by
+/// [`MAX_INFLIGHT_SEND_BYTES`]); receives land in a backend buffer that is moved into a
+/// `RecvBuf::Vec` without copying or copied into a `RecvBuf::Slice`.
+///
+/// MPI is initialised with `MPI_THREAD_SERIALIZED` (the transport may move between threads,
+/// but `&mut self` keeps calls from overlapping), and finalised by [`Transport::finish`] or on
+/// drop — only if this transport initialised it. A process can initialise MPI once: a second
+/// transport after the first was finished is an error, not an abort.
+pub struct MpiTransport {
+    comm: ffi::MPI_Comm,
+    rank: usize,
+    size: usize,
+    nodes: Vec<usize>,
+    tags: TagMap,
+    policy: WaitPolicy,
+    send_reqs: Vec<ffi::MPI_Request>,
+    send_bufs: Vec<Vec<u8>>,
+    inflight_bytes: usize,
+    done_indices: Vec<c_int>,
+    slots: Vec<Option<RecvSlot>>,
+    free_slots: Vec<usize>,
+    early: HashMap<(usize, MsgKey), VecDeque<Vec<u8>>>,
+    early_bytes: usize,
+    early_messages: usize,
+    blocked: HashSet<(usize, i32)>,
+    pool: Vec<Vec<u8>>,
+    stats: Stats,
+    hashed_messages: u64,
+    universe: Option<Universe>,
+    finished: bool,
+}
+
+// SAFETY: the raw MPI handles are plain values owned by this transport; MPI is initialised
+// with MPI_THREAD_SERIALIZED so calls from different threads are allowed as long as they do not
+// overlap, which `&mut self` on every communicating method guarantees. The transport is moved
+// between threads, never shared (`Transport` requires `Send`, not `Sync`).
+unsafe impl Send for MpiTransport {}
+
+/// The text of an MPI error code.
+fn error_string(code: c_int) -> String {
+    let mut buf = [0 as c_char; ffi::MPI_MAX_ERROR_STRING as usize + 1];
+    let mut len: c_int = 0;
+    // SAFETY: the buffer holds MPI_MAX_ERROR_STRING characters as the standard requires.
+    let rc = unsafe { ffi::MPI_Error_string(code, buf.as_mut_ptr(), &mut len) };
+    if rc != ffi::MPI_SUCCESS as c_int {
+        return format!("MPI error code {code}");
+    }
+    let len = (len.max(0) as usize).min(buf.len());
+    let bytes: Vec<u8> = buf[..len].iter().map(|&c| c as u8).collect();
+    format!("{} (code {code})", String::from_utf8_lossy(&bytes))
+}
+
+fn mpi_error(rank: usize, op: &'static str, code: c_int) -> Error {
+    Error::new(ErrorKind::Mpi, op)
+        .on_rank(rank)
+        .with_detail(error_string(code))
+}
+
+/// Turns an MPI return code into a result.
+fn check(rc: c_int, rank: usize, op: &'static str) -> Result<()> {
+    if rc == ffi::MPI_SUCCESS as c_int {
+        Ok(())
+    } else {
+        Err(mpi_error(rank, op, rc))
+    }
+}
+
+impl MpiTransport {
+    /// Initialises MPI (unless the program already did) and sets up this rank: a private
+    /// duplicate of `MPI_COMM_WORLD` that returns errors, the tag layout from `MPI_TAG_UB`, and
+    /// the node of every rank (ranks that can share memory, `MPI_COMM_TYPE_SHARED`).
+    pub fn init(config: &Config) -> Result<MpiTransport> {
+        let universe = match mpi::initialize_with_threading(Threading::Serialized) {
+            Some((universe, provided)) => {
+                if provided < Threading::Serialized {
+                    tracing::warn!(
+                        ?provided,
+                        "the MPI library does not provide MPI_THREAD_SERIALIZED; keep ferry's \
+                         calls on the thread that called init"
+                    );
+                }
+                Some(universe)
+            }
+            None if mpi::is_finalized() => {
+                return Err(Error::new(ErrorKind::Unsupported, "mpi init").with_detail(
+                    "MPI was already finalised in this process (an earlier ferry world was \
+                     finished); MPI cannot be initialised twice",
+                ))
+            }
+            // The program initialised MPI itself: use it, and leave finalisation to it.
+            None => None,
+        };
+        let mut t = MpiTransport {
+            comm: unsafe { ffi::RSMPI_COMM_NULL },
+            rank: 0,
+            size: 1,
+            nodes: Vec::new(),
+            tags: TagMap::new(i32::MAX).ok_or_else(|| Error::new(ErrorKind::Mpi, "mpi init"))?,
+            policy: WaitPolicy {
+                spin: config.spin(),
+                timeout: config.timeout(),
+            },
+            send_reqs: Vec::new(),
+            send_bufs: Vec::new(),
+            inflight_bytes: 0,
+            done_indices: Vec::new(),
+            slots: Vec::new(),
+            free_slots: Vec::new(),
+            early: HashMap::new(),
+            early_bytes: 0,
+            early_messages: 0,
+            blocked: HashSet::new(),
+            pool: Vec::new(),
+            stats: Stats::new(0, 1, "mpi"),
+            hashed_messages: 0,
+            universe,
+            finished: false,
+        };
+        t.setup()?;
+        Ok(t)
+    }
+
+    fn setup(&mut self) -> Result<()> {
+        // SAFETY: plain MPI calls on handles created here; out-pointers point to locals.
+        unsafe {
+            let mut comm = ffi::RSMPI_COMM_NULL;
+            check(
+                ffi::MPI_Comm_dup(ffi::RSMPI_COMM_WORLD, &mut comm),
+                0,
+                "mpi init (MPI_Comm_dup)",
+            )?;
+            self.comm = comm;
+            check(
+                ffi::MPI_Comm_set_errhandler(comm, ffi::RSMPI_ERRORS_RETURN),
+                0,
+                "mpi init (MPI_Comm_set_errhandler)",
+            )?;
+            let (mut rank, mut size): (c_int, c_int) = (0, 0);
+            check(ffi::MPI_Comm_rank(comm, &mut rank), 0, "mpi init")?;
+            check(ffi::MPI_Comm_size(comm, &mut size), 0, "mpi init")?;
+            self.rank = rank as usize;
+            self.size = size as usize;
+            self.stats = Stats::new(self.rank, self.size, "mpi");
+
+            let mut ub_ptr: *mut c_int = ptr::null_mut();
+            let mut flag: c_int = 0;
+            check(
+                ffi::MPI_Comm_get_attr(
+                    ffi::RSMPI_COMM_WORLD,
+                    ffi::MPI_TAG_UB as c_int,
+                    (&mut ub_ptr as *mut *mut c_int).cast::<c_void>(),
+                    &mut flag,
+                ),
+                self.rank,
+                "mpi init (MPI_TAG_UB)",
+            )?;
+            let tag_ub = if flag != 0 && !ub_ptr.is_null() {
+                *ub_ptr
+            } else {
+                32767
+            };
+            self.tags = TagMap::new(tag_ub).ok_or_else(|| {
+                Error::new(ErrorKind::Mpi, "mpi init")
+                    .on_rank(self.rank)
+                    .with_detail(format!(
+                        "MPI_TAG_UB is {tag_ub}, below the 32767 the MPI standard guarantees"
+                    ))
+            })?;
+
+            // Node discovery: the lowest rank of each shared-memory group names the node.
+            let mut node_comm = ffi::RSMPI_COMM_NULL;
+            check(
+                ffi::MPI_Comm_split_type(
+                    comm,
+                    ffi::RSMPI_COMM_TYPE_SHARED,
+                    rank,
+                    ffi::RSMPI_INFO_NULL,
+                    &mut node_comm,
+                ),
+                self.rank,
+                "mpi init (MPI_Comm_split_type)",
+            )?;
+            let mut leader: c_int = rank;
+            let rc = ffi::MPI_Bcast(
+                (&mut leader as *mut c_int).cast::<c_void>(),
+                1,
+                ffi::RSMPI_INT32_T,
+                0,
+                node_comm,
+            );
+            ffi::MPI_Comm_free(&mut node_comm);
+            check(rc, self.rank, "mpi init (MPI_Bcast)")?;
+            let mut leaders: Vec<c_int> = vec![0; self.size];
+            check(
+                ffi::MPI_Allgather(
+                    (&leader as *const c_int).cast::<c_void>(),
+                    1,
+                    ffi::RSMPI_INT32_T,
+                    leaders.as_mut_ptr().cast::<c_void>(),
+                    1,
+                    ffi::RSMPI_INT32_T,
+                    comm,
+                ),
+                self.rank,
+                "mpi init (MPI_Allgather)",
+            )?;
+            let mut distinct = leaders.clone();
+            distinct.sort_unstable();
+            distinct.dedup();
+            self.nodes = leaders
+                .iter()
+                .map(|l| distinct.binary_search(l).unwrap_or(0))
+                .collect();
+        }
+        tracing::debug!(
+            rank = self.rank,
+            size = self.size,
+            max_exact_tag = self.tags.max_exact_tag(),
+            "mpi backend ready"
+        );
+        Ok(())
+    }
+
+    /// The largest user tag that maps to an MPI tag without a key header.
+    pub fn max_exact_tag(&self) -> u32 {
+        self.tags.max_exact_tag()
+    }
+
+    /// The key-to-tag mapping in use (derived from this library's `MPI_TAG_UB`).
+    pub fn tag_map(&self) -> TagMap {
+        self.tags
+    }
+
+    fn take_buffer(&mut self, capacity: usize) -> Vec<u8> {
+        let mut buf = self.pool.pop().unwrap_or_default();
+        buf.clear();
+        buf.reserve(capacity);
+        buf
+    }
+
+    fn recycle(&mut self, buf: Vec<u8>) {
+        if self.pool.len() < POOL_BUFFERS
+            && buf.capacity() > 0
+            && buf.capacity() <= POOL_MAX_CAPACITY
+        {
+            self.pool.push(buf);
+        }
+    }
+
+    /// Completes whatever sends MPI has finished and releases their buffers.
+    fn progress_sends(&mut self) -> Result<()> {
+        if self.send_reqs.is_empty() {
+            return Ok(());
+        }
+        let n = self.send_reqs.len();
+        self.done_indices.resize(n, 0);
+        let mut outcount: c_int = 0;
+        // SAFETY: the request and index arrays hold `n` entries each.
+        let rc = unsafe {
+            ffi::MPI_Testsome(
+                n as c_int,
+                self.send_reqs.as_mut_ptr(),
+                &mut outcount,
+                self.done_indices.as_mut_ptr(),
+                ffi::RSMPI_STATUSES_IGNORE,
+            )
+        };
+        check(rc, self.rank, "send (MPI_Testsome)")?;
+        if outcount <= 0 {
+            // MPI_UNDEFINED (no active request) cannot happen: completed requests are removed.
+            return Ok(());
+        }
+        let mut done: Vec<usize> = self.done_indices[..outcount as usize]
+            .iter()
+            .map(|&i| i as usize)
+            .collect();
+        // Remove from the back so that swap_remove never moves an index still to be removed.
+        done.sort_unstable_by(|a, b| b.cmp(a));
+        for i in done {
+            self.send_reqs.swap_remove(i);
+            let buf = self.send_bufs.swap_remove(i);
+            self.inflight_bytes -= buf.len();
+            self.recycle(buf);
+        }
+        Ok(())
+    }
+
+    /// Starts one send from a copy of `data`; returns false (nothing done) when the in-flight
+    /// cap is reached and earlier sends must drain first.
+    fn start_send(&mut self, peer: usize, key: MsgKey, data: &[u8]) -> Result<bool> {
+        let wire = self.tags.wire(key);
+        let len = data.len() + if wire.hashed { HEADER_LEN } else { 0 };
+        if len > i32::MAX as usize {
+            return Err(Error::new(ErrorKind::Unsupported, "send")
+                .on_rank(self.rank)
+                .with_peer(peer)
+                .with_detail(format!(
+                    "message of {len} bytes: the MPI backend sends at most {} bytes per \
+                     message (an MPI count is a C int)",
+                    i32::MAX
+                )));
+        }
+        if !self.send_reqs.is_empty() && self.inflight_bytes + len > MAX_INFLIGHT_SEND_BYTES {
+            return Ok(false);
+        }
+        let mut buf = self.take_buffer(len);
+        if wire.hashed {
+            buf.extend_from_slice(&encode_header(key));
+            self.hashed_messages += 1;
+        }
+        buf.extend_from_slice(data);
+        let mut req = unsafe { ffi::RSMPI_REQUEST_NULL };
+        // SAFETY: `buf` is owned by the transport and kept (not moved on the heap) in
+        // `send_bufs` until MPI reports the request complete.
+        let rc = unsafe {
+            ffi::MPI_Isend(
+                buf.as_ptr().cast::<c_void>(),
+                len as c_int,
+                ffi::RSMPI_UINT8_T,
+                peer as c_int,
+                wire.tag,
+                self.comm,
+                &mut req,
+            )
+        };
+        if rc != ffi::MPI_SUCCESS as c_int {
+            self.recycle(buf);
+            return Err(mpi_error(self.rank, "send (MPI_Isend)", rc).with_peer(peer));
+        }
+        self.send_reqs.push(req);
+        self.send_bufs.push(buf);
+        self.inflight_bytes += len;
+        self.stats.record_send(peer, data.len());
+        Ok(true)
+    }
+
+    /// Matches the next message of `(peer, wire)` if one is there and starts receiving it into
+    /// a backend buffer; returns the slot.
+    fn probe(&mut self, peer: usize, wire: WireTag) -> Result<Option<usize>> {
+        let mut flag: c_int = 0;
+        let mut message = unsafe { ffi::RSMPI_MESSAGE_NULL };
+        // SAFETY: MPI_Status is a plain C struct; zeroed is a valid value to be overwritten.
+        let mut status: ffi::MPI_Status = unsafe { std::mem::zeroed() };
+        // SAFETY: out-pointers point to locals.
+        let rc = unsafe {
+            ffi::MPI_Improbe(
+                peer as c_int,
+                wire.tag,
+                self.comm,
+                &mut flag,
+                &mut message,
+                &mut status,
+            )
+        };
+        if rc != ffi::MPI_SUCCESS as c_int {
+            return Err(mpi_error(self.rank, "recv (MPI_Improbe)", rc).with_peer(peer));
+        }
+        if flag == 0 {
+            return Ok(None);
+        }
+        let mut count: c_int = 0;
+        // SAFETY: status was filled by MPI_Improbe.
+        let rc = unsafe { ffi::MPI_Get_count(&status, ffi::RSMPI_UINT8_T, &mut count) };
+        if rc != ffi::MPI_SUCCESS as c_int || count < 0 {
+            return Err(mpi_error(self.rank, "recv (MPI_Get_count)", rc).with_peer(peer));
+        }
+        let len = count as usize;
+        let mut buf = self.take_buffer(len);
+        let mut req = unsafe { ffi::RSMPI_REQUEST_NULL };
+        // SAFETY: `buf` has capacity for `len` bytes and stays owned by the slot (its heap
+        // block does not move) until the request completes; its length is set only then.
+        let rc = unsafe {
+            ffi::MPI_Imrecv(
+                buf.as_mut_ptr().cast::<c_void>(),
+                count,
+                ffi::RSMPI_UINT8_T,
+                &mut message,
+                &mut req,
+            )
+        };
+        if rc != ffi::MPI_SUCCESS as c_int {
+            return Err(mpi_error(self.rank, "recv (MPI_Imrecv)", rc).with_peer(peer));
+        }
+        let slot = RecvSlot { req, buf, len };
+        let idx = match self.free_slots.pop() {
+            Some(i) => {
+                self.slots[i] = Some(slot);
+                i
+            }
+            None => {
+                self.slots.push(Some(slot));
+                self.slots.len() - 1
+            }
+        };
+        Ok(Some(idx))
+    }
+
+    /// Returns the message of `slot` if MPI has finished receiving it.
+    fn test_slot(&mut self, idx: usize, peer: usize) -> Result<Option<Vec<u8>>> {
+        let Some(Some(slot)) = self.slots.get_mut(idx) else {
+            return Err(Error::new(ErrorKind::InvalidArgument, "recv")
+                .on_rank(self.rank)
+                .with_peer(peer)
+                .with_detail(
+                    "receive state refers to no pending MPI receive (was the exchange \
+                     used with another transport?)",
+                ));
+        };
+        let mut flag: c_int = 0;
+        // SAFETY: the request belongs to this slot.
+        let rc = unsafe { ffi::MPI_Test(&mut slot.req, &mut flag, ffi::RSMPI_STATUS_IGNORE) };
+        if rc != ffi::MPI_SUCCESS as c_int {
+            return Err(mpi_error(self.rank, "recv (MPI_Test)", rc).with_peer(peer));
+        }
+        if flag == 0 {
+            return Ok(None);
+        }
+        let Some(slot) = self.slots[idx].take() else {
+            return Ok(None);
+        };
+        self.free_slots.push(idx);
+        let mut buf = slot.buf;
+        // SAFETY: MPI wrote exactly `len` bytes (the probed count) into the capacity.
+        unsafe { buf.set_len(slot.len) };
+        Ok(Some(buf))
+    }
+
+    fn take_early(&mut self, peer: usize, key: MsgKey) -> Option<Vec<u8>> {
+        let queue = self.early.get_mut(&(peer, key))?;
+        let msg = queue.pop_front()?;
+        if queue.is_empty() {
+            self.early.remove(&(peer, key));
+        }
+        self.early_bytes -= msg.len();
+        self.early_messages -= 1;
+        Some(msg)
+    }
+
+    fn put_early(&mut self, peer: usize, key: MsgKey, msg: Vec<u8>) -> Result<()> {
+        if self.early_messages >= MAX_EARLY_MESSAGES
+            || self.early_bytes + msg.len() > MAX_EARLY_BYTES
+        {
+            return Err(Error::new(ErrorKind::ResourceExhausted, "recv")
+                .on_rank(self.rank)
+                .with_peer(peer)
+                .with_detail(format!(
+                    "{} messages / {} bytes of other keys are already kept aside (cap {} / {}); \
+                     a message for {key:?} does not fit",
+                    self.early_messages, self.early_bytes, MAX_EARLY_MESSAGES, MAX_EARLY_BYTES
+                )));
+        }
+        self.early_bytes += msg.len();
+        self.early_messages += 1;
+        self.early.entry((peer, key)).or_default().push_back(msg);
+        Ok(())
+    }
+
+    /// Hands a received message (header already stripped) to the receive.
+    fn deliver(&mut self, op: &mut RecvOp<'_>, msg: Vec<u8>) -> Result<()> {
+        let len = msg.len();
+        match &mut op.buf {
+            RecvBuf::Vec(v) => {
+                let old = std::mem::replace(&mut **v, msg);
+                self.recycle(old);
+            }
+            RecvBuf::Slice(s) => {
+                if s.len() != len {
+                    let expected = s.len();
+                    self.recycle(msg);
+                    return Err(Error::new(ErrorKind::Protocol, "recv")
+                        .on_rank(self.rank)
+                        .with_peer(op.peer)
+                        .with_detail(format!(
+                            "message {:?} has {len} bytes, the receive expects {expected}",
+                            op.key
+                        )));
+                }
+                s.copy_from_slice(&msg);
+                self.recycle(msg);
+            }
+        }
+        self.stats.record_recv(op.peer, len);
+        op.state = OpState::Done;
+        Ok(())
+    }
+
+    fn progress_recvs(&mut self, ex: &mut Exchange<'_>) -> Result<bool> {
+        let mut all_done = true;
+        self.blocked.clear();
+        for op in ex.recvs.iter_mut() {
+            if op.state == OpState::Done {
+                continue;
+            }
+            all_done = false;
+            check_peer(self.rank, self.size, op.peer, "recv")?;
+            let wire = self.tags.wire(op.key);
+            let flow = (op.peer, wire.tag);
+            // An earlier receive of the same MPI flow has no message yet: it must match first
+            // (serial order, M2).
+            if self.blocked.contains(&flow) {
+                continue;
+            }
+            let slot = match op.state {
+                OpState::Active { progress, .. } => progress,
+                _ => {
+                    if let Some(msg) = self.take_early(op.peer, op.key) {
+                        self.deliver(op, msg)?;
+                        continue;
+                    }
+                    match self.probe(op.peer, wire)? {
+                        Some(slot) => {
+                            op.state = OpState::Active {
+                                serial: 0,
+                                progress: slot,
+                            };
+                            slot
+                        }
+                        None => {
+                            self.blocked.insert(flow);
+                            continue;
+                        }
+                    }
+                }
+            };
+            match self.test_slot(slot, op.peer)? {
+                None => {
+                    // In hashed mode the message may turn out to belong to another key, so
+                    // later receives of the flow wait until this one is verified.
+                    if wire.hashed {
+                        self.blocked.insert(flow);
+                    }
+                }
+                Some(mut msg) if wire.hashed => {
+                    let Some(key) = decode_header(&msg) else {
+                        return Err(Error::new(ErrorKind::Protocol, "recv")
+                            .on_rank(self.rank)
+                            .with_peer(op.peer)
+                            .with_detail(format!(
+                                "message of {} bytes on a hashed tag lacks the key header",
+                                msg.len()
+                            )));
+                    };
+                    msg.drain(..HEADER_LEN);
+                    if key == op.key {
+                        self.deliver(op, msg)?;
+                    } else {
+                        self.put_early(op.peer, key, msg)?;
+                        op.state = OpState::New;
+                        self.blocked.insert(flow);
+                    }
+                }
+                Some(msg) => self.deliver(op, msg)?,
+            }
+        }
+        Ok(all_done || ex.recvs.iter().all(|r| r.state == OpState::Done))
+    }
+
+    /// Shuts down: waits (bounded) for sends and abandoned receives still in MPI's hands, frees
+    /// the communicator and finalises MPI if this transport initialised it.
+    fn shutdown(&mut self) -> Result<()> {
+        if self.finished {
+            return Ok(());
+        }
+        self.finished = true;
+        let deadline = Instant::now() + self.policy.timeout;
+        let mut result = Ok(());
+        loop {
+            if let Err(e) = self.progress_sends() {
+                result = Err(e);
+                break;
+            }
+            let mut pending_recvs = false;
+            for idx in 0..self.slots.len() {
+                if self.slots[idx].is_some() {
+                    match self.test_slot(idx, self.rank) {
+                        Ok(Some(buf)) => self.recycle(buf),
+                        Ok(None) => pending_recvs = true,
+                        Err(e) => {
+                            result = Err(e);
+                            break;
+                        }
+                    }
+                }
+            }
+            if result.is_err() || (self.send_reqs.is_empty() && !pending_recvs) {
+                break;
+            }
+            if Instant::now() >= deadline {
+                result = Err(Error::new(ErrorKind::Timeout, "finish")
+                    .on_rank(self.rank)
+                    .with_detail(format!(
+                        "{} sends were not taken by their receivers within {:?}",
+                        self.send_reqs.len(),
+                        self.policy.timeout
+                    )));
+                break;
+            }
+            std::thread::sleep(NAP);
+        }
+        // Buffers MPI may still touch are leaked on purpose: freeing them could let MPI write
+        // into memory that is reused.
+        for buf in self.send_bufs.drain(..) {
+            std::mem::forget(buf);
+        }
+        self.send_reqs.clear();
+        for slot in self.slots.drain(..).flatten() {
+            std::mem::forget(slot.buf);
+        }
+        // SAFETY: the communicator was created by MPI_Comm_dup in `setup`.
+        unsafe {
+            if self.comm != ffi::RSMPI_COMM_NULL {
+                ffi::MPI_Comm_free(&mut self.comm);
+            }
+        }
+        // Dropping the universe calls MPI_Finalize (only when this transport initialised MPI).
+        self.universe.take();
+        result
+    }
+}
+
+impl Transport for MpiTransport {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn size(&self) -> usize {
+        self.size
+    }
+
+    fn name(&self) -> &'static str {
+        "mpi"
+    }
+
+    fn node_of(&self, rank: usize) -> usize {
+        self.nodes.get(rank).copied().unwrap_or(0)
+    }
+
+    fn progress_exchange(&mut self, ex: &mut Exchange<'_>) -> Result<bool> {
+        if self.finished {
+            return Err(Error::new(ErrorKind::InvalidArgument, "exchange")
+                .on_rank(self.rank)
+                .with_detail("the MPI transport was already finished"));
+        }
+        self.progress_sends()?;
+        let mut sends_done = true;
+        for i in 0..ex.sends.len() {
+            if ex.sends[i].state == OpState::Done {
+                continue;
+            }
+            let (peer, key, data) = (ex.sends[i].peer, ex.sends[i].key, ex.sends[i].data);
+            check_peer(self.rank, self.size, peer, "send")?;
+            if self.start_send(peer, key, data)? {
+                ex.sends[i].state = OpState::Done;
+            } else {
+                sends_done = false;
+                break;
+            }
+        }
+        let recvs_done = self.progress_recvs(ex)?;
+        Ok(sends_done && recvs_done)
+    }
+
+    fn wait_for_input(&mut self, timeout: Duration) -> Result<()> {
+        let start = Instant::now();
+        loop {
+            self.progress_sends()?;
+            let mut flag: c_int = 0;
+            // SAFETY: out-pointer to a local; status ignored.
+            let rc = unsafe {
+                ffi::MPI_Iprobe(
+                    ffi::RSMPI_ANY_SOURCE,
+                    ffi::RSMPI_ANY_TAG,
+                    self.comm,
+                    &mut flag,
+                    ffi::RSMPI_STATUS_IGNORE,
+                )
+            };
+            check(rc, self.rank, "wait (MPI_Iprobe)")?;
+            if flag != 0 || start.elapsed() >= timeout {
+                return Ok(());
+            }
+            std::thread::sleep(NAP);
+        }
+    }
+
+    fn wait_policy(&self) -> WaitPolicy {
+        self.policy
+    }
+
+    /// Progresses the exchange until it completes: busy polling (MPI needs calls to make
+    /// progress), then yielding the core, then short naps — never a blocking MPI call, so the
+    /// timeout always fires (T5).
+    fn exchange(&mut self, ex: &mut Exchange<'_>) -> Result<()> {
+        self.stats.calls += 1;
+        let start = Instant::now();
+        let mut polls: u32 = 0;
+        loop {
+            if self.progress_exchange(ex)? {
+                return Ok(());
+            }
+            polls = polls.wrapping_add(1);
+            let elapsed = start.elapsed();
+            if elapsed >= self.policy.timeout {
+                let pending = ex.pending_peers();
+                let mut err = Error::new(ErrorKind::Timeout, "exchange")
+                    .on_rank(self.rank)
+                    .with_detail(format!(
+                        "no completion within {:?}; still waiting for ranks {:?}",
+                        self.policy.timeout, pending
+                    ));
+                if let [single] = pending[..] {
+                    err = err.with_peer(single);
+                }
+                return Err(err);
+            }
+            if elapsed < self.policy.spin {
+                std::hint::spin_loop();
+            } else if elapsed < self.policy.spin + YIELD_FOR {
+                std::thread::yield_now();
+            } else if polls & 3 == 0 {
+                std::thread::sleep(NAP);
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    fn stats(&self) -> Stats {
+        let mut s = self.stats.clone();
+        s.extra
+            .push(("mpi_hashed_tag_messages", self.hashed_messages));
+        s.extra
+            .push(("mpi_kept_aside_messages", self.early_messages as u64));
+        s
+    }
+
+    fn finish(&mut self) -> Result<()> {
+        self.shutdown()
+    }
+}
+
+impl Drop for MpiTransport {
+    fn drop(&mut self) {
+        if let Err(e) = self.shutdown() {
+            tracing::warn!("mpi shutdown: {e}");
+        }
+    }
+}

@@ -1,0 +1,79 @@
+//! Runs the `mpi_selftest` example under `mpirun` (Open MPI or MPICH). Skips with a message when
+//! no `mpirun` is on the PATH.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+/// The example binary next to this test binary (cargo builds examples for `cargo test`).
+fn selftest() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    let dir = exe.parent().and_then(|p| p.parent()).expect("target dir");
+    dir.join("examples").join("mpi_selftest")
+}
+
+fn mpirun() -> Option<Command> {
+    let found = Command::new("mpirun").arg("--version").output().is_ok();
+    if !found {
+        eprintln!("skipping: no `mpirun` on PATH (install openmpi-bin)");
+        return None;
+    }
+    let mut cmd = Command::new("mpirun");
+    // Open MPI refuses root and more ranks than cores unless told; CI runs as root on 2 cores.
+    let version = Command::new("mpirun").arg("--version").output().ok()?;
+    if String::from_utf8_lossy(&version.stdout).contains("Open MPI") {
+        cmd.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+            .arg("--oversubscribe");
+    }
+    Some(cmd)
+}
+
+fn run(n: usize, mode: &str, env: &[(&str, &str)]) -> Option<(bool, String, String)> {
+    let mut cmd = mpirun()?;
+    cmd.arg("-n").arg(n.to_string()).arg(selftest()).arg(mode);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("run mpirun");
+    Some((
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    ))
+}
+
+#[test]
+fn exchanges_under_mpirun() {
+    for n in [1, 2, 4] {
+        let Some((ok, out, err)) = run(n, "check", &[]) else {
+            return;
+        };
+        assert!(ok, "{n} ranks failed:\n{out}\n{err}");
+        for check in [
+            "ok ring",
+            "ok flow-order",
+            "ok hashed-reorder",
+            "ok self",
+            "ok length-mismatch",
+            "ok bad-peer",
+        ] {
+            assert_eq!(
+                out.lines().filter(|l| l.starts_with(check)).count(),
+                n,
+                "`{check}` not printed by every one of {n} ranks:\n{out}\n{err}"
+            );
+        }
+        // One host: every rank is on node 0.
+        assert!(out.contains(&format!("ok nodes {:?}", vec![0; n])), "{out}");
+    }
+}
+
+#[test]
+fn missing_message_times_out_instead_of_hanging() {
+    let Some((ok, out, err)) = run(2, "timeout", &[("FERRY_GENERAL_TIMEOUT_MS", "300")]) else {
+        return;
+    };
+    assert!(ok, "{out}\n{err}");
+    assert!(out.contains("ok timeout"), "{out}\n{err}");
+    assert!(out.contains("rank 0") && out.contains("rank 1"), "{out}");
+}
