@@ -25,6 +25,9 @@ pub fn init_with(config: Config, launch: LaunchInfo) -> Result<World> {
     let kind = choose_backend(&launch);
     let transport: Box<dyn Transport> = match kind {
         BackendKind::Single => Box::new(SingleTransport::new()),
+        // MPI backend (R3): rank and size come from MPI itself, not from LaunchInfo.
+        #[cfg(feature = "mpi")]
+        BackendKind::Mpi => Box::new(ferry_mpi::MpiTransport::init(&config)?),
         other => {
             return Err(Error::new(ErrorKind::Unsupported, "init")
                 .with_detail(format!("backend `{other}` is not available in this build")))
