@@ -54,20 +54,23 @@ impl<'a> Ctx<'a> {
         self.ranks.len()
     }
 
-    /// The same participants, messages tagged with another phase (sub-steps of a composite
-    /// algorithm never match each other).
-    pub fn phase(&self, phase: u8) -> Ctx<'a> {
-        Ctx { phase, ..*self }
+    /// The same participants, messages tagged with a phase `offset` further on (sub-steps of a
+    /// composite algorithm use different tags; offsets add up when algorithms nest).
+    pub fn phase(&self, offset: u8) -> Ctx<'a> {
+        Ctx {
+            phase: self.phase.wrapping_add(offset),
+            ..*self
+        }
     }
 
-    /// A sub-group (e.g. the ranks of one node), with its own phase.
-    pub fn sub<'b>(&self, ranks: &'b [usize], me: usize, phase: u8) -> Ctx<'b> {
+    /// A sub-group (e.g. the ranks of one node), tagged `offset` phases further on.
+    pub fn sub<'b>(&self, ranks: &'b [usize], me: usize, offset: u8) -> Ctx<'b> {
         Ctx {
             ranks,
             me,
             generation: self.generation,
             tag_base: self.tag_base,
-            phase,
+            phase: self.phase.wrapping_add(offset),
         }
     }
 

@@ -22,9 +22,13 @@
 
 mod comm;
 mod group;
+mod hier;
 mod linear;
 mod op;
+mod rdouble;
+mod ring;
 mod select;
+mod tree;
 
 use ferry_core::element::as_bytes_mut;
 use ferry_core::{Element, Error, Result, Transport};
@@ -32,6 +36,7 @@ use ferry_core::{Element, Error, Result, Transport};
 use comm::{Buf, CollKind, Ctx};
 pub use group::Group;
 pub use op::{CustomOp, ReduceOp};
+pub use select::allreduce_choice;
 
 /// Which algorithm a collective uses. Not every collective has every algorithm; forcing one
 /// that does not apply is an [`ferry_core::ErrorKind::InvalidArgument`] error.
@@ -51,6 +56,74 @@ pub enum Algorithm {
     Direct,
     /// All-to-all in `p-1` pairwise rounds (alltoall).
     Pairwise,
+    /// Binomial tree, `ceil(log2 p)` rounds (barrier, broadcast, reduce, allreduce, gather,
+    /// scatter).
+    BinomialTree,
+    /// Recursive doubling with the non-power-of-two fold (allreduce, allgather); dissemination
+    /// for the barrier.
+    RecursiveDoubling,
+    /// Ring: reduce-scatter + allgather for allreduce (commutative operators only), `p-1`
+    /// forwarding steps for allgather.
+    Ring,
+    /// Pipelined chain: segments flow member to member (broadcast; reduce and allreduce as the
+    /// rank-ordered left fold at near link bandwidth).
+    Pipeline,
+    /// Node-aware: reduce inside each node, combine across node leaders, broadcast inside each
+    /// node (reduce, allreduce; uses [`ferry_core::Transport::node_of`]).
+    Hierarchical,
+}
+
+impl Algorithm {
+    /// Every algorithm, for tests and command-line parsing.
+    pub const ALL: [Algorithm; 10] = [
+        Algorithm::Auto,
+        Algorithm::Linear,
+        Algorithm::Master,
+        Algorithm::Direct,
+        Algorithm::Pairwise,
+        Algorithm::BinomialTree,
+        Algorithm::RecursiveDoubling,
+        Algorithm::Ring,
+        Algorithm::Pipeline,
+        Algorithm::Hierarchical,
+    ];
+
+    /// Short lower-case name (`auto`, `linear`, `master`, `direct`, `pairwise`, `binomial`,
+    /// `rdouble`, `ring`, `pipeline`, `hier`), as accepted by [`str::parse`].
+    pub fn name(self) -> &'static str {
+        match self {
+            Algorithm::Auto => "auto",
+            Algorithm::Linear => "linear",
+            Algorithm::Master => "master",
+            Algorithm::Direct => "direct",
+            Algorithm::Pairwise => "pairwise",
+            Algorithm::BinomialTree => "binomial",
+            Algorithm::RecursiveDoubling => "rdouble",
+            Algorithm::Ring => "ring",
+            Algorithm::Pipeline => "pipeline",
+            Algorithm::Hierarchical => "hier",
+        }
+    }
+}
+
+impl std::str::FromStr for Algorithm {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Algorithm> {
+        Algorithm::ALL
+            .iter()
+            .copied()
+            .find(|a| a.name() == s)
+            .ok_or_else(|| {
+                Error::invalid(
+                    "algorithm",
+                    format!(
+                        "unknown algorithm `{s}`; one of auto, linear, master, direct, pairwise, \
+                         binomial, rdouble, ring, pipeline, hier"
+                    ),
+                )
+            })
+    }
 }
 
 /// The order in which contributions are combined.

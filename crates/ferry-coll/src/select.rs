@@ -1,10 +1,38 @@
-//! Algorithm choice by message size and group size (M4, 000 §7.2.2).
+//! Algorithm choice by message size and group size (M4, 000 §7.2.2), and the checks on forced
+//! algorithms.
+//!
+//! The choice depends only on what every member knows alike — group size, the length of the
+//! reduced/broadcast slice, the operator's commutativity, the requested order and the node
+//! layout — never on the backend or on timing, so every member picks the same algorithm and
+//! the result bits do not change between backends (the node-aware path is the documented
+//! exception: it applies only when the transport reports several nodes).
+//!
+//! The crossover constants below come from `osu_allreduce -a ALG` runs on the target machine
+//! (2 vCPUs; see docs/PERFORMANCE.md, "collective crossovers", for the table and command).
+//! Collectives whose block sizes may differ between members (gather, scatter, allgather,
+//! alltoall, broadcast into a vector) choose by group size only: the members could not agree
+//! on a size-based choice without an extra round.
 
 use ferry_core::{Element, Error, Result, Transport};
 
 use crate::comm::{Buf, Ctx};
+use crate::hier::Layout;
 use crate::op::ReduceOp;
-use crate::{linear, Algorithm, CollOptions, ReduceOrder};
+use crate::{linear, rdouble, ring, tree, Algorithm, CollOptions, ReduceOrder};
+
+/// Allreduce up to this many bytes on up to [`DIRECT_MAX_P`] members: "all inputs to all
+/// outputs" (one round of messages beats `log2 p` rounds while messages are tiny).
+pub const DIRECT_MAX_BYTES: usize = 1024;
+/// Largest group for the direct strategy (its message count grows with `p^2`).
+pub const DIRECT_MAX_P: usize = 4;
+/// Allreduce from this many bytes up: ring (commutative) or pipeline (otherwise).
+pub const RING_MIN_BYTES: usize = 64 * 1024;
+/// Rank-ordered allreduce/reduce from this many bytes up: pipelined chain instead of master.
+pub const PIPELINE_MIN_BYTES: usize = 64 * 1024;
+/// Broadcast of a slice from this many bytes up (and more than 2 members): pipelined chain.
+pub const BCAST_PIPELINE_MIN_BYTES: usize = 256 * 1024;
+/// Gather/scatter/allgather: linear/direct up to this many members, trees beyond.
+pub const LINEAR_MAX_P: usize = 4;
 
 fn unsupported(coll: &'static str, alg: Algorithm) -> Error {
     Error::invalid(
@@ -13,13 +41,51 @@ fn unsupported(coll: &'static str, alg: Algorithm) -> Error {
     )
 }
 
+fn order_conflict(coll: &'static str, alg: Algorithm) -> Error {
+    Error::invalid(
+        coll,
+        format!(
+            "algorithm {alg:?} does not combine in the strict rank order; \
+             ReduceOrder::RankOrderedFold needs Linear, Master, Direct or Pipeline"
+        ),
+    )
+}
+
+fn segment(opts: &CollOptions) -> usize {
+    if opts.segment_bytes == 0 {
+        ring::DEFAULT_SEGMENT
+    } else {
+        opts.segment_bytes
+    }
+}
+
+/// Whether the node-aware path applies: several nodes with several members on at least one,
+/// and an order it can keep.
+fn hierarchy<T: Element>(
+    t: &dyn Transport,
+    c: &Ctx<'_>,
+    op: &ReduceOp<T>,
+    opts: &CollOptions,
+) -> Option<Layout> {
+    if opts.order == ReduceOrder::RankOrderedFold || c.size() <= 2 {
+        return None;
+    }
+    let lay = Layout::of(t, c);
+    let useful = lay.nodes() > 1 && lay.nodes() < c.size();
+    (useful && (lay.contiguous || op.is_commutative())).then_some(lay)
+}
+
+/// Barrier: dissemination by default.
 pub(crate) fn barrier(t: &mut dyn Transport, c: &Ctx<'_>, opts: &CollOptions) -> Result<()> {
     match opts.algorithm {
-        Algorithm::Auto | Algorithm::Linear => linear::barrier(t, c),
+        Algorithm::Auto | Algorithm::RecursiveDoubling => rdouble::barrier(t, c),
+        Algorithm::Linear => linear::barrier(t, c),
+        Algorithm::BinomialTree => tree::barrier(t, c),
         a => Err(unsupported("barrier", a)),
     }
 }
 
+/// Broadcast: linear for 2 members, binomial tree, pipelined chain for large slices.
 pub(crate) fn broadcast(
     t: &mut dyn Transport,
     c: &Ctx<'_>,
@@ -27,12 +93,24 @@ pub(crate) fn broadcast(
     buf: &mut Buf<'_>,
     opts: &CollOptions,
 ) -> Result<()> {
-    match opts.algorithm {
-        Algorithm::Auto | Algorithm::Linear => linear::broadcast(t, c, root, buf),
+    let alg = match opts.algorithm {
+        Algorithm::Auto => match buf {
+            _ if c.size() <= 2 => Algorithm::Linear,
+            Buf::Slice(s) if s.len() >= BCAST_PIPELINE_MIN_BYTES => Algorithm::Pipeline,
+            _ => Algorithm::BinomialTree,
+        },
+        a => a,
+    };
+    match alg {
+        Algorithm::Linear => linear::broadcast(t, c, root, buf),
+        Algorithm::BinomialTree => tree::broadcast(t, c, root, buf),
+        Algorithm::Pipeline => ring::broadcast(t, c, root, buf, segment(opts)),
         a => Err(unsupported("broadcast", a)),
     }
 }
 
+/// Reduce: binomial tree (or the node-aware variant) by default; rank-ordered: linear, then
+/// the pipelined chain for large data.
 pub(crate) fn reduce<T: Element>(
     t: &mut dyn Transport,
     c: &Ctx<'_>,
@@ -41,14 +119,85 @@ pub(crate) fn reduce<T: Element>(
     op: &ReduceOp<T>,
     opts: &CollOptions,
 ) -> Result<()> {
-    match opts.algorithm {
-        Algorithm::Auto | Algorithm::Linear | Algorithm::Master => {
-            linear::reduce(t, c, root, data, op)
+    let bytes = std::mem::size_of_val(data);
+    let ordered = opts.order == ReduceOrder::RankOrderedFold;
+    let alg = match opts.algorithm {
+        Algorithm::Auto if ordered || c.size() <= 2 => {
+            if bytes >= PIPELINE_MIN_BYTES && c.size() > 2 {
+                Algorithm::Pipeline
+            } else {
+                Algorithm::Linear
+            }
+        }
+        Algorithm::Auto => {
+            if let Some(lay) = hierarchy(t, c, op, opts) {
+                return crate::hier::reduce(t, c, &lay, root, data, op);
+            }
+            if bytes >= PIPELINE_MIN_BYTES && !op.is_commutative() {
+                Algorithm::Pipeline
+            } else {
+                Algorithm::BinomialTree
+            }
+        }
+        a => a,
+    };
+    if ordered
+        && !matches!(
+            alg,
+            Algorithm::Linear | Algorithm::Master | Algorithm::Pipeline
+        )
+    {
+        return Err(order_conflict("reduce", alg));
+    }
+    match alg {
+        Algorithm::Linear | Algorithm::Master => linear::reduce(t, c, root, data, op),
+        Algorithm::BinomialTree => tree::reduce(t, c, root, data, op),
+        Algorithm::Pipeline => ring::reduce_pipeline(t, c, root, data, op, segment(opts)),
+        Algorithm::Hierarchical => {
+            let lay = Layout::of(t, c);
+            if !lay.contiguous && !op.is_commutative() {
+                return Err(Error::invalid(
+                    "reduce",
+                    "nodes hold non-contiguous members; the node-aware order needs a commutative operator",
+                ));
+            }
+            crate::hier::reduce(t, c, &lay, root, data, op)
         }
         a => Err(unsupported("reduce", a)),
     }
 }
 
+/// The algorithm Auto picks for an allreduce (exposed for the benchmarks' headers).
+pub fn allreduce_choice(
+    p: usize,
+    bytes: usize,
+    commutative: bool,
+    order: ReduceOrder,
+) -> Algorithm {
+    if p <= 1 {
+        return Algorithm::Linear;
+    }
+    if order == ReduceOrder::RankOrderedFold {
+        return if bytes >= PIPELINE_MIN_BYTES && p > 2 {
+            Algorithm::Pipeline
+        } else if p <= DIRECT_MAX_P {
+            Algorithm::Direct
+        } else {
+            Algorithm::Master
+        };
+    }
+    if bytes <= DIRECT_MAX_BYTES && p <= DIRECT_MAX_P {
+        Algorithm::Direct
+    } else if bytes < RING_MIN_BYTES {
+        Algorithm::RecursiveDoubling
+    } else if commutative {
+        Algorithm::Ring
+    } else {
+        Algorithm::Pipeline
+    }
+}
+
+/// Allreduce: see [`allreduce_choice`]; node-aware when the transport reports several nodes.
 pub(crate) fn allreduce<T: Element>(
     t: &mut dyn Transport,
     c: &Ctx<'_>,
@@ -56,16 +205,59 @@ pub(crate) fn allreduce<T: Element>(
     op: &ReduceOp<T>,
     opts: &CollOptions,
 ) -> Result<()> {
-    let _ = ReduceOrder::Auto;
-    match opts.algorithm {
-        Algorithm::Auto | Algorithm::Linear | Algorithm::Master => {
-            linear::allreduce_master(t, c, 0, data, op)
+    let p = c.size();
+    let bytes = std::mem::size_of_val(data);
+    let ordered = opts.order == ReduceOrder::RankOrderedFold;
+    let alg = match opts.algorithm {
+        Algorithm::Auto => {
+            if let Some(lay) = hierarchy(t, c, op, opts) {
+                return crate::hier::allreduce(t, c, &lay, data, op);
+            }
+            allreduce_choice(p, bytes, op.is_commutative(), opts.order)
         }
+        a => a,
+    };
+    if ordered
+        && !matches!(
+            alg,
+            Algorithm::Linear | Algorithm::Master | Algorithm::Direct | Algorithm::Pipeline
+        )
+    {
+        return Err(order_conflict("allreduce", alg));
+    }
+    if p == 1 {
+        return Ok(());
+    }
+    match alg {
+        Algorithm::Linear | Algorithm::Master => linear::allreduce_master(t, c, 0, data, op),
         Algorithm::Direct => linear::allreduce_direct(t, c, data, op),
+        Algorithm::BinomialTree => tree::allreduce(t, c, data, op),
+        Algorithm::RecursiveDoubling => rdouble::allreduce(t, c, data, op),
+        Algorithm::Ring => {
+            if !op.is_commutative() {
+                return Err(Error::invalid(
+                    "allreduce",
+                    "the ring combines in rotated order and needs a commutative (built-in) operator",
+                ));
+            }
+            ring::allreduce(t, c, data, op)
+        }
+        Algorithm::Pipeline => ring::allreduce_pipeline(t, c, data, op, segment(opts)),
+        Algorithm::Hierarchical => {
+            let lay = Layout::of(t, c);
+            if !lay.contiguous && !op.is_commutative() {
+                return Err(Error::invalid(
+                    "allreduce",
+                    "nodes hold non-contiguous members; the node-aware order needs a commutative operator",
+                ));
+            }
+            crate::hier::allreduce(t, c, &lay, data, op)
+        }
         a => Err(unsupported("allreduce", a)),
     }
 }
 
+/// Gather: linear for small groups, binomial tree beyond.
 pub(crate) fn gather(
     t: &mut dyn Transport,
     c: &Ctx<'_>,
@@ -74,11 +266,14 @@ pub(crate) fn gather(
     opts: &CollOptions,
 ) -> Result<Option<Vec<Vec<u8>>>> {
     match opts.algorithm {
-        Algorithm::Auto | Algorithm::Linear => linear::gather(t, c, root, send),
+        Algorithm::Auto if c.size() <= LINEAR_MAX_P => linear::gather(t, c, root, send),
+        Algorithm::Auto | Algorithm::BinomialTree => tree::gather(t, c, root, send),
+        Algorithm::Linear => linear::gather(t, c, root, send),
         a => Err(unsupported("gather", a)),
     }
 }
 
+/// Scatter: linear for small groups, binomial tree beyond.
 pub(crate) fn scatter(
     t: &mut dyn Transport,
     c: &Ctx<'_>,
@@ -87,11 +282,14 @@ pub(crate) fn scatter(
     opts: &CollOptions,
 ) -> Result<Vec<u8>> {
     match opts.algorithm {
-        Algorithm::Auto | Algorithm::Linear => linear::scatter(t, c, root, parts),
+        Algorithm::Auto if c.size() <= LINEAR_MAX_P => linear::scatter(t, c, root, parts),
+        Algorithm::Auto | Algorithm::BinomialTree => tree::scatter(t, c, root, parts),
+        Algorithm::Linear => linear::scatter(t, c, root, parts),
         a => Err(unsupported("scatter", a)),
     }
 }
 
+/// Allgather: direct for small groups, recursive doubling beyond.
 pub(crate) fn allgather(
     t: &mut dyn Transport,
     c: &Ctx<'_>,
@@ -99,12 +297,16 @@ pub(crate) fn allgather(
     opts: &CollOptions,
 ) -> Result<Vec<Vec<u8>>> {
     match opts.algorithm {
-        Algorithm::Auto | Algorithm::Direct => linear::allgather_direct(t, c, send),
+        Algorithm::Auto if c.size() <= LINEAR_MAX_P => linear::allgather_direct(t, c, send),
+        Algorithm::Auto | Algorithm::RecursiveDoubling => rdouble::allgather(t, c, send),
+        Algorithm::Direct => linear::allgather_direct(t, c, send),
         Algorithm::Linear | Algorithm::Master => linear::allgather_master(t, c, send),
+        Algorithm::Ring => ring::allgather(t, c, send),
         a => Err(unsupported("allgather", a)),
     }
 }
 
+/// All-to-all: one batched exchange by default (M3), pairwise rounds when forced.
 pub(crate) fn alltoall(
     t: &mut dyn Transport,
     c: &Ctx<'_>,
