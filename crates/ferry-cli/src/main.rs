@@ -1,2 +1,118 @@
-//! The `ferry` command. Implementation in progress.
-fn main() {}
+//! The `ferry` command (R1): `ferry run -n N [OPTIONS] [--] PROGRAM [ARGS...]` starts the ranks
+//! of an SPMD job, serves their rendezvous store, forwards their output line by line and
+//! propagates failure. See `docs/CONFIGURATION.md` for the variables it sets.
+//!
+//! The launcher never leaves ranks behind: they run in their own process groups, die with the
+//! launcher (`PR_SET_PDEATHSIG`), and are ended (SIGTERM, then SIGKILL) when one of them fails
+//! or when the launcher is interrupted.
+
+mod forward;
+mod remote;
+mod run;
+mod signals;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Command line of `ferry`.
+#[derive(Debug, Parser)]
+#[command(name = "ferry", version, about = "Launcher for ferry SPMD programs")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Start N ranks of PROGRAM and wait for them.
+    Run(RunArgs),
+}
+
+/// Options of `ferry run`.
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// Number of ranks.
+    #[arg(short = 'n', long = "np", value_name = "N")]
+    pub ranks: usize,
+
+    /// Backend for every rank (sets FERRY_BACKEND): single, tcp, shm, hybrid, mpi. Without it
+    /// an inherited FERRY_BACKEND is passed on, else the ranks choose (shared memory when all
+    /// ranks are on this host).
+    #[arg(long, value_name = "B")]
+    pub backend: Option<String>,
+
+    /// Job name (becomes FERRY_JOB_ID); a unique one is made up when absent.
+    #[arg(long, value_name = "NAME")]
+    pub job_name: Option<String>,
+
+    /// Extra processes that would join the job at its next resize point (not supported yet).
+    #[arg(long, value_name = "S", default_value_t = 0)]
+    pub spares: usize,
+
+    /// Start ranks on these hosts (comma separated) through --remote-cmd.
+    #[arg(
+        long,
+        value_name = "H1,H2,...",
+        value_delimiter = ',',
+        conflicts_with = "hostfile"
+    )]
+    pub hosts: Vec<String>,
+
+    /// File with one host per line (`#` starts a comment), used like --hosts.
+    #[arg(long, value_name = "FILE")]
+    pub hostfile: Option<PathBuf>,
+
+    /// Place ranks on hosts in blocks (ranks 0..k on the first host, ...) instead of
+    /// round-robin.
+    #[arg(long)]
+    pub block: bool,
+
+    /// How to start a rank on a host. `{host}` is the host; `{cmd}` the rank's command as
+    /// shell words (for wrappers that exec their arguments, e.g. `ip netns exec {host} {cmd}`);
+    /// `{qcmd}` the same command quoted once more, for tools that hand a string to a remote
+    /// shell (ssh). Run through `sh -c`.
+    #[arg(
+        long,
+        value_name = "TEMPLATE",
+        default_value = "ssh -o BatchMode=yes {host} {qcmd}"
+    )]
+    pub remote_cmd: String,
+
+    /// Address the rendezvous store listens on when ranks run on other hosts: `IP` or
+    /// `IP:PORT` (port 0 or none = ephemeral). Default: all interfaces, advertised by host name.
+    #[arg(long, value_name = "ADDR")]
+    pub rendezvous_addr: Option<String>,
+
+    /// A failed rank does not end the others (for fault-tolerant programs that survive the
+    /// loss of a peer); the exit status is still that of the first failed rank.
+    #[arg(long)]
+    pub keep_going: bool,
+
+    /// Time ranks get between SIGTERM and SIGKILL when the job is ended, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 1000)]
+    pub grace_ms: u64,
+
+    /// The program and its arguments.
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "PROGRAM [ARGS]..."
+    )]
+    pub command: Vec<String>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Run(args) => match run::run(args) {
+            Ok(code) => ExitCode::from(code),
+            Err(msg) => {
+                eprintln!("ferry: {msg}");
+                ExitCode::from(msg.exit_code())
+            }
+        },
+    }
+}

@@ -1,0 +1,130 @@
+//! Ranks on other hosts (`--hosts`, `--hostfile`): placement of ranks on hosts and the command
+//! line that starts one rank through the `--remote-cmd` template.
+//!
+//! Remote ranks get their `FERRY_*` variables on the command line (through `env`), because
+//! tools like ssh do not carry the launcher's environment. That includes the job secret, which
+//! is then visible in the remote host's process list: use the launcher across hosts only
+//! where the other users of those hosts are trusted, or with a template that runs the ranks
+//! in private namespaces.
+
+use std::path::Path;
+
+/// Reads a host file: one host per line; blank lines and text after `#` are ignored.
+pub fn read_hostfile(path: &Path) -> Result<Vec<String>, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read host file {}: {e}", path.display()))?;
+    let hosts: Vec<String> = text
+        .lines()
+        .map(|l| l.split('#').next().unwrap_or("").trim())
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect();
+    if hosts.is_empty() {
+        return Err(format!("host file {} names no host", path.display()));
+    }
+    Ok(hosts)
+}
+
+/// Checks host names: they become part of a shell command and of `FERRY_NODE`.
+pub fn check_hosts(hosts: &[String]) -> Result<(), String> {
+    for h in hosts {
+        let ok = !h.is_empty()
+            && h.len() <= 253
+            && h.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-._:@[]".contains(&b));
+        if !ok {
+            return Err(format!(
+                "`{h}` is not a host name (letters, digits and -._:@[] only)"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The host of each of `n` ranks: round-robin over `hosts`, or in blocks of ceil(n / hosts).
+pub fn place(n: usize, hosts: &[String], block: bool) -> Vec<String> {
+    if hosts.is_empty() {
+        return Vec::new();
+    }
+    let per = n.div_ceil(hosts.len()).max(1);
+    (0..n)
+        .map(|r| {
+            let h = if block { r / per } else { r % hosts.len() };
+            hosts[h.min(hosts.len() - 1)].clone()
+        })
+        .collect()
+}
+
+/// Quotes `word` for a POSIX shell (single quotes; embedded ones as `'\''`).
+pub fn shell_quote(word: &str) -> String {
+    if !word.is_empty()
+        && word
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./:=@,+%".contains(&b))
+    {
+        return word.to_string();
+    }
+    format!("'{}'", word.replace('\'', r"'\''"))
+}
+
+/// The shell command that starts `program args` on `host` with the variables `env`, built
+/// from `template` (`{host}`, `{cmd}`, `{qcmd}`; see `ferry run --help`).
+pub fn remote_command(
+    template: &str,
+    host: &str,
+    env: &[(String, String)],
+    command: &[String],
+) -> Result<String, String> {
+    if !template.contains("{cmd}") && !template.contains("{qcmd}") {
+        return Err(format!(
+            "--remote-cmd `{template}` has neither {{cmd}} nor {{qcmd}}: where does the rank's command go?"
+        ));
+    }
+    let mut words = vec!["env".to_string()];
+    words.extend(env.iter().map(|(k, v)| shell_quote(&format!("{k}={v}"))));
+    words.extend(command.iter().map(|w| shell_quote(w)));
+    let cmd = words.join(" ");
+    let qcmd = shell_quote(&cmd);
+    Ok(template
+        .replace("{host}", &shell_quote(host))
+        .replace("{qcmd}", &qcmd)
+        .replace("{cmd}", &cmd))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hosts(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn placement() {
+        let h = hosts(&["a", "b"]);
+        assert_eq!(place(5, &h, false), hosts(&["a", "b", "a", "b", "a"]));
+        assert_eq!(place(5, &h, true), hosts(&["a", "a", "a", "b", "b"]));
+        assert_eq!(place(1, &h, true), hosts(&["a"]));
+        assert!(check_hosts(&hosts(&["ns1", "10.0.0.2", "u@h"])).is_ok());
+        assert!(check_hosts(&hosts(&["a;rm"])).is_err());
+    }
+
+    #[test]
+    fn quoting_survives_two_shells() {
+        assert_eq!(shell_quote("abc"), "abc");
+        assert_eq!(shell_quote("a b"), "'a b'");
+        assert_eq!(shell_quote("it's"), r"'it'\''s'");
+        let env = vec![("FERRY_RANK".to_string(), "1".to_string())];
+        let cmd = vec!["/bin/echo".to_string(), "x y".to_string()];
+        let c = remote_command("ip netns exec {host} {cmd}", "ns1", &env, &cmd).unwrap();
+        assert_eq!(c, "ip netns exec ns1 env FERRY_RANK=1 /bin/echo 'x y'");
+        let c = remote_command("sh -c {qcmd}", "h", &env, &cmd).unwrap();
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(&c)
+            .output()
+            .unwrap();
+        assert_eq!(out.stdout, b"x y\n");
+        assert!(remote_command("ssh {host}", "h", &env, &cmd).is_err());
+    }
+}

@@ -1,0 +1,523 @@
+//! `ferry run`: start the ranks, serve their rendezvous store, forward their output, watch
+//! them, and end the job when a rank fails or the launcher is interrupted (R1, T8).
+
+use std::fmt;
+use std::io::Read;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ferry_core::tcp_store::StoreServer;
+use ferry_core::BackendKind;
+
+use crate::forward::{self, Output, Pipe, Tracker};
+use crate::{remote, signals, RunArgs};
+
+/// How often the launcher looks at its ranks and at received signals.
+const TICK: Duration = Duration::from_millis(5);
+/// How long the launcher waits for the ranks' last output once every rank is gone (a rank's
+/// own child may hold the pipes open).
+const DRAIN: Duration = Duration::from_secs(1);
+
+/// A reason `ferry run` could not run the job, with the exit status to report.
+#[derive(Debug)]
+pub struct Fatal {
+    msg: String,
+    code: u8,
+}
+
+impl Fatal {
+    fn usage(msg: impl Into<String>) -> Fatal {
+        Fatal {
+            msg: msg.into(),
+            code: 2,
+        }
+    }
+
+    fn start(msg: impl Into<String>) -> Fatal {
+        Fatal {
+            msg: msg.into(),
+            code: 127,
+        }
+    }
+
+    /// Exit status of `ferry` for this error: 2 for usage errors, 127 when a rank could not be
+    /// started, 1 otherwise.
+    pub fn exit_code(&self) -> u8 {
+        self.code
+    }
+}
+
+impl fmt::Display for Fatal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.msg)
+    }
+}
+
+/// One started rank.
+struct Rank {
+    child: Child,
+    pid: i32,
+    host: Option<String>,
+    status: Option<ExitStatus>,
+}
+
+impl Rank {
+    fn signal(&self, sig: i32) {
+        if self.status.is_some() {
+            // Reaped: the pid may belong to someone else by now.
+            return;
+        }
+        // SAFETY: plain kill(2) calls on the rank's process group and on the rank itself (in
+        // case it left the group); errors (already gone) are harmless.
+        unsafe {
+            libc::kill(-self.pid, sig);
+            libc::kill(self.pid, sig);
+        }
+    }
+
+    fn where_(&self) -> String {
+        match &self.host {
+            Some(h) => format!(" on host {h}"),
+            None => String::new(),
+        }
+    }
+}
+
+/// How a rank ended, as told on stderr, and the exit status `ferry run` reports for it.
+fn describe(rank: usize, status: ExitStatus) -> Option<(String, u8)> {
+    if let Some(code) = status.code() {
+        if code == 0 {
+            return None;
+        }
+        return Some((
+            format!("rank {rank} exited with code {code}"),
+            (code & 0xff) as u8,
+        ));
+    }
+    let sig = status.signal().unwrap_or(0);
+    let core = if status.core_dumped() {
+        ", core dumped"
+    } else {
+        ""
+    };
+    Some((
+        format!(
+            "rank {rank} was killed by signal {sig} ({}{core})",
+            signals::name(sig)
+        ),
+        (128 + sig).clamp(1, 255) as u8,
+    ))
+}
+
+fn random_hex(bytes: usize) -> Result<String, Fatal> {
+    let mut buf = vec![0u8; bytes];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut buf))
+        .map_err(|e| Fatal {
+            msg: format!("cannot read /dev/urandom for the job secret: {e}"),
+            code: 1,
+        })?;
+    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+fn check_job_name(name: &str) -> Result<(), Fatal> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+        && !name.starts_with('.');
+    if ok {
+        Ok(())
+    } else {
+        Err(Fatal::usage(format!(
+            "--job-name `{name}`: use 1 to 64 letters, digits, '-', '_' or '.' (it names \
+             shared-memory segments)"
+        )))
+    }
+}
+
+/// The soft limit on open files at start, restored in the ranks (the launcher raises its own
+/// to the hard limit, since it holds two pipes and a store connection per rank).
+fn raise_nofile() -> Option<libc::rlimit> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit with a valid struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return None;
+        }
+        let raised = libc::rlimit {
+            rlim_cur: lim.rlim_max,
+            rlim_max: lim.rlim_max,
+        };
+        if lim.rlim_cur < lim.rlim_max && libc::setrlimit(libc::RLIMIT_NOFILE, &raised) != 0 {
+            return None;
+        }
+    }
+    Some(lim)
+}
+
+/// Where the rendezvous store listens and the address ranks are told.
+fn rendezvous_bind(args: &RunArgs, remote: bool) -> Result<(String, Option<String>), Fatal> {
+    match (&args.rendezvous_addr, remote) {
+        (Some(a), _) => {
+            let bind = if a.parse::<std::net::IpAddr>().is_ok() {
+                if a.contains(':') {
+                    format!("[{a}]:0")
+                } else {
+                    format!("{a}:0")
+                }
+            } else {
+                a.clone()
+            };
+            let ip_part = bind.rsplit_once(':').map(|(h, _)| h).unwrap_or(&bind);
+            let unspecified = ip_part
+                .trim_matches(|c| c == '[' || c == ']')
+                .parse::<std::net::IpAddr>()
+                .map(|ip| ip.is_unspecified())
+                .unwrap_or(false);
+            let advertise = if unspecified {
+                Some(ferry_core::launch::hostname())
+            } else {
+                Some(ip_part.to_string())
+            };
+            Ok((bind, advertise))
+        }
+        (None, true) => Ok((
+            "0.0.0.0:0".to_string(),
+            Some(ferry_core::launch::hostname()),
+        )),
+        (None, false) => Ok(("127.0.0.1:0".to_string(), None)),
+    }
+}
+
+/// Runs the job; returns the exit status of `ferry run`.
+pub fn run(args: RunArgs) -> Result<u8, Fatal> {
+    let n = args.ranks;
+    if n == 0 {
+        return Err(Fatal::usage("-n must be at least 1"));
+    }
+    if args.spares > 0 {
+        return Err(Fatal::usage(
+            "--spares is not supported yet: processes cannot join a running job until \
+             resizing (fault tolerance) lands in ferry",
+        ));
+    }
+    let backend = match &args.backend {
+        Some(b) => Some(
+            b.parse::<BackendKind>()
+                .map_err(|e| Fatal::usage(format!("--backend: {e}")))?,
+        ),
+        None => None,
+    };
+    if let Some(name) = &args.job_name {
+        check_job_name(name)?;
+    }
+    let mut hosts = args.hosts.clone();
+    if let Some(f) = &args.hostfile {
+        hosts = remote::read_hostfile(f).map_err(Fatal::usage)?;
+    }
+    hosts.retain(|h| !h.trim().is_empty());
+    remote::check_hosts(&hosts).map_err(Fatal::usage)?;
+    let placement = remote::place(n, &hosts, args.block);
+    let is_remote = !placement.is_empty();
+
+    let secret = random_hex(16)?;
+    let job_id = match &args.job_name {
+        Some(name) => name.clone(),
+        None => format!("f{}-{}", std::process::id(), random_hex(4)?),
+    };
+
+    signals::install().map_err(|e| Fatal {
+        msg: format!("cannot install signal handlers: {e}"),
+        code: 1,
+    })?;
+    let nofile = raise_nofile();
+
+    let (bind, advertise) = rendezvous_bind(&args, is_remote)?;
+    let server = StoreServer::bind(&bind, &secret).map_err(|e| Fatal {
+        msg: format!("cannot serve the rendezvous store: {e}"),
+        code: 1,
+    })?;
+    let port = server.local_addr().port();
+    let rendezvous = match advertise {
+        Some(host) if host.contains(':') && !host.starts_with('[') => format!("[{host}]:{port}"),
+        Some(host) => format!("{host}:{port}"),
+        None => server.local_addr().to_string(),
+    };
+
+    // Backend default for ranks on several hosts: shared memory alone cannot serve them.
+    let distinct_hosts = {
+        let mut h = placement.clone();
+        h.sort();
+        h.dedup();
+        h.len()
+    };
+    let backend_env: Option<String> = match backend {
+        Some(b) => Some(b.name().to_string()),
+        None if distinct_hosts > 1 && std::env::var_os("FERRY_BACKEND").is_none() => {
+            Some("hybrid".to_string())
+        }
+        None => None,
+    };
+
+    let output = Arc::new(Output::default());
+    let tracker = Arc::new(Tracker::default());
+    let mut ranks: Vec<Rank> = Vec::with_capacity(n);
+    let launcher_pid = std::process::id() as i32;
+
+    for r in 0..n {
+        let mut env: Vec<(String, String)> = vec![
+            ("FERRY_RANK".into(), r.to_string()),
+            ("FERRY_SIZE".into(), n.to_string()),
+            ("FERRY_JOB_ID".into(), job_id.clone()),
+            ("FERRY_SECRET".into(), secret.clone()),
+            ("FERRY_RENDEZVOUS".into(), rendezvous.clone()),
+        ];
+        if let Some(b) = &backend_env {
+            env.push(("FERRY_BACKEND".into(), b.clone()));
+        }
+        let host = placement.get(r).cloned();
+        let mut cmd = match &host {
+            None => {
+                let mut c = Command::new(&args.command[0]);
+                c.args(&args.command[1..]);
+                c.envs(env.iter().map(|(k, v)| (k, v)));
+                c
+            }
+            Some(h) => {
+                env.push(("FERRY_NODE".into(), h.clone()));
+                // Remote tools do not carry our environment: pass on the user's FERRY_ and
+                // LAIK_ settings explicitly, ours last so they win.
+                let mut all: Vec<(String, String)> = std::env::vars()
+                    .filter(|(k, _)| {
+                        (k.starts_with("FERRY_") || k.starts_with("LAIK_") || k == "RUST_BACKTRACE")
+                            && !env.iter().any(|(e, _)| e == k)
+                    })
+                    .collect();
+                all.extend(env.iter().cloned());
+                let mut command = args.command.clone();
+                if command[0].contains('/') {
+                    if let Ok(abs) = std::fs::canonicalize(&command[0]) {
+                        command[0] = abs.to_string_lossy().into_owned();
+                    }
+                }
+                let line = remote::remote_command(&args.remote_cmd, h, &all, &command)
+                    .map_err(Fatal::usage)?;
+                let mut c = Command::new("sh");
+                c.arg("-c").arg(format!("exec {line}"));
+                // The local wrapper (ip netns exec, ...) inherits these too.
+                c.envs(env.iter().map(|(k, v)| (k, v)));
+                c
+            }
+        };
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        let restore = nofile;
+        // SAFETY: the closure runs between fork and exec and only makes async-signal-safe
+        // system calls (prctl, getppid, setrlimit).
+        unsafe {
+            cmd.pre_exec(move || {
+                // Die with the launcher, even if it is SIGKILLed (no orphans).
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if libc::getppid() != launcher_pid {
+                    // The launcher died before prctl took effect.
+                    return Err(std::io::Error::other("launcher gone"));
+                }
+                if let Some(lim) = restore {
+                    libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+                }
+                Ok(())
+            });
+        }
+        let mut child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => {
+                let msg = format!("cannot start rank {r} (`{}`): {e}", args.command[0]);
+                end_all(&mut ranks, args.grace_ms);
+                tracker.wait(DRAIN);
+                return Err(Fatal::start(msg));
+            }
+        };
+        let pid = child.id() as i32;
+        let pipes = [
+            child.stdout.take().map(Pipe::Out),
+            child.stderr.take().map(Pipe::Err),
+        ];
+        ranks.push(Rank {
+            child,
+            pid,
+            host,
+            status: None,
+        });
+        for p in pipes.into_iter().flatten() {
+            if let Err(e) = forward::spawn(p, output.clone(), tracker.clone(), r) {
+                end_all(&mut ranks, args.grace_ms);
+                return Err(Fatal {
+                    msg: format!("cannot start output thread for rank {r}: {e}"),
+                    code: 1,
+                });
+            }
+        }
+    }
+
+    let code = supervise(&mut ranks, &args, &output);
+    if !tracker.wait(DRAIN) {
+        output.message(
+            "ferry: some output may be missing: a rank's child process still holds its pipes",
+        );
+    }
+    for line in &code.messages {
+        output.message(&format!("ferry: {line}"));
+    }
+    drop(server);
+    Ok(code.exit)
+}
+
+struct Outcome {
+    exit: u8,
+    messages: Vec<String>,
+}
+
+/// Watches the ranks until all are gone; ends the job on the first failure (unless
+/// --keep-going) or on SIGINT/SIGTERM/SIGHUP.
+fn supervise(ranks: &mut [Rank], args: &RunArgs, output: &Output) -> Outcome {
+    let grace = Duration::from_millis(args.grace_ms);
+    let mut messages = Vec::new();
+    let mut exit: Option<u8> = None;
+    // When the job is being ended: since when, and whether SIGKILL went out already.
+    let mut ending: Option<(Instant, bool)> = None;
+    let mut seen_signals = 0u32;
+    let mut ended_by_us = 0usize;
+    loop {
+        let mut running = 0;
+        for (r, rank) in ranks.iter_mut().enumerate() {
+            if rank.status.is_some() {
+                continue;
+            }
+            match rank.child.try_wait() {
+                Ok(Some(status)) => {
+                    rank.status = Some(status);
+                    if ending.is_some() {
+                        ended_by_us += 1;
+                        continue;
+                    }
+                    if let Some((text, code)) = describe(r, status) {
+                        messages.push(format!("{text}{}", rank.where_()));
+                        exit.get_or_insert(code);
+                    }
+                }
+                Ok(None) => running += 1,
+                Err(e) => {
+                    // Cannot happen for our own child; treat as failed rather than loop forever.
+                    messages.push(format!("rank {r}: cannot wait for its process: {e}"));
+                    exit.get_or_insert(1);
+                    rank.status = Some(ExitStatus::from_raw(1 << 8));
+                }
+            }
+        }
+        if running == 0 {
+            break;
+        }
+        let (sig, count) = signals::received();
+        if count > seen_signals {
+            seen_signals = count;
+            if ending.is_none() {
+                output.message(&format!(
+                    "ferry: received {}, ending {running} rank{}",
+                    signals::name(sig),
+                    if running == 1 { "" } else { "s" }
+                ));
+                exit.get_or_insert((128 + sig).clamp(1, 255) as u8);
+                ending = Some((Instant::now(), false));
+                ranks.iter().for_each(|r| r.signal(libc::SIGTERM));
+            } else if let Some((_, killed)) = ending.as_mut() {
+                // A second interrupt: no more patience.
+                *killed = true;
+                ranks.iter().for_each(|r| r.signal(libc::SIGKILL));
+            }
+        }
+        if ending.is_none() && exit.is_some() && !args.keep_going {
+            ending = Some((Instant::now(), false));
+            ranks.iter().for_each(|r| r.signal(libc::SIGTERM));
+        }
+        if let Some((since, killed)) = ending.as_mut() {
+            if !*killed && since.elapsed() >= grace {
+                *killed = true;
+                ranks.iter().for_each(|r| r.signal(libc::SIGKILL));
+            }
+        }
+        std::thread::sleep(TICK);
+    }
+    if ended_by_us > 0 {
+        messages.push(format!(
+            "ended {ended_by_us} remaining rank{}",
+            if ended_by_us == 1 { "" } else { "s" }
+        ));
+    }
+    Outcome {
+        exit: exit.unwrap_or(0),
+        messages,
+    }
+}
+
+/// Ends the ranks started so far (start-up failed part way) and reaps them.
+fn end_all(ranks: &mut [Rank], grace_ms: u64) {
+    ranks.iter().for_each(|r| r.signal(libc::SIGTERM));
+    let deadline = Instant::now() + Duration::from_millis(grace_ms);
+    let mut killed = false;
+    loop {
+        let mut running = 0;
+        for rank in ranks.iter_mut().filter(|r| r.status.is_none()) {
+            match rank.child.try_wait() {
+                Ok(Some(s)) => rank.status = Some(s),
+                Ok(None) => running += 1,
+                Err(_) => rank.status = Some(ExitStatus::from_raw(1 << 8)),
+            }
+        }
+        if running == 0 {
+            return;
+        }
+        if !killed && Instant::now() >= deadline {
+            killed = true;
+            ranks.iter().for_each(|r| r.signal(libc::SIGKILL));
+        }
+        std::thread::sleep(TICK);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn describes_exit_codes_and_signals() {
+        assert!(describe(0, ExitStatus::from_raw(0)).is_none());
+        let (t, c) = describe(2, ExitStatus::from_raw(3 << 8)).unwrap();
+        assert_eq!((t.as_str(), c), ("rank 2 exited with code 3", 3));
+        let (t, c) = describe(1, ExitStatus::from_raw(9)).unwrap();
+        assert_eq!(
+            (t.as_str(), c),
+            ("rank 1 was killed by signal 9 (SIGKILL)", 137)
+        );
+    }
+
+    #[test]
+    fn job_names_and_secrets() {
+        assert!(check_job_name("jac2d-run_1.a").is_ok());
+        assert!(check_job_name("a/b").is_err());
+        assert!(check_job_name("").is_err());
+        let a = random_hex(16).unwrap();
+        assert_eq!(a.len(), 32);
+        assert_ne!(a, random_hex(16).unwrap());
+    }
+}
