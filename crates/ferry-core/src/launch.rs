@@ -108,7 +108,7 @@ impl LaunchInfo {
                 }),
             }
         };
-        let info = LaunchInfo {
+        let mut info = LaunchInfo {
             backend: get("FERRY_BACKEND").map(|b| b.parse()).transpose()?,
             rank: number("FERRY_RANK")?,
             size: number("FERRY_SIZE")?,
@@ -117,6 +117,8 @@ impl LaunchInfo {
             secret: get("FERRY_SECRET"),
             node: get("FERRY_NODE"),
         };
+        // R2c: without `ferry run`, rank and size may come from `mpirun`/`srun` variables.
+        crate::discovery::merge_into(&mut info, vars)?;
         if let (Some(r), Some(s)) = (info.rank, info.size) {
             if r >= s {
                 return Err(Error::config(format!(

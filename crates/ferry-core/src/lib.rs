@@ -12,8 +12,10 @@
 //! This crate never aborts the process and never panics on I/O, peer or user errors.
 
 pub mod config;
+pub mod discovery;
 pub mod element;
 pub mod error;
+pub mod file_store;
 pub mod launch;
 pub mod mem;
 pub mod single;
