@@ -1,3 +1,126 @@
-//! ferry data layer (D1-D9). Implementation in progress.
+//! ferry's data layer: the LAIK programming model (D1-D6).
+//!
+//! A program declares an index [`Space`] (D1), hands its indexes to the tasks of a
+//! [`Group`] with a [`Partitioner`] (D2), stores values in a typed [`Container`] whose
+//! local part is laid out per [`Mapping`] (D3), and switches the container between
+//! partitionings with a [`DataFlow`] and an optional reduction (D4). The communication of a
+//! switch is derived from old and new ownership as a [`Transition`], bound to a container as an
+//! [`ActionSeq`] and executed as one batched exchange with one message per peer (D5);
+//! [`Container::reserve`] sizes memory for several partitionings at once (D6).
+//!
+//! Contract: the data layer never talks to a backend directly — it builds
+//! [`ferry_core::Exchange`]s and hands them to whatever [`ferry_core::Transport`] the caller
+//! passes. Every rank must create containers and perform switches in the same order (SPMD);
+//! messages are tagged with the container's creation number and the target group's
+//! generation, so a divergent program fails with a timeout naming the rank, never with
+//! silently mixed-up data. Library code returns errors; it does not panic on bad input.
 
+pub mod action;
+pub mod container;
 pub mod kvs;
+pub mod partitioner;
+pub mod partitioning;
+pub mod reduce;
+pub mod space;
+pub mod transition;
+
+pub use action::ActionSeq;
+pub use container::{Container, MapView, MapViewMut};
+pub use ferry_coll::{Group, ReduceOp};
+pub use partitioner::{Block, Partitioner, PartitionerCtx, TaskRange};
+pub use partitioning::{Layout, LayoutOrder, Mapping, Partitioning};
+pub use space::{Index, Range, Space, MAX_DIMS};
+pub use transition::{DataFlow, Transition};
+
+use ferry_core::{Error, Result};
+
+/// First generation number the data layer hands to groups it creates. Generations below are
+/// left to the world (0) and to membership changes of the runtime (resize, recovery), so the
+/// two never hand out the same number.
+pub const DATA_GENERATION_BASE: u32 = 1 << 20;
+
+/// One rank's data-layer state: its world rank, the world group, and the counters that give
+/// containers and derived groups SPMD-consistent identities (every rank creates them in the
+/// same order, so every rank assigns the same numbers).
+#[derive(Debug)]
+pub struct Instance {
+    rank: usize,
+    world: Group,
+    next_data: u32,
+    next_generation: u32,
+    generic_layout: bool,
+}
+
+impl Instance {
+    /// The data layer of world rank `rank` in a job of `size` ranks. `FERRY_LAYOUT_GENERIC`
+    /// (any value) forces the element-wise pack/unpack paths (results are identical).
+    pub fn new(rank: usize, size: usize) -> Result<Instance> {
+        if rank >= size {
+            return Err(Error::invalid(
+                "data init",
+                format!("rank {rank} outside a job of {size}"),
+            ));
+        }
+        Ok(Instance {
+            rank,
+            world: Group::world(size),
+            next_data: 0,
+            next_generation: DATA_GENERATION_BASE,
+            generic_layout: std::env::var_os("FERRY_LAYOUT_GENERIC").is_some(),
+        })
+    }
+
+    /// The data layer for the rank and size of a transport.
+    pub fn for_transport(t: &dyn ferry_core::Transport) -> Result<Instance> {
+        Instance::new(t.rank(), t.size())
+    }
+
+    /// This rank's world rank.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// The world group.
+    pub fn world(&self) -> &Group {
+        &self.world
+    }
+
+    /// Whether the generic (element-wise) layout paths are forced.
+    pub fn generic_layout(&self) -> bool {
+        self.generic_layout
+    }
+
+    /// Forces (or not) the generic layout paths for containers created afterwards.
+    pub fn set_generic_layout(&mut self, on: bool) {
+        self.generic_layout = on;
+    }
+
+    pub(crate) fn next_data_id(&mut self) -> u32 {
+        let id = self.next_data;
+        self.next_data = self.next_data.wrapping_add(1);
+        id
+    }
+
+    /// A group of `parent` without the members at group indexes `removed` (D2, examples.md
+    /// §0.3): the others keep their order and are renumbered densely. Each call hands out a
+    /// fresh generation, identical on every rank that makes the same calls.
+    pub fn shrink(&mut self, parent: &Group, removed: &[usize]) -> Result<Group> {
+        if let Some(&bad) = removed.iter().find(|&&i| i >= parent.size()) {
+            return Err(Error::invalid(
+                "shrink",
+                format!("group index {bad} outside a group of {}", parent.size()),
+            )
+            .on_rank(self.rank));
+        }
+        let members: Vec<usize> = (0..parent.size())
+            .filter(|i| !removed.contains(i))
+            .map(|i| parent.member(i))
+            .collect();
+        let g = self.next_generation;
+        self.next_generation = self
+            .next_generation
+            .wrapping_add(1)
+            .max(DATA_GENERATION_BASE);
+        Group::new(members, g).map_err(|e| e.context("shrink").or_rank(self.rank))
+    }
+}

@@ -1,0 +1,416 @@
+//! Typed data containers (D3) and switching them between partitionings (D4, D5, D6).
+
+use std::sync::Arc;
+
+use ferry_coll::ReduceOp;
+use ferry_core::{Element, Error, Result, Transport};
+
+use crate::action::ActionSeq;
+use crate::partitioning::{Layout, LayoutOrder, Mapping, Partitioning};
+use crate::reduce;
+use crate::space::{Index, Range, Space, MAX_DIMS};
+use crate::transition::{DataFlow, Transition};
+use crate::Instance;
+
+/// How many bound transitions a container keeps for plain [`Container::switch_to`] calls.
+/// Programs alternate between few partitionings (jac: 2 per container); a small cache makes
+/// their switches allocation-free without holding memory for every partitioning ever used.
+const CACHE_SLOTS: usize = 8;
+
+/// A read-only view of one mapping: the global box it covers, its strides and its elements.
+/// Element of global index `(x, y, z)` is `data[(x-x0)*strides[0] + (y-y0)*strides[1] +
+/// (z-z0)*strides[2]]` with `(x0, y0, z0) = range.from()`.
+#[derive(Debug)]
+pub struct MapView<'a, T> {
+    /// Global indexes covered (bounding box of the ranges stored here).
+    pub range: Range,
+    /// Element strides of x, y, z.
+    pub strides: [usize; MAX_DIMS],
+    /// The elements.
+    pub data: &'a [T],
+}
+
+/// A mutable view of one mapping; see [`MapView`].
+#[derive(Debug)]
+pub struct MapViewMut<'a, T> {
+    /// Global indexes covered.
+    pub range: Range,
+    /// Element strides of x, y, z.
+    pub strides: [usize; MAX_DIMS],
+    /// The elements.
+    pub data: &'a mut [T],
+}
+
+/// A distributed array of `T` over an index space (D3). Each rank stores the part the
+/// current partitioning gives it, in one allocation per mapping (see [`Layout`]).
+///
+/// Switching to another partitioning ([`Container::switch_to`]) moves the values that change
+/// owner (D4). Storage is double-buffered: the new layout is filled while the old one is still
+/// readable, then the two swap; with [`Container::reserve`] both buffers are sized once for a
+/// set of partitionings, so switching among them never allocates (D6).
+pub struct Container<T: Element> {
+    name: String,
+    id: u32,
+    space: Space,
+    rank: usize,
+    order: LayoutOrder,
+    generic: bool,
+    part: Option<Partitioning>,
+    layout: Arc<Layout>,
+    storage: Vec<T>,
+    spare: Vec<T>,
+    cache: Vec<(u64, u64, ActionSeq<T>)>,
+}
+
+impl<T: Element> Container<T> {
+    /// A new container over `space`, without a partitioning yet (holds nothing). Must be
+    /// created by every rank in the same order (its id tags its messages).
+    pub fn new(inst: &mut Instance, name: &str, space: &Space) -> Container<T> {
+        Container {
+            name: name.to_string(),
+            id: inst.next_data_id(),
+            space: *space,
+            rank: inst.rank(),
+            order: LayoutOrder::Lexicographic,
+            generic: inst.generic_layout(),
+            part: None,
+            layout: Arc::new(Layout::default()),
+            storage: Vec::new(),
+            spare: Vec::new(),
+            cache: Vec::new(),
+        }
+    }
+
+    /// Uses `order` for the memory layout of future partitionings (set before the first
+    /// switch; jac3d `-l`).
+    pub fn set_layout_order(&mut self, order: LayoutOrder) -> Result<()> {
+        if self.part.is_some() {
+            return Err(Error::invalid(
+                "layout",
+                format!("container `{}` already has a partitioning", self.name),
+            )
+            .on_rank(self.rank));
+        }
+        self.order = order;
+        Ok(())
+    }
+
+    /// Name given at creation.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The space the container is defined over.
+    pub fn space(&self) -> &Space {
+        &self.space
+    }
+
+    /// The current partitioning, if any.
+    pub fn partitioning(&self) -> Option<&Partitioning> {
+        self.part.as_ref()
+    }
+
+    /// The layout of this rank's part.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// This rank's ranges in the current partitioning (range number order).
+    pub fn my_ranges(&self) -> &[Range] {
+        &self.layout.ranges
+    }
+
+    /// Number of indexes this rank owns (each range counted).
+    pub fn local_count(&self) -> u64 {
+        self.layout.ranges.iter().map(|r| r.size()).sum()
+    }
+
+    /// Number of mappings (allocations) of this rank's part.
+    pub fn num_mappings(&self) -> usize {
+        self.layout.mappings.len()
+    }
+
+    /// Mapping `i` for reading.
+    pub fn mapping(&self, i: usize) -> Result<MapView<'_, T>> {
+        let m = self.map(i)?;
+        Ok(MapView {
+            range: m.range,
+            strides: m.strides,
+            data: &self.storage[m.offset..m.offset + m.len],
+        })
+    }
+
+    /// Mapping `i` for writing.
+    pub fn mapping_mut(&mut self, i: usize) -> Result<MapViewMut<'_, T>> {
+        let m = self.map(i)?.clone();
+        Ok(MapViewMut {
+            range: m.range,
+            strides: m.strides,
+            data: &mut self.storage[m.offset..m.offset + m.len],
+        })
+    }
+
+    /// The mapping that stores range number `range_no` of this rank, with the range.
+    pub fn range_mapping(&self, range_no: usize) -> Result<(Range, MapView<'_, T>)> {
+        let m = *self.layout.range_mapping.get(range_no).ok_or_else(|| {
+            Error::invalid(
+                "mapping",
+                format!("`{}` has no range number {range_no}", self.name),
+            )
+            .on_rank(self.rank)
+        })?;
+        Ok((self.layout.ranges[range_no], self.mapping(m)?))
+    }
+
+    fn map(&self, i: usize) -> Result<&Mapping> {
+        self.layout.mappings.get(i).ok_or_else(|| {
+            Error::invalid(
+                "mapping",
+                format!(
+                    "`{}` has {} mappings on this rank, not {}",
+                    self.name,
+                    self.layout.mappings.len(),
+                    i + 1
+                ),
+            )
+            .on_rank(self.rank)
+        })
+    }
+
+    /// The local storage position of global index `idx`: (mapping number, offset within that
+    /// mapping's data). An error if this rank does not map the index (D3 address query).
+    pub fn local_index(&self, idx: &Index) -> Result<(usize, usize)> {
+        self.layout
+            .locate(idx)
+            .map(|(m, off)| (m, off - self.layout.mappings[m].offset))
+            .ok_or_else(|| self.not_local(idx))
+    }
+
+    fn not_local(&self, idx: &Index) -> Error {
+        Error::invalid(
+            "local index",
+            format!(
+                "index {:?} of `{}` is not in this rank's part",
+                &idx[..self.space.dims()],
+                self.name
+            ),
+        )
+        .on_rank(self.rank)
+    }
+
+    /// Value at global index `idx` (must be mapped locally).
+    pub fn get(&self, idx: &Index) -> Result<T> {
+        let (_, off) = self.layout.locate(idx).ok_or_else(|| self.not_local(idx))?;
+        Ok(self.storage[off])
+    }
+
+    /// Sets the value at global index `idx` (must be mapped locally).
+    pub fn set(&mut self, idx: &Index, v: T) -> Result<()> {
+        let (_, off) = self.layout.locate(idx).ok_or_else(|| self.not_local(idx))?;
+        self.storage[off] = v;
+        Ok(())
+    }
+
+    /// Every local element (all mappings, including unowned halo corners).
+    pub fn local_data_mut(&mut self) -> &mut [T] {
+        &mut self.storage[..self.layout.total]
+    }
+
+    /// Every local element for reading.
+    pub fn local_data(&self) -> &[T] {
+        &self.storage[..self.layout.total]
+    }
+
+    /// Sets every local element to `v`.
+    pub fn fill(&mut self, v: T) {
+        self.local_data_mut().fill(v);
+    }
+
+    /// Sizes both storage buffers for the largest of `parts` (D6): afterwards, switching
+    /// among them allocates no element memory. Also binds nothing; transitions between them
+    /// are bound on first use (or with [`Container::prepare`]).
+    pub fn reserve(&mut self, parts: &[&Partitioning]) -> Result<()> {
+        let mut max = self.layout.total;
+        for p in parts {
+            max = max.max(Layout::new(p, self.rank, &self.order)?.total);
+        }
+        self.storage.reserve(max.saturating_sub(self.storage.len()));
+        self.spare.reserve(max.saturating_sub(self.spare.len()));
+        Ok(())
+    }
+
+    /// Plans and binds the switch from the current partitioning to `to` (D5): run it with
+    /// [`Container::run`] as often as wanted. Without a current partitioning there is nothing
+    /// to move; use [`Container::switch_to`] for the first switch.
+    pub fn prepare(&self, to: &Partitioning, flow: DataFlow, reduce: bool) -> Result<ActionSeq<T>> {
+        let from = self.part.as_ref().ok_or_else(|| {
+            Error::invalid(
+                "prepare",
+                format!("`{}` has no partitioning to switch from", self.name),
+            )
+            .on_rank(self.rank)
+        })?;
+        let t = Arc::new(Transition::new(from, to, self.rank, flow, reduce)?);
+        self.bind(t)
+    }
+
+    /// Binds a precomputed transition (D5) to this container.
+    pub fn bind(&self, t: Arc<Transition>) -> Result<ActionSeq<T>> {
+        if t.rank() != self.rank || *t.from().space() != self.space {
+            return Err(Error::invalid(
+                "prepare",
+                format!("transition does not belong to `{}` on this rank", self.name),
+            )
+            .on_rank(self.rank));
+        }
+        let old = if self.part.as_ref().map(|p| p.id()) == Some(t.from().id()) {
+            self.layout.clone()
+        } else {
+            Arc::new(Layout::new(t.from(), self.rank, &self.order)?)
+        };
+        let new = Arc::new(Layout::new(t.to(), self.rank, &self.order)?);
+        ActionSeq::bind(t, old, new, self.id, self.generic)
+    }
+
+    /// Runs a bound switch (D5). The container must currently be in the transition's source
+    /// partitioning.
+    pub fn run(
+        &mut self,
+        t: &mut dyn Transport,
+        seq: &mut ActionSeq<T>,
+        op: Option<&ReduceOp<T>>,
+    ) -> Result<()> {
+        if seq.data_id != self.id {
+            return Err(Error::invalid(
+                "switch",
+                format!(
+                    "action sequence bound to another container than `{}`",
+                    self.name
+                ),
+            )
+            .on_rank(self.rank));
+        }
+        let from_id = seq.transition().from().id();
+        if self.part.as_ref().map(|p| p.id()) != Some(from_id) {
+            return Err(Error::invalid(
+                "switch",
+                format!(
+                    "`{}` is not in the source partitioning of this action sequence",
+                    self.name
+                ),
+            )
+            .on_rank(self.rank));
+        }
+        if let Some(op) = op {
+            reduce::check(op, false)?;
+        }
+        self.run_bound(t, seq, op)
+    }
+
+    fn run_bound(
+        &mut self,
+        t: &mut dyn Transport,
+        seq: &mut ActionSeq<T>,
+        op: Option<&ReduceOp<T>>,
+    ) -> Result<()> {
+        let total = seq.new_layout.total;
+        resize_keep(&mut self.spare, total);
+        seq.execute(
+            t,
+            &self.storage[..self.layout.total],
+            &mut self.spare[..total],
+            op,
+        )
+        .map_err(|e| e.or_rank(self.rank))?;
+        std::mem::swap(&mut self.storage, &mut self.spare);
+        self.layout = seq.new_layout.clone();
+        self.part = Some(seq.transition().to().clone());
+        Ok(())
+    }
+
+    /// Switches to partitioning `to` with data flow `flow` and optional reduction `op` (D4).
+    ///
+    /// The first switch of a container only allocates (`Init` fills with the neutral
+    /// element). Later switches derive the communication from old and new ownership (see
+    /// [`crate::transition`]) and run it as one batched exchange; the bound plan is cached,
+    /// so repeating a switch between the same partitionings does no planning and no
+    /// allocation.
+    pub fn switch_to(
+        &mut self,
+        t: &mut dyn Transport,
+        to: &Partitioning,
+        flow: DataFlow,
+        op: Option<&ReduceOp<T>>,
+    ) -> Result<()> {
+        if *to.space() != self.space {
+            return Err(Error::invalid(
+                "switch",
+                format!(
+                    "`{}` is over {:?}, the partitioning over {:?}",
+                    self.name,
+                    self.space.range(),
+                    to.space().range()
+                ),
+            )
+            .on_rank(self.rank));
+        }
+        if let Some(op) = op {
+            reduce::check(op, flow == DataFlow::Init)?;
+        }
+        let same = self.part.as_ref().map(|p| p.id()) == Some(to.id());
+        match (&self.part, flow) {
+            (Some(_), DataFlow::Preserve) if same && op.is_none() => Ok(()),
+            (Some(_), DataFlow::Preserve) => {
+                let from_id = self.part.as_ref().map_or(0, |p| p.id());
+                let slot = match self.cache.iter().position(|(f, n, s)| {
+                    *f == from_id && *n == to.id() && (op.is_some() == s.transition().reduces())
+                }) {
+                    Some(i) => i,
+                    None => {
+                        let seq = self.prepare(to, DataFlow::Preserve, op.is_some())?;
+                        if self.cache.len() >= CACHE_SLOTS {
+                            self.cache.remove(0);
+                        }
+                        self.cache.push((from_id, to.id(), seq));
+                        self.cache.len() - 1
+                    }
+                };
+                // Take the sequence out while it runs (it borrows the storage).
+                let (f, n, mut seq) = self.cache.swap_remove(slot);
+                let res = self.run_bound(t, &mut seq, op);
+                self.cache.push((f, n, seq));
+                res
+            }
+            _ => {
+                // No data moves: only the layout changes.
+                let layout = if same {
+                    self.layout.clone()
+                } else {
+                    Arc::new(Layout::new(to, self.rank, &self.order)?)
+                };
+                resize_keep(&mut self.storage, layout.total);
+                if flow == DataFlow::Init {
+                    let op = op.ok_or_else(|| {
+                        Error::invalid("switch", "the Init data flow needs a reduction")
+                            .on_rank(self.rank)
+                    })?;
+                    let v = reduce::identity(op)?;
+                    self.storage[..layout.total].fill(v);
+                }
+                self.layout = layout;
+                self.part = Some(to.clone());
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Sets the length to `n`, reusing capacity: shrinking truncates, growing fills with default
+/// values (new contents of a switch are unspecified unless written).
+fn resize_keep<T: Element>(v: &mut Vec<T>, n: usize) {
+    if v.len() >= n {
+        v.truncate(n);
+    } else {
+        v.resize(n, T::default());
+    }
+}
