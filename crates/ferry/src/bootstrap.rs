@@ -8,6 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use ferry_core::file_store::FileStore;
 use ferry_core::tcp_store::TcpStoreClient;
 use ferry_core::{Error, LaunchInfo, Result, Store};
 
@@ -29,7 +30,7 @@ pub fn connect_store_with(
     connect_timeout: Duration,
 ) -> Result<Option<Arc<dyn Store>>> {
     let Some(addr) = launch.rendezvous.as_deref() else {
-        return Ok(None);
+        return job_file_store(launch);
     };
     let with_rank = |e: Error| match launch.rank {
         Some(r) => e.or_rank(r),
@@ -46,6 +47,20 @@ pub fn connect_store_with(
     Ok(Some(Arc::new(client)))
 }
 
+/// Without `FERRY_RENDEZVOUS` but with rank, size and job id known — from `mpirun`/`srun`
+/// variables (R2c, [`ferry_core::discovery`]) or set by hand — the ranks rendezvous through a
+/// per-job directory ([`FileStore`]); the last rank to drop the store removes it.
+fn job_file_store(launch: &LaunchInfo) -> Result<Option<Arc<dyn Store>>> {
+    let (Some(rank), Some(size), Some(job)) = (launch.rank, launch.size, launch.job_id.as_deref())
+    else {
+        return Ok(None);
+    };
+    let store = FileStore::for_job(job)
+        .map_err(|e| e.or_rank(rank).context("bootstrap"))?
+        .remove_when_released_by(size);
+    Ok(Some(Arc::new(store)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -54,6 +69,31 @@ mod tests {
     #[test]
     fn no_rendezvous_means_no_store() {
         assert!(connect_store(&LaunchInfo::default()).unwrap().is_none());
+    }
+
+    #[test]
+    fn discovered_jobs_without_rendezvous_share_a_file_store() {
+        let job = format!("bootstrap-test-{}", std::process::id());
+        let launch = |rank| LaunchInfo {
+            rank: Some(rank),
+            size: Some(2),
+            job_id: Some(job.clone()),
+            ..LaunchInfo::default()
+        };
+        let a = connect_store(&launch(0)).unwrap().unwrap();
+        let b = connect_store(&launch(1)).unwrap().unwrap();
+        a.set("tcp/addr/0", b"127.0.0.1:1").unwrap();
+        assert_eq!(
+            b.get("tcp/addr/0", Duration::from_secs(5)).unwrap(),
+            b"127.0.0.1:1"
+        );
+        let dir = FileStore::job_dir(&std::env::temp_dir(), &job);
+        if std::env::var_os("FERRY_STORE_DIR").is_none() {
+            assert!(dir.exists());
+            drop(a);
+            drop(b);
+            assert!(!dir.exists(), "the last rank removes the job directory");
+        }
     }
 
     #[test]
