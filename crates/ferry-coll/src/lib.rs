@@ -207,8 +207,16 @@ fn check_root(rank: usize, g: &Group, root: usize, name: &'static str) -> Result
     Ok(())
 }
 
+/// Names the collective in an error from below (keeping kind and peer); errors the collective
+/// raised itself already carry its name.
 fn wrap(rank: usize, name: &'static str) -> impl Fn(Error) -> Error {
-    move |e: Error| e.context(name).or_rank(rank)
+    move |e: Error| {
+        if e.op() == name {
+            e.or_rank(rank)
+        } else {
+            e.context(name).or_rank(rank)
+        }
+    }
 }
 
 /// Blocks until every member of `g` has entered the barrier.

@@ -8,7 +8,10 @@ use std::sync::Arc;
 use ferry_core::{Element, Error, ErrorKind, Result};
 
 /// A user-defined reduction: `f(acc, x)` must set `acc[i] = acc[i] op x[i]` for every `i`
-/// (`acc` is the *left* operand). Both slices have the same length.
+/// (`acc` is the *left* operand). Both slices have the same length. The operator is applied
+/// element-wise to arbitrary sub-ranges (pipelined and ring algorithms cut the data into
+/// segments), so `acc[i]` may depend only on `acc[i]` and `x[i]`; values that belong together
+/// go into one composite [`Element`] type.
 pub type CustomOp<T> = Arc<dyn Fn(&mut [T], &[T]) + Send + Sync>;
 
 /// How values of the ranks are combined.

@@ -144,13 +144,16 @@ pub(crate) fn reduce<T: Element>(
     if ordered
         && !matches!(
             alg,
-            Algorithm::Linear | Algorithm::Master | Algorithm::Pipeline
+            Algorithm::Linear | Algorithm::Master | Algorithm::Direct | Algorithm::Pipeline
         )
     {
         return Err(order_conflict("reduce", alg));
     }
     match alg {
-        Algorithm::Linear | Algorithm::Master => linear::reduce(t, c, root, data, op),
+        // With a single output, "all inputs to all outputs" is the linear reduce.
+        Algorithm::Linear | Algorithm::Master | Algorithm::Direct => {
+            linear::reduce(t, c, root, data, op)
+        }
         Algorithm::BinomialTree => tree::reduce(t, c, root, data, op),
         Algorithm::Pipeline => ring::reduce_pipeline(t, c, root, data, op, segment(opts)),
         Algorithm::Hierarchical => {
