@@ -22,6 +22,7 @@ pub mod partitioner;
 pub mod partitioning;
 pub mod reduce;
 pub mod space;
+pub mod space_store;
 pub mod transition;
 
 pub use action::ActionSeq;
