@@ -113,8 +113,14 @@ pub struct Shm {
     pub single_copy_threshold: usize,
     /// Single-copy mode.
     pub single_copy: SingleCopy,
-    /// Job name for hand-started ranks (R2b); ranks of different names never meet.
+    /// Job name for hand-started ranks (R2b); ranks of different names never meet. Unset:
+    /// `default` (the segment is `/dev/shm/ferry-<uid>-default` while ranks gather).
     pub job: Option<String>,
+    /// Cap in bytes of messages kept before their receive is posted (early arrivals); beyond
+    /// it the receiver leaves messages in its rings and the senders wait (back-pressure).
+    pub inbox_bytes: usize,
+    /// Cap in messages of early arrivals.
+    pub inbox_messages: usize,
 }
 
 impl Default for Shm {
@@ -125,6 +131,8 @@ impl Default for Shm {
             single_copy_threshold: 32 * 1024,
             single_copy: SingleCopy::Auto,
             job: None,
+            inbox_bytes: 256 << 20,
+            inbox_messages: 65_536,
         }
     }
 }
@@ -231,6 +239,9 @@ impl Config {
         }
         if self.shm.slot_bytes < 64 || self.shm.slot_bytes % 64 != 0 {
             return bad("shm.slot_bytes", "must be a multiple of 64, at least 64");
+        }
+        if self.shm.inbox_messages < 1 {
+            return bad("shm.inbox_messages", "must be at least 1");
         }
         for (i, a) in self.tcp.addresses.iter().enumerate() {
             if a.rsplit_once(':')

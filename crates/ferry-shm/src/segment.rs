@@ -1,0 +1,432 @@
+//! The job's shared segment: layout, creation by name with an exclusive-create race (001 §3.1,
+//! §4.2), and removal of the name once every rank has attached (S4).
+//!
+//! Layout (all offsets relative to the mapping, which each process maps at its own address):
+//!
+//! ```text
+//! 0      header (4 KiB): magic, version, size, ring geometry, creator pid, rank counter,
+//!        attach counter, probe counter (each counter on its own cache line)
+//! 4096   rank blocks, 256 B each: pid, state, CMA probe address/value/verdict,
+//!        doorbell word (own line), "sleeping" flag (own line)
+//! ...    rings, one per ordered pair (from, to), each page-aligned:
+//!        +0 reserved line, +64 consumer head (own line), +128 CMA completion window,
+//!        +1024 slots of `slot_bytes`
+//! ```
+//!
+//! S4 choice: the segment has a POSIX name only while ranks gather. The rank whose attach
+//! completes the job unlinks it; from then on the memory lives exactly as long as some rank maps
+//! it, so normal exit, crash, SIGKILL or Ctrl-C leave nothing behind in /dev/shm. A rank that
+//! gives up waiting for the others also removes the name. The remaining window (a rank killed
+//! while the job is still gathering) is closed by stale detection: the next start under the
+//! same name finds no live process attached and removes the leftover.
+
+use std::ffi::CString;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use ferry_core::{Error, ErrorKind, Result};
+
+use crate::sys;
+
+pub(crate) const MAGIC: u64 = 0x6d68_7379_7272_6566; // "ferryshm", little-endian
+pub(crate) const VERSION: u64 = 1;
+pub(crate) const HEADER_BYTES: usize = 4096;
+pub(crate) const BLOCK_BYTES: usize = 256;
+/// Bytes before the first slot of a ring (control lines and the CMA completion window).
+pub(crate) const RING_CTRL: usize = 1024;
+/// Single-copy descriptors a sender may have outstanding per peer (completion slots per ring).
+pub(crate) const ACK_WINDOW: u64 = 64;
+
+// Header fields.
+const H_MAGIC: usize = 0;
+const H_VERSION: usize = 8;
+const H_SIZE: usize = 16;
+const H_SLOTS: usize = 24;
+const H_SLOT_BYTES: usize = 32;
+const H_CREATOR: usize = 40;
+const H_TOTAL: usize = 48;
+const H_COUNTER: usize = 64;
+const H_ATTACHED: usize = 128;
+const H_PROBED: usize = 192;
+
+// Rank block fields.
+const B_PID: usize = 0;
+const B_STATE: usize = 8;
+const B_PROBE_ADDR: usize = 16;
+const B_PROBE_VALUE: usize = 24;
+const B_CMA_OK: usize = 32;
+const B_BELL: usize = 64;
+const B_SLEEPING: usize = 128;
+
+/// Rank states in the rank block.
+pub(crate) const STATE_EMPTY: u64 = 0;
+pub(crate) const STATE_ATTACHED: u64 = 1;
+pub(crate) const STATE_FINISHED: u64 = 2;
+pub(crate) const STATE_GONE: u64 = 3;
+
+/// Geometry of a segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Layout {
+    pub size: usize,
+    pub slots: usize,
+    pub slot_bytes: usize,
+    pub ring_bytes: usize,
+    pub rings_off: usize,
+    pub total: usize,
+}
+
+fn align_up(v: usize, a: usize) -> Option<usize> {
+    v.checked_add(a - 1).map(|x| x / a * a)
+}
+
+impl Layout {
+    pub(crate) fn new(size: usize, slots: usize, slot_bytes: usize) -> Result<Layout> {
+        let too_big = || {
+            Error::config(format!(
+                "shared segment for {size} ranks with {slots} slots of {slot_bytes} B overflows"
+            ))
+        };
+        let ring_bytes = slots
+            .checked_mul(slot_bytes)
+            .and_then(|b| b.checked_add(RING_CTRL))
+            .and_then(|b| align_up(b, 4096))
+            .ok_or_else(too_big)?;
+        let rings_off = size
+            .checked_mul(BLOCK_BYTES)
+            .and_then(|b| b.checked_add(HEADER_BYTES))
+            .and_then(|b| align_up(b, 4096))
+            .ok_or_else(too_big)?;
+        let total = size
+            .checked_mul(size)
+            .and_then(|n| n.checked_mul(ring_bytes))
+            .and_then(|b| b.checked_add(rings_off))
+            .ok_or_else(too_big)?;
+        Ok(Layout {
+            size,
+            slots,
+            slot_bytes,
+            ring_bytes,
+            rings_off,
+            total,
+        })
+    }
+
+    fn block_off(&self, rank: usize) -> usize {
+        HEADER_BYTES + rank * BLOCK_BYTES
+    }
+
+    pub(crate) fn ring_off(&self, from: usize, to: usize) -> usize {
+        self.rings_off + (from * self.size + to) * self.ring_bytes
+    }
+}
+
+/// One process's mapping of a job segment.
+pub(crate) struct Segment {
+    base: *mut u8,
+    len: usize,
+    pub layout: Layout,
+    /// The POSIX name while it exists (None for anonymous in-process segments).
+    pub name: Option<CString>,
+}
+
+// SAFETY: the mapping is plain shared memory; all cross-thread/process access goes through
+// atomics or through the ring protocol's release/acquire pairs.
+unsafe impl Send for Segment {}
+unsafe impl Sync for Segment {}
+
+impl Drop for Segment {
+    fn drop(&mut self) {
+        // SAFETY: the mapping was made by sys::map with this length and is dropped once, when
+        // the last transport holding the Arc<Segment> goes away.
+        unsafe { sys::unmap(self.base, self.len) }
+    }
+}
+
+impl Segment {
+    fn u64_at(&self, off: usize) -> &AtomicU64 {
+        debug_assert!(off % 8 == 0 && off + 8 <= self.len);
+        // SAFETY: the offset is 8-aligned and inside the mapping (layout arithmetic), the
+        // mapping is page-aligned and lives as long as &self.
+        unsafe { &*(self.base.add(off) as *const AtomicU64) }
+    }
+
+    fn u32_at(&self, off: usize) -> &AtomicU32 {
+        debug_assert!(off % 4 == 0 && off + 4 <= self.len);
+        // SAFETY: as in u64_at.
+        unsafe { &*(self.base.add(off) as *const AtomicU32) }
+    }
+
+    /// Base address of the ring from `from` to `to`.
+    pub(crate) fn ring_base(&self, from: usize, to: usize) -> *mut u8 {
+        let off = self.layout.ring_off(from, to);
+        debug_assert!(off + self.layout.ring_bytes <= self.len);
+        // SAFETY: inside the mapping by construction of the layout.
+        unsafe { self.base.add(off) }
+    }
+
+    pub(crate) fn counter(&self) -> &AtomicU64 {
+        self.u64_at(H_COUNTER)
+    }
+    pub(crate) fn attached(&self) -> &AtomicU64 {
+        self.u64_at(H_ATTACHED)
+    }
+    pub(crate) fn probed(&self) -> &AtomicU64 {
+        self.u64_at(H_PROBED)
+    }
+    pub(crate) fn creator_pid(&self) -> u32 {
+        self.u64_at(H_CREATOR).load(Ordering::Acquire) as u32
+    }
+    pub(crate) fn pid(&self, r: usize) -> &AtomicU64 {
+        self.u64_at(self.layout.block_off(r) + B_PID)
+    }
+    pub(crate) fn state(&self, r: usize) -> &AtomicU64 {
+        self.u64_at(self.layout.block_off(r) + B_STATE)
+    }
+    pub(crate) fn probe_addr(&self, r: usize) -> &AtomicU64 {
+        self.u64_at(self.layout.block_off(r) + B_PROBE_ADDR)
+    }
+    pub(crate) fn probe_value(&self, r: usize) -> &AtomicU64 {
+        self.u64_at(self.layout.block_off(r) + B_PROBE_VALUE)
+    }
+    pub(crate) fn cma_ok(&self, r: usize) -> &AtomicU64 {
+        self.u64_at(self.layout.block_off(r) + B_CMA_OK)
+    }
+    pub(crate) fn bell(&self, r: usize) -> &AtomicU32 {
+        self.u32_at(self.layout.block_off(r) + B_BELL)
+    }
+    pub(crate) fn sleeping(&self, r: usize) -> &AtomicU32 {
+        self.u32_at(self.layout.block_off(r) + B_SLEEPING)
+    }
+
+    fn write_header(&self, creator: u32) {
+        let l = &self.layout;
+        self.u64_at(H_VERSION).store(VERSION, Ordering::Relaxed);
+        self.u64_at(H_SIZE).store(l.size as u64, Ordering::Relaxed);
+        self.u64_at(H_SLOTS)
+            .store(l.slots as u64, Ordering::Relaxed);
+        self.u64_at(H_SLOT_BYTES)
+            .store(l.slot_bytes as u64, Ordering::Relaxed);
+        self.u64_at(H_TOTAL)
+            .store(l.total as u64, Ordering::Relaxed);
+        self.u64_at(H_CREATOR)
+            .store(creator as u64, Ordering::Relaxed);
+        // Publishes everything above to joiners that acquire the magic.
+        self.u64_at(H_MAGIC).store(MAGIC, Ordering::Release);
+    }
+
+    /// An anonymous segment shared by threads of this process (threads-as-ranks tests).
+    pub(crate) fn anonymous(layout: Layout) -> Result<Segment> {
+        let base = sys::map(None, layout.total).map_err(|e| {
+            Error::io("shm init", e).with_detail(format!("mapping {} bytes", layout.total))
+        })?;
+        let seg = Segment {
+            base,
+            len: layout.total,
+            layout,
+            name: None,
+        };
+        seg.write_header(sys::my_pid());
+        Ok(seg)
+    }
+
+    /// Whether some process that claimed a rank, or the creator, still runs.
+    fn anyone_alive(&self, size: usize) -> bool {
+        if sys::pid_alive(self.creator_pid()) {
+            return true;
+        }
+        (0..size).any(|r| {
+            let p = self.pid(r).load(Ordering::Acquire) as u32;
+            p != 0 && sys::pid_alive(p)
+        })
+    }
+
+    /// Creates or joins the segment called `name`, with the geometry `want`.
+    ///
+    /// Exactly one process creates it (`O_EXCL`); the others map it once the creator has
+    /// published the header. A leftover with no live process attached is removed and the race
+    /// starts again. A live segment with another geometry is a configuration error (e.g. two
+    /// sets of ranks started with different `FERRY_SIZE` under the same job name).
+    pub(crate) fn open_named(name: &str, want: Layout, deadline: Instant) -> Result<Segment> {
+        let cname = CString::new(name)
+            .map_err(|_| Error::config(format!("segment name `{name}` contains a NUL byte")))?;
+        let io_err = |what: &str, e: std::io::Error| {
+            Error::io("shm init", e).with_detail(format!("{what} /dev/shm{name}"))
+        };
+        let mut small_since: Option<Instant> = None;
+        loop {
+            if Instant::now() >= deadline {
+                return Err(Error::new(ErrorKind::Timeout, "shm init")
+                    .with_detail(format!("could not create or join segment {name}")));
+            }
+            match sys::ShmFd::open(&cname, true) {
+                Ok(fd) => {
+                    if let Err(e) = fd.truncate(want.total) {
+                        let _ = sys::shm_unlink(&cname);
+                        return Err(io_err("sizing", e));
+                    }
+                    let base = match sys::map(Some(&fd), want.total) {
+                        Ok(b) => b,
+                        Err(e) => {
+                            let _ = sys::shm_unlink(&cname);
+                            return Err(io_err("mapping", e));
+                        }
+                    };
+                    let seg = Segment {
+                        base,
+                        len: want.total,
+                        layout: want,
+                        name: Some(cname),
+                    };
+                    seg.write_header(sys::my_pid());
+                    tracing::debug!(segment = name, bytes = want.total, "shm: created segment");
+                    return Ok(seg);
+                }
+                Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
+                Err(e) => return Err(io_err("creating", e)),
+            }
+            let fd = match sys::ShmFd::open(&cname, false) {
+                Ok(fd) => fd,
+                // Removed between our two calls (stale cleanup or a finished gathering): race
+                // for creation again.
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
+                Err(e) => return Err(io_err("opening", e)),
+            };
+            let len = fd.len().map_err(|e| io_err("inspecting", e))?;
+            if len < HEADER_BYTES {
+                // The creator has not sized it yet. If that lasts, the creator died between
+                // create and truncate: remove the leftover.
+                let since = *small_since.get_or_insert_with(Instant::now);
+                if since.elapsed() > Duration::from_secs(2) {
+                    tracing::warn!(segment = name, "shm: removing unsized leftover segment");
+                    let _ = sys::shm_unlink(&cname);
+                    small_since = None;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+                continue;
+            }
+            small_since = None;
+            let base = sys::map(Some(&fd), len).map_err(|e| io_err("mapping", e))?;
+            let mut seg = Segment {
+                base,
+                len,
+                layout: want,
+                name: Some(cname.clone()),
+            };
+            // Wait for the creator to publish the header.
+            let wait_start = Instant::now();
+            while seg.u64_at(H_MAGIC).load(Ordering::Acquire) != MAGIC {
+                if wait_start.elapsed() > Duration::from_secs(2) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            let header_ok = seg.u64_at(H_MAGIC).load(Ordering::Acquire) == MAGIC
+                && seg.u64_at(H_VERSION).load(Ordering::Relaxed) == VERSION;
+            let claimed = (seg.u64_at(H_SIZE).load(Ordering::Relaxed) as usize)
+                .min((len - HEADER_BYTES) / BLOCK_BYTES);
+            let live = header_ok && seg.anyone_alive(claimed);
+            if !header_ok || !live {
+                tracing::warn!(
+                    segment = name,
+                    "shm: removing stale segment left by a dead job"
+                );
+                let _ = sys::shm_unlink(&cname);
+                drop(seg);
+                continue;
+            }
+            let got = Layout::new(
+                seg.u64_at(H_SIZE).load(Ordering::Relaxed) as usize,
+                seg.u64_at(H_SLOTS).load(Ordering::Relaxed) as usize,
+                seg.u64_at(H_SLOT_BYTES).load(Ordering::Relaxed) as usize,
+            );
+            match got {
+                Ok(g) if g == want && g.total == len => {
+                    seg.layout = g;
+                    return Ok(seg);
+                }
+                Ok(g) => {
+                    return Err(Error::config(format!(
+                        "shared segment /dev/shm{name} belongs to a running job of {} ranks \
+                         ({} slots of {} B); this rank wants {} ranks ({} slots of {} B): \
+                         use another job name (FERRY_SHM_JOB) or the same settings",
+                        g.size, g.slots, g.slot_bytes, want.size, want.slots, want.slot_bytes
+                    )))
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Removes the name, if this segment has one (S4). Missing names are fine: another rank
+    /// may have removed it.
+    pub(crate) fn unlink(&self) {
+        if let Some(n) = &self.name {
+            match sys::shm_unlink(n) {
+                Ok(()) => tracing::debug!(segment = ?n, "shm: removed segment name"),
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+                Err(e) => tracing::warn!(segment = ?n, "shm: cannot remove segment name: {e}"),
+            }
+        }
+    }
+}
+
+/// The POSIX shm name for job `job` (and node `node` in the hybrid backend): `/ferry-<uid>-`
+/// followed by the job name with every character outside `[A-Za-z0-9._-]` replaced, plus a
+/// hash of the original when anything was replaced or the name was shortened, so distinct job
+/// names give distinct segments.
+pub fn segment_name(job: &str, node: Option<usize>) -> String {
+    let mut clean: String = job
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if clean != job || clean.len() > 160 {
+        clean.truncate(160);
+        clean = format!("{clean}-{:016x}", fnv1a(job.as_bytes()));
+    }
+    match node {
+        Some(n) => format!("/ferry-{}-{}-n{}", sys::uid(), clean, n),
+        None => format!("/ferry-{}-{}", sys::uid(), clean),
+    }
+}
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_safe_and_distinct() {
+        let a = segment_name("job1", None);
+        assert!(a.starts_with("/ferry-") && a.ends_with("-job1"), "{a}");
+        let b = segment_name("a/b", None);
+        let c = segment_name("a_b", None);
+        assert_ne!(b, c);
+        assert!(!b[1..].contains('/'), "{b}");
+        let long = segment_name(&"x".repeat(1000), Some(3));
+        assert!(long.len() < 255, "{}", long.len());
+        assert!(long.ends_with("-n3"));
+    }
+
+    #[test]
+    fn layout_is_aligned_and_checked() {
+        let l = Layout::new(4, 8, 256).unwrap();
+        assert_eq!(l.ring_bytes % 4096, 0);
+        assert_eq!(l.rings_off % 4096, 0);
+        assert_eq!(l.total, l.rings_off + 16 * l.ring_bytes);
+        assert!(Layout::new(usize::MAX / 2, 8, 256).is_err());
+    }
+}

@@ -1,0 +1,1319 @@
+//! `ShmTransport`: one rank of a shared-memory job (S1, S3), or the node-local part of a hybrid
+//! job (S2).
+//!
+//! Messages up to a slot's payload travel inline through the pair's ring (2 copies, the lowest
+//! latency). Messages of at least `shm.single_copy_threshold` bytes are moved with one copy: the
+//! sender posts a descriptor (pid, address, length) and the receiver reads the sender's buffer
+//! with `process_vm_readv` straight into its receive buffer, then completes the descriptor
+//! (001 §3.2.2, with cross-memory attach instead of SysV segments). Everything in between, and
+//! everything when single copy is not permitted, is cut into slot-sized fragments (001 §3.2.1).
+//!
+//! A sender never blocks on one message: an exchange progresses all its sends and receives
+//! together, so two ranks sending large messages to each other both serve the other's
+//! descriptor while waiting for their own completion (no deadlock).
+//!
+//! Waiting spins for `general.spin_us`, then sleeps on a futex doorbell in the rank's block;
+//! a peer that changes something this rank waits for rings the doorbell only when the rank has
+//! advertised that it sleeps, so the fast path has no system call.
+
+use std::collections::HashMap;
+use std::sync::atomic::{fence, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ferry_core::config::SingleCopy;
+use ferry_core::transport::{check_peer, drive_exchange};
+use ferry_core::{
+    Config, Error, ErrorKind, Exchange, LaunchInfo, MsgKey, OpState, RecvBuf, RecvOp, Result,
+    SendOp, Stats, Transport, WaitPolicy,
+};
+use ferry_proto::{Arrival, EarlyArrivals, FlowTable};
+
+use crate::ring::{
+    decode_cma, encode_cma, CmaDesc, Consumer, Entry, Producer, RingRef, CMA_DESC, T_CMA, T_FRAG,
+    T_INLINE,
+};
+use crate::segment::{
+    segment_name, Layout, Segment, ACK_WINDOW, STATE_ATTACHED, STATE_EMPTY, STATE_FINISHED,
+    STATE_GONE,
+};
+use crate::sys;
+
+/// How often a waiting rank checks that the peers it waits for still live.
+const LIVENESS_EVERY: Duration = Duration::from_millis(20);
+/// Default job name of hand-started ranks (R2b) when `shm.job` / `FERRY_SHM_JOB` is unset.
+pub const DEFAULT_JOB: &str = "default";
+
+/// Where a partially received fragmented message goes.
+enum Target {
+    /// Index of the posted receive in the current exchange.
+    Op(usize),
+    /// An early arrival being assembled.
+    Buf(Vec<u8>),
+}
+
+struct Partial {
+    arrival: Arrival,
+    total: usize,
+    received: usize,
+    target: Target,
+}
+
+/// Who a rank of the segment is, for error messages.
+#[derive(Clone, Copy)]
+enum PeerTrouble {
+    Died(u32),
+    Finished,
+    Left,
+}
+
+/// One rank of a shared-memory job.
+pub struct ShmTransport {
+    seg: Arc<Segment>,
+    /// Global rank and size (the hybrid backend's numbering; equal to local ones standalone).
+    rank: usize,
+    size: usize,
+    /// This rank's index in the segment.
+    me: usize,
+    /// Global rank -> index in the segment, None for ranks on other nodes.
+    local_of: Vec<Option<usize>>,
+    /// Index in the segment -> global rank.
+    global_of: Vec<usize>,
+    tx: Vec<Option<Producer>>,
+    rx: Vec<Option<Consumer>>,
+    pids: Vec<u32>,
+    flows: FlowTable,
+    inbox: EarlyArrivals,
+    inbox_cap_bytes: usize,
+    inbox_cap_messages: usize,
+    pending_cma: HashMap<Arrival, CmaDesc>,
+    partial: Vec<Option<Partial>>,
+    partial_bytes: usize,
+    partial_count: usize,
+    cma_next: Vec<u64>,
+    single_copy: bool,
+    inline_cap: usize,
+    threshold: usize,
+    stats: Stats,
+    policy: WaitPolicy,
+    /// Per progress pass: peers with a send that could not push completely.
+    blocked: Vec<bool>,
+    /// Filled by each progress pass, read by wait_for_input: what this rank waits for.
+    waiting: Vec<usize>,
+    want_acks: Vec<(usize, u64)>,
+    want_space: Vec<usize>,
+    drain_start: usize,
+    last_liveness: Instant,
+    finished: bool,
+    /// Value other ranks read through cross-memory attach at start-up.
+    _probe: Box<u64>,
+}
+
+impl std::fmt::Debug for ShmTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShmTransport")
+            .field("rank", &self.rank)
+            .field("size", &self.size)
+            .field("local_size", &self.global_of.len())
+            .field("single_copy", &self.single_copy)
+            .finish()
+    }
+}
+
+/// How a rank joins its segment.
+pub(crate) struct JoinSpec<'a> {
+    /// Segment name; None: anonymous (already created, in-process).
+    pub name: Option<String>,
+    /// Index in the segment, or None to draw one from the shared counter (R2b).
+    pub local: Option<usize>,
+    /// Global ranks of the segment's members, in segment order (None: identity, size = local
+    /// size, standalone).
+    pub members: Option<(Vec<usize>, usize, usize)>,
+    pub config: &'a Config,
+}
+
+impl ShmTransport {
+    /// Builds this rank from the environment (S1, R2b).
+    ///
+    /// Launcher mode: `FERRY_JOB_ID`, `FERRY_RANK` and `FERRY_SIZE` are set; the segment is
+    /// named after the job id. Hand start: `FERRY_SIZE=N` plus an optional job name
+    /// (`FERRY_SHM_JOB` / `shm.job`, default `default`); ranks are drawn from a counter in the
+    /// segment (001 §4.2), so N copies started by hand number themselves 0..N-1.
+    pub fn from_env(config: &Config, launch: &LaunchInfo) -> Result<ShmTransport> {
+        let size = launch
+            .size
+            .ok_or_else(|| Error::config("the shm backend needs FERRY_SIZE (number of ranks)"))?;
+        let (job, local) = match (&launch.job_id, launch.rank) {
+            (Some(job), Some(rank)) => (format!("j{job}"), Some(rank)),
+            _ => {
+                let job = config.shm.job.clone().unwrap_or_else(|| DEFAULT_JOB.into());
+                (format!("h{job}"), launch.rank)
+            }
+        };
+        let name = segment_name(&job, None);
+        let t = ShmTransport::join(
+            JoinSpec {
+                name: Some(name),
+                local,
+                members: None,
+                config,
+            },
+            size,
+            None,
+        )?;
+        Ok(t)
+    }
+
+    /// Creates all `size` ranks of a job inside this process over one anonymous segment
+    /// (threads-as-ranks tests and embedding). Hand one transport to each thread.
+    pub fn create_in_process(size: usize, config: &Config) -> Result<Vec<ShmTransport>> {
+        if size == 0 {
+            return Err(Error::invalid("shm init", "a job needs at least one rank"));
+        }
+        let layout = Layout::new(size, config.shm.ring_slots, config.shm.slot_bytes)?;
+        let seg = Arc::new(Segment::anonymous(layout)?);
+        // Attach every rank first (the start-up barriers need all of them), then probe.
+        let mut probes = Vec::new();
+        for r in 0..size {
+            probes.push(attach_block(&seg, r)?);
+        }
+        let all: Vec<usize> = (0..size).collect();
+        let single_copy =
+            decide_single_copy(&seg, config, Instant::now() + config.timeout(), &all)?;
+        probes
+            .into_iter()
+            .enumerate()
+            .map(|(r, probe)| {
+                ShmTransport::build(seg.clone(), r, None, size, config, single_copy, probe)
+            })
+            .collect()
+    }
+
+    /// Runs `f` on `size` threads, one shm rank each, and returns their results in rank order.
+    pub fn run_threads<R, F>(size: usize, config: &Config, f: F) -> Result<Vec<R>>
+    where
+        R: Send,
+        F: Fn(ShmTransport) -> R + Sync,
+    {
+        let ranks = ShmTransport::create_in_process(size, config)?;
+        Ok(std::thread::scope(|scope| {
+            let handles: Vec<_> = ranks
+                .into_iter()
+                .map(|t| {
+                    let f = &f;
+                    scope.spawn(move || f(t))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| match h.join() {
+                    Ok(r) => r,
+                    Err(p) => std::panic::resume_unwind(p),
+                })
+                .collect()
+        }))
+    }
+
+    /// Joins (or creates) a named segment of `local_size` ranks; `members` maps segment
+    /// indices to global ranks for the hybrid backend.
+    pub(crate) fn join(
+        spec: JoinSpec<'_>,
+        local_size: usize,
+        deadline: Option<Instant>,
+    ) -> Result<ShmTransport> {
+        let config = spec.config;
+        let deadline = deadline.unwrap_or_else(|| Instant::now() + config.timeout());
+        let layout = Layout::new(local_size, config.shm.ring_slots, config.shm.slot_bytes)?;
+        let name = spec
+            .name
+            .ok_or_else(|| Error::invalid("shm init", "a joined segment needs a name"))?;
+        let seg = Arc::new(Segment::open_named(&name, layout, deadline)?);
+        let fail = |seg: &Segment, e: Error| {
+            // A rank that cannot complete the gathering removes the name so nothing is left.
+            seg.unlink();
+            e
+        };
+        let me = match spec.local {
+            Some(r) if r < local_size => r,
+            Some(r) => {
+                return Err(fail(
+                    &seg,
+                    Error::config(format!("rank {r} is not below size {local_size}")),
+                ))
+            }
+            None => {
+                let r = seg.counter().fetch_add(1, Ordering::AcqRel) as usize;
+                if r >= local_size {
+                    return Err(Error::config(format!(
+                        "shm job {name} already has its {local_size} ranks; start this \
+                         process under another job name (FERRY_SHM_JOB)"
+                    )));
+                }
+                r
+            }
+        };
+        let probe = attach_block(&seg, me).map_err(|e| fail(&seg, e))?;
+        let prev = seg.attached().fetch_add(1, Ordering::AcqRel);
+        if prev + 1 == local_size as u64 {
+            // Last to arrive: every rank has the segment mapped, the name can go (S4).
+            seg.unlink();
+        }
+        wait_all(&seg, local_size, |s| s.attached(), deadline, "attach")
+            .map_err(|e| fail(&seg, e.on_rank(me)))?;
+        let single_copy =
+            decide_single_copy(&seg, config, deadline, &[me]).map_err(|e| e.on_rank(me))?;
+        let (global_of, rank, size) = match spec.members {
+            Some((m, rank, size)) => (Some(m), rank, size),
+            None => (None, me, local_size),
+        };
+        let t = ShmTransport::build(
+            seg,
+            me,
+            global_of.map(|g| (g, rank)),
+            size,
+            config,
+            single_copy,
+            probe,
+        )?;
+        if me == 0 {
+            tracing::info!(
+                ranks = local_size,
+                single_copy = t.single_copy,
+                "shm: job started"
+            );
+        }
+        Ok(t)
+    }
+
+    fn build(
+        seg: Arc<Segment>,
+        me: usize,
+        members: Option<(Vec<usize>, usize)>,
+        size: usize,
+        config: &Config,
+        single_copy: bool,
+        probe: Box<u64>,
+    ) -> Result<ShmTransport> {
+        let n = seg.layout.size;
+        let (global_of, rank) = match members {
+            Some((g, rank)) => (g, rank),
+            None => ((0..n).collect(), me),
+        };
+        if global_of.len() != n || global_of.iter().any(|&g| g >= size) {
+            return Err(Error::invalid(
+                "shm init",
+                "node member list does not fit the job",
+            ));
+        }
+        let mut local_of = vec![None; size];
+        for (l, &g) in global_of.iter().enumerate() {
+            local_of[g] = Some(l);
+        }
+        let l = seg.layout;
+        let mut tx = Vec::with_capacity(n);
+        let mut rx = Vec::with_capacity(n);
+        for p in 0..n {
+            if p == me {
+                tx.push(None);
+                rx.push(None);
+                continue;
+            }
+            // SAFETY: ring bases come from the segment's layout and live as long as `seg`,
+            // which the transport keeps.
+            let out = unsafe { RingRef::new(seg.ring_base(me, p), l.slots, l.slot_bytes) };
+            let inn = unsafe { RingRef::new(seg.ring_base(p, me), l.slots, l.slot_bytes) };
+            tx.push(Some(Producer::new(out)));
+            rx.push(Some(Consumer::new(inn)));
+        }
+        let pids = (0..n)
+            .map(|p| seg.pid(p).load(Ordering::Acquire) as u32)
+            .collect();
+        let inline_cap = l.slot_bytes - crate::ring::SLOT_HEADER;
+        let mut stats = Stats::new(rank, size, "shm");
+        stats.bump("shm_single_copy", single_copy as u64);
+        Ok(ShmTransport {
+            seg,
+            rank,
+            size,
+            me,
+            local_of,
+            global_of,
+            tx,
+            rx,
+            pids,
+            flows: FlowTable::new(),
+            inbox: EarlyArrivals::new(config.shm.inbox_messages, config.shm.inbox_bytes),
+            inbox_cap_bytes: config.shm.inbox_bytes,
+            inbox_cap_messages: config.shm.inbox_messages,
+            pending_cma: HashMap::new(),
+            partial: (0..n).map(|_| None).collect(),
+            partial_bytes: 0,
+            partial_count: 0,
+            cma_next: vec![0; n],
+            single_copy,
+            inline_cap,
+            threshold: config.shm.single_copy_threshold.max(inline_cap + 1),
+            stats,
+            policy: WaitPolicy {
+                spin: config.spin(),
+                timeout: config.timeout(),
+            },
+            blocked: vec![false; n],
+            waiting: Vec::new(),
+            want_acks: Vec::new(),
+            want_space: Vec::new(),
+            drain_start: 0,
+            last_liveness: Instant::now(),
+            finished: false,
+            _probe: probe,
+        })
+    }
+
+    /// Whether large messages use the single-copy path (decided at start-up).
+    pub fn single_copy(&self) -> bool {
+        self.single_copy
+    }
+
+    /// Number of ranks sharing this segment (the node's ranks in a hybrid job).
+    pub fn local_size(&self) -> usize {
+        self.global_of.len()
+    }
+
+    /// Whether `rank` (global) is reachable through this segment.
+    pub fn is_local(&self, rank: usize) -> bool {
+        self.local_of.get(rank).is_some_and(|l| l.is_some())
+    }
+
+    /// Point-to-point calls on a node-local transport only reach ranks of its node.
+    fn check_local(&self, peer: usize, op: &'static str) -> Result<()> {
+        if self.local_of[peer].is_none() {
+            return Err(self
+                .err(ErrorKind::InvalidArgument, op)
+                .with_peer(peer)
+                .with_detail(format!("rank {peer} is not on this node's shared segment")));
+        }
+        Ok(())
+    }
+
+    fn err(&self, kind: ErrorKind, op: &'static str) -> Error {
+        Error::new(kind, op).on_rank(self.rank)
+    }
+
+    fn room_for(&self, len: usize) -> bool {
+        self.inbox.len() + self.partial_count < self.inbox_cap_messages
+            && self
+                .inbox
+                .bytes()
+                .saturating_add(self.partial_bytes)
+                .saturating_add(len)
+                <= self.inbox_cap_bytes
+    }
+
+    /// Rings `l`'s doorbell if it advertised that it sleeps.
+    #[inline]
+    fn wake(&self, l: usize) {
+        // Pairs with the fence in wait_for_input: either the sleeper sees our write before it
+        // sleeps, or we see its flag and wake it.
+        fence(Ordering::SeqCst);
+        if self.seg.sleeping(l).load(Ordering::Relaxed) != 0 {
+            self.seg.bell(l).fetch_add(1, Ordering::Release);
+            sys::futex_wake(self.seg.bell(l));
+        }
+    }
+
+    // ----- sending -------------------------------------------------------------------------
+
+    /// Pushes what it can of one send; returns the new state.
+    fn progress_send(
+        &mut self,
+        l: usize,
+        peer: usize,
+        key: MsgKey,
+        serial: u64,
+        progress: usize,
+        data: &[u8],
+    ) -> Result<OpState> {
+        let len = data.len();
+        if l == self.me {
+            let arrival = Arrival {
+                source: peer,
+                key,
+                serial,
+            };
+            if !self.room_for(len) {
+                return Ok(OpState::Active { serial, progress });
+            }
+            self.inbox.insert(arrival, data.to_vec()).map_err(|e| {
+                self.err(ErrorKind::Protocol, "send")
+                    .with_peer(peer)
+                    .with_source(e)
+            })?;
+            self.stats.record_send(peer, len);
+            return Ok(OpState::Done);
+        }
+        let Some(tx) = self.tx[l].as_mut() else {
+            return Err(self.err(ErrorKind::InvalidArgument, "send").with_peer(peer));
+        };
+        if len <= self.inline_cap {
+            let e = Entry {
+                typ: T_INLINE,
+                key,
+                serial,
+                total_len: len as u64,
+            };
+            if tx.push(&e, data) {
+                self.wake(l);
+                self.stats.record_send(peer, len);
+                return Ok(OpState::Done);
+            }
+            self.blocked[l] = true;
+            self.want_space.push(l);
+            return Ok(OpState::Active { serial, progress });
+        }
+        if self.single_copy && len >= self.threshold {
+            let mut progress = progress;
+            if progress == 0 {
+                let seq = self.cma_next[l];
+                if seq >= ACK_WINDOW
+                    && tx.ring().ack(seq - ACK_WINDOW).load(Ordering::Acquire)
+                        != seq - ACK_WINDOW + 1
+                {
+                    // Completion window full: wait for the oldest descriptor.
+                    self.want_acks.push((l, seq - ACK_WINDOW));
+                    return Ok(OpState::Active { serial, progress });
+                }
+                let desc = encode_cma(sys::my_pid(), data.as_ptr() as u64, len as u64, seq);
+                let e = Entry {
+                    typ: T_CMA,
+                    key,
+                    serial,
+                    total_len: len as u64,
+                };
+                if !tx.push(&e, &desc) {
+                    self.blocked[l] = true;
+                    self.want_space.push(l);
+                    return Ok(OpState::Active { serial, progress });
+                }
+                self.cma_next[l] = seq + 1;
+                progress = seq as usize + 1;
+                self.wake(l);
+            }
+            let seq = progress as u64 - 1;
+            let tx = self.tx[l]
+                .as_ref()
+                .map(|t| t.ring().ack(seq).load(Ordering::Acquire));
+            if tx == Some(seq + 1) {
+                self.stats.record_send(peer, len);
+                return Ok(OpState::Done);
+            }
+            self.want_acks.push((l, seq));
+            return Ok(OpState::Active { serial, progress });
+        }
+        // Fragments through the ring (2 copies).
+        let cap = self.inline_cap;
+        let mut off = progress;
+        let mut pushed = 0u64;
+        while off < len {
+            let chunk = cap.min(len - off);
+            let e = Entry {
+                typ: T_FRAG,
+                key,
+                serial,
+                total_len: len as u64,
+            };
+            if !tx.push(&e, &data[off..off + chunk]) {
+                break;
+            }
+            pushed += 1;
+            off += chunk;
+        }
+        if pushed > 0 {
+            self.stats.bump("shm_fragments", pushed);
+            self.wake(l);
+        }
+        if off == len {
+            self.stats.record_send(peer, len);
+            return Ok(OpState::Done);
+        }
+        self.blocked[l] = true;
+        self.want_space.push(l);
+        Ok(OpState::Active {
+            serial,
+            progress: off,
+        })
+    }
+
+    fn progress_sends(&mut self, ex: &mut Exchange<'_>) -> Result<()> {
+        self.blocked.iter_mut().for_each(|b| *b = false);
+        for s in ex.sends.iter_mut() {
+            if s.state == OpState::Done {
+                continue;
+            }
+            check_peer(self.rank, self.size, s.peer, "send")?;
+            let Some(l) = self.local_of[s.peer] else {
+                continue;
+            };
+            if self.blocked[l] {
+                self.waiting.push(l);
+                continue;
+            }
+            let (serial, progress) = match s.state {
+                OpState::New => (self.flows.take_send_serial(s.peer, s.key), 0),
+                OpState::Active { serial, progress } => (serial, progress),
+                OpState::Done => continue,
+            };
+            s.state = self.progress_send(l, s.peer, s.key, serial, progress, s.data)?;
+            if s.state != OpState::Done {
+                self.waiting.push(l);
+            }
+        }
+        Ok(())
+    }
+
+    // ----- receiving -----------------------------------------------------------------------
+
+    fn len_error(&self, peer: usize, len: usize, want: usize) -> Error {
+        Error::invalid(
+            "recv",
+            format!("message of {len} bytes, receive buffer of {want} bytes"),
+        )
+        .on_rank(self.rank)
+        .with_peer(peer)
+    }
+
+    /// Reads a single-copy message into `buf` and completes the descriptor.
+    fn cma_into(&mut self, l: usize, peer: usize, d: CmaDesc, buf: &mut RecvBuf<'_>) -> Result<()> {
+        let len = d.len as usize;
+        let result = match buf.prepare(len) {
+            Ok(dst) => sys::cma_read(self.pids[l], d.addr, dst).map_err(|e| {
+                let kind = if e.raw_os_error() == Some(libc::ESRCH) {
+                    ErrorKind::PeerFailed
+                } else {
+                    ErrorKind::Io
+                };
+                Error::new(kind, "recv")
+                    .on_rank(self.rank)
+                    .with_peer(peer)
+                    .with_detail(format!("single-copy read of {len} bytes"))
+                    .with_source(e)
+            }),
+            Err(want) => Err(self.len_error(peer, len, want)),
+        };
+        // Complete the descriptor even on failure so the sender does not wait forever; the
+        // error surfaces here.
+        if let Some(rx) = self.rx[l].as_ref() {
+            rx.ring().ack(d.seq).store(d.seq + 1, Ordering::Release);
+        }
+        self.wake(l);
+        result?;
+        self.stats.bump("shm_single_copy_reads", 1);
+        self.stats.record_recv(peer, len);
+        Ok(())
+    }
+
+    fn find_recv(ex: &Exchange<'_>, peer: usize, a: &Arrival) -> Option<usize> {
+        ex.recvs.iter().position(|r| {
+            r.peer == peer
+                && r.key == a.key
+                && matches!(r.state, OpState::Active { serial, .. } if serial == a.serial)
+        })
+    }
+
+    /// Consumes entries of the ring from segment index `l`; stops when it is empty, when an
+    /// early arrival does not fit (back-pressure) or after a bounded number of entries.
+    fn drain(&mut self, l: usize, ex: &mut Exchange<'_>) -> Result<()> {
+        let peer = self.global_of[l];
+        let mut popped = 0usize;
+        let result = self.drain_inner(l, peer, ex, &mut popped);
+        if popped > 0 {
+            // The sender may wait for room.
+            self.wake(l);
+        }
+        result
+    }
+
+    fn drain_inner(
+        &mut self,
+        l: usize,
+        peer: usize,
+        ex: &mut Exchange<'_>,
+        popped: &mut usize,
+    ) -> Result<()> {
+        let cap = self.inline_cap;
+        while *popped < 256 {
+            let Some(e) = self.rx[l].as_ref().and_then(|c| c.peek()) else {
+                return Ok(());
+            };
+            let arrival = Arrival {
+                source: peer,
+                key: e.key,
+                serial: e.serial,
+            };
+            let total = e.total_len as usize;
+            match e.typ {
+                T_INLINE => {
+                    if total > cap {
+                        return Err(self.protocol(peer, "inline entry longer than a slot"));
+                    }
+                    match Self::find_recv(ex, peer, &arrival) {
+                        Some(i) => {
+                            let r = &mut ex.recvs[i];
+                            let Some(rx) = self.rx[l].as_mut() else {
+                                return Ok(());
+                            };
+                            match r.buf.prepare(total) {
+                                Ok(dst) => rx.read_payload(dst),
+                                Err(want) => {
+                                    rx.pop();
+                                    *popped += 1;
+                                    return Err(self.len_error(peer, total, want));
+                                }
+                            }
+                            rx.pop();
+                            r.state = OpState::Done;
+                            self.stats.record_recv(peer, total);
+                        }
+                        None => {
+                            if !self.room_for(total) {
+                                self.stats.bump("shm_backpressure", 1);
+                                return Ok(());
+                            }
+                            let Some(rx) = self.rx[l].as_mut() else {
+                                return Ok(());
+                            };
+                            let mut v = vec![0u8; total];
+                            rx.read_payload(&mut v);
+                            rx.pop();
+                            self.inbox.insert(arrival, v).map_err(|err| {
+                                self.protocol(peer, "duplicate message").with_source(err)
+                            })?;
+                        }
+                    }
+                }
+                T_FRAG => {
+                    if self.partial[l].is_none() {
+                        let target = match Self::find_recv(ex, peer, &arrival) {
+                            Some(i) => {
+                                if let Err(want) = ex.recvs[i].buf.prepare(total) {
+                                    return Err(self.len_error(peer, total, want));
+                                }
+                                Target::Op(i)
+                            }
+                            None => {
+                                if !self.room_for(total) {
+                                    self.stats.bump("shm_backpressure", 1);
+                                    return Ok(());
+                                }
+                                self.partial_bytes += total;
+                                self.partial_count += 1;
+                                Target::Buf(vec![0u8; total])
+                            }
+                        };
+                        self.partial[l] = Some(Partial {
+                            arrival,
+                            total,
+                            received: 0,
+                            target,
+                        });
+                    }
+                    let Some(mut p) = self.partial[l].take() else {
+                        return Ok(());
+                    };
+                    if p.arrival != arrival || p.total != total {
+                        return Err(self.protocol(peer, "fragment of another message interleaved"));
+                    }
+                    let chunk = cap.min(total - p.received);
+                    if let Target::Op(i) = p.target {
+                        let ok = ex.recvs.get(i).is_some_and(|r| {
+                            r.peer == peer
+                                && r.key == arrival.key
+                                && matches!(r.state, OpState::Active { serial, .. } if serial == arrival.serial)
+                        });
+                        if !ok {
+                            return Err(self.protocol(
+                                peer,
+                                "fragmented message lost its receive (an earlier exchange failed)",
+                            ));
+                        }
+                    }
+                    let Some(rx) = self.rx[l].as_mut() else {
+                        return Ok(());
+                    };
+                    let mut len_err = None;
+                    match &mut p.target {
+                        Target::Op(i) => match ex.recvs[*i].buf.prepare(total) {
+                            Ok(dst) => rx.read_payload(&mut dst[p.received..p.received + chunk]),
+                            Err(want) => len_err = Some(want),
+                        },
+                        Target::Buf(v) => rx.read_payload(&mut v[p.received..p.received + chunk]),
+                    }
+                    rx.pop();
+                    *popped += 1;
+                    if let Some(want) = len_err {
+                        return Err(self.len_error(peer, total, want));
+                    }
+                    p.received += chunk;
+                    if p.received == total {
+                        match p.target {
+                            Target::Op(i) => {
+                                ex.recvs[i].state = OpState::Done;
+                                self.stats.record_recv(peer, total);
+                            }
+                            Target::Buf(v) => {
+                                self.partial_bytes -= total;
+                                self.partial_count -= 1;
+                                self.inbox.insert(arrival, v).map_err(|err| {
+                                    self.protocol(peer, "duplicate message").with_source(err)
+                                })?;
+                            }
+                        }
+                    } else {
+                        self.partial[l] = Some(p);
+                    }
+                    continue;
+                }
+                T_CMA => {
+                    let Some(rx) = self.rx[l].as_mut() else {
+                        return Ok(());
+                    };
+                    let mut raw = [0u8; CMA_DESC];
+                    rx.read_payload(&mut raw);
+                    rx.pop();
+                    let d = decode_cma(&raw);
+                    if d.len != e.total_len {
+                        *popped += 1;
+                        return Err(self.protocol(peer, "descriptor length mismatch"));
+                    }
+                    match Self::find_recv(ex, peer, &arrival) {
+                        Some(i) => {
+                            let r = &mut ex.recvs[i];
+                            *popped += 1;
+                            self.cma_into(l, peer, d, &mut r.buf)?;
+                            r.state = OpState::Done;
+                            continue;
+                        }
+                        None => {
+                            self.pending_cma.insert(arrival, d);
+                        }
+                    }
+                }
+                other => {
+                    return Err(self.protocol(peer, &format!("unknown entry type {other}")));
+                }
+            }
+            *popped += 1;
+        }
+        Ok(())
+    }
+
+    fn protocol(&self, peer: usize, what: &str) -> Error {
+        self.err(ErrorKind::Protocol, "recv")
+            .with_peer(peer)
+            .with_detail(what.to_string())
+    }
+
+    fn progress_recvs(&mut self, ex: &mut Exchange<'_>) -> Result<()> {
+        // Assign serials and take what already arrived.
+        for i in 0..ex.recvs.len() {
+            let r = &mut ex.recvs[i];
+            if r.state == OpState::Done {
+                continue;
+            }
+            check_peer(self.rank, self.size, r.peer, "recv")?;
+            let Some(l) = self.local_of[r.peer] else {
+                continue;
+            };
+            let serial = match r.state {
+                OpState::New => {
+                    let serial = self.flows.take_recv_serial(r.peer, r.key);
+                    r.state = OpState::Active {
+                        serial,
+                        progress: 0,
+                    };
+                    serial
+                }
+                OpState::Active { serial, .. } => serial,
+                OpState::Done => continue,
+            };
+            if matches!(&self.partial[l], Some(Partial { target: Target::Op(j), .. }) if *j == i) {
+                continue;
+            }
+            let arrival = Arrival {
+                source: r.peer,
+                key: r.key,
+                serial,
+            };
+            if !self.inbox.is_empty() {
+                if let Some(payload) = self.inbox.take(&arrival) {
+                    let len = payload.len();
+                    let peer = r.peer;
+                    r.buf
+                        .fill_from(payload)
+                        .map_err(|want| self.len_error(peer, len, want))?;
+                    r.state = OpState::Done;
+                    self.stats.record_recv(peer, len);
+                    continue;
+                }
+            }
+            if !self.pending_cma.is_empty() {
+                if let Some(d) = self.pending_cma.remove(&arrival) {
+                    let peer = r.peer;
+                    self.cma_into(l, peer, d, &mut r.buf)?;
+                    r.state = OpState::Done;
+                }
+            }
+        }
+        // Then drain the rings, round-robin from a moving start for fairness.
+        let n = self.rx.len();
+        let start = self.drain_start;
+        self.drain_start = (start + 1) % n.max(1);
+        for k in 0..n {
+            let l = (start + k) % n;
+            if self.rx[l].as_ref().is_some_and(|c| c.has_data()) {
+                self.drain(l, ex)?;
+            }
+        }
+        for r in ex.recvs.iter() {
+            if r.state != OpState::Done {
+                if let Some(l) = self.local_of.get(r.peer).copied().flatten() {
+                    self.waiting.push(l);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    // ----- waiting and liveness ------------------------------------------------------------
+
+    fn input_ready(&mut self) -> bool {
+        if self.rx.iter().flatten().any(|c| c.has_data()) {
+            return true;
+        }
+        for &(l, seq) in &self.want_acks {
+            if let Some(tx) = &self.tx[l] {
+                if tx.ring().ack(seq).load(Ordering::Acquire) == seq + 1 {
+                    return true;
+                }
+            }
+        }
+        for i in 0..self.want_space.len() {
+            let l = self.want_space[i];
+            if let Some(tx) = self.tx[l].as_mut() {
+                if tx.has_space() {
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
+    fn trouble(&self, l: usize) -> Option<PeerTrouble> {
+        let state = self.seg.state(l).load(Ordering::Acquire);
+        let pid = self.pids[l];
+        if state == STATE_GONE {
+            return Some(PeerTrouble::Left);
+        }
+        if !sys::pid_alive(pid) {
+            if state == STATE_FINISHED {
+                return Some(PeerTrouble::Finished);
+            }
+            return Some(PeerTrouble::Died(pid));
+        }
+        if state == STATE_FINISHED {
+            return Some(PeerTrouble::Finished);
+        }
+        None
+    }
+
+    /// Fails if a rank this rank waits for died or finished (T5).
+    fn check_liveness(&mut self) -> Result<()> {
+        self.last_liveness = Instant::now();
+        self.waiting.sort_unstable();
+        self.waiting.dedup();
+        for i in 0..self.waiting.len() {
+            let l = self.waiting[i];
+            if l == self.me {
+                continue;
+            }
+            // Messages still in the ring are not lost: progress will take them.
+            if self.rx[l].as_ref().is_some_and(|c| c.has_data()) {
+                continue;
+            }
+            if let Some(t) = self.trouble(l) {
+                let peer = self.global_of[l];
+                let detail = match t {
+                    PeerTrouble::Died(pid) => format!("rank {peer} (pid {pid}) died"),
+                    PeerTrouble::Finished => format!(
+                        "rank {peer} finished without sending or receiving what this rank waits for"
+                    ),
+                    PeerTrouble::Left => {
+                        format!("rank {peer} left the job (its transport was dropped)")
+                    }
+                };
+                return Err(self
+                    .err(ErrorKind::PeerFailed, "exchange")
+                    .with_peer(peer)
+                    .with_detail(detail));
+            }
+        }
+        Ok(())
+    }
+
+    /// The lean path of `recv` for a message waiting inline at the head of `l`'s ring.
+    /// Returns Ok(true) when it delivered the message, Ok(false) when the general path must
+    /// take over (serial already assigned).
+    fn try_fast_recv(
+        &mut self,
+        l: usize,
+        peer: usize,
+        key: MsgKey,
+        serial: u64,
+        buf: &mut Vec<u8>,
+    ) -> Result<bool> {
+        let arrival = Arrival {
+            source: peer,
+            key,
+            serial,
+        };
+        let start = Instant::now();
+        let mut spins: u32 = 0;
+        loop {
+            let Some(rx) = self.rx[l].as_mut() else {
+                return Ok(false);
+            };
+            if let Some(e) = rx.peek() {
+                if e.typ != T_INLINE || e.total_len as usize > self.inline_cap {
+                    return Ok(false);
+                }
+                let len = e.total_len as usize;
+                if e.key == key && e.serial == serial {
+                    buf.resize(len, 0);
+                    rx.read_payload(buf);
+                    rx.pop();
+                    self.wake(l);
+                    self.stats.record_recv(peer, len);
+                    return Ok(true);
+                }
+                // Another flow's message: keep it for its receive.
+                let room = self.inbox.len() + self.partial_count < self.inbox_cap_messages
+                    && self.inbox.bytes() + self.partial_bytes + len <= self.inbox_cap_bytes;
+                if !room {
+                    return Ok(false);
+                }
+                let mut v = vec![0u8; len];
+                rx.read_payload(&mut v);
+                rx.pop();
+                let other = Arrival {
+                    source: peer,
+                    key: e.key,
+                    serial: e.serial,
+                };
+                self.inbox
+                    .insert(other, v)
+                    .map_err(|err| self.protocol(peer, "duplicate message").with_source(err))?;
+                self.wake(l);
+                if let Some(p) = self.inbox.take(&arrival) {
+                    let n = p.len();
+                    *buf = p;
+                    self.stats.record_recv(peer, n);
+                    return Ok(true);
+                }
+                continue;
+            }
+            spins = spins.wrapping_add(1);
+            if spins % 64 == 0 {
+                if start.elapsed() >= self.policy.spin {
+                    return Ok(false);
+                }
+                std::thread::yield_now();
+            }
+            std::hint::spin_loop();
+        }
+    }
+}
+
+/// Claims rank block `r` for this process and publishes its probe word.
+fn attach_block(seg: &Segment, r: usize) -> Result<Box<u64>> {
+    let pid = sys::my_pid() as u64;
+    let in_process = seg.name.is_none();
+    if !in_process {
+        if let Err(old) = seg
+            .pid(r)
+            .compare_exchange(0, pid, Ordering::AcqRel, Ordering::Acquire)
+        {
+            return Err(Error::config(format!(
+                "rank {r} of this shm job is already taken by process {old}"
+            )));
+        }
+    } else {
+        seg.pid(r).store(pid, Ordering::Release);
+    }
+    let probe = Box::new(0x5eed_0000_0000_0000u64 ^ ((r as u64) << 32) ^ pid);
+    seg.probe_value(r).store(*probe, Ordering::Relaxed);
+    seg.probe_addr(r)
+        .store(&*probe as *const u64 as u64, Ordering::Relaxed);
+    seg.state(r).store(STATE_ATTACHED, Ordering::Release);
+    Ok(probe)
+}
+
+/// Waits until `counter` reaches `n`, failing if a rank that already attached died or the
+/// deadline passes.
+fn wait_all(
+    seg: &Segment,
+    n: usize,
+    counter: fn(&Segment) -> &std::sync::atomic::AtomicU64,
+    deadline: Instant,
+    what: &str,
+) -> Result<()> {
+    let mut sleep = Duration::from_micros(50);
+    let mut last_check = Instant::now();
+    loop {
+        let got = counter(seg).load(Ordering::Acquire) as usize;
+        if got >= n {
+            return Ok(());
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            let missing: Vec<usize> = (0..n)
+                .filter(|&r| seg.state(r).load(Ordering::Acquire) == STATE_EMPTY)
+                .collect();
+            return Err(
+                Error::new(ErrorKind::Timeout, "shm init").with_detail(format!(
+                    "{what}: only {got} of {n} ranks arrived in time (missing ranks {missing:?})"
+                )),
+            );
+        }
+        if now.duration_since(last_check) > Duration::from_millis(50) {
+            last_check = now;
+            for r in 0..n {
+                let pid = seg.pid(r).load(Ordering::Acquire) as u32;
+                if pid != 0 && !sys::pid_alive(pid) {
+                    return Err(Error::new(ErrorKind::PeerFailed, "shm init")
+                        .with_peer(r)
+                        .with_detail(format!(
+                            "{what}: rank {r} (pid {pid}) died during start-up"
+                        )));
+                }
+            }
+        }
+        std::thread::sleep(sleep);
+        sleep = (sleep * 2).min(Duration::from_millis(2));
+    }
+}
+
+/// Decides, identically on every rank, whether single copy is used: each rank tries to read
+/// every other rank's probe word with `process_vm_readv` and votes; single copy is on only if
+/// every rank could read every other (ptrace restrictions can make this asymmetric). Reported
+/// once, by the segment's rank 0.
+fn decide_single_copy(
+    seg: &Segment,
+    config: &Config,
+    deadline: Instant,
+    voters: &[usize],
+) -> Result<bool> {
+    let n = seg.layout.size;
+    let mode = config.shm.single_copy;
+    let mut first_failure: Option<String> = None;
+    for &me in voters {
+        let mut ok = mode != SingleCopy::Off;
+        if ok {
+            for p in (0..n).filter(|&p| p != me) {
+                let pid = seg.pid(p).load(Ordering::Acquire) as u32;
+                let addr = seg.probe_addr(p).load(Ordering::Acquire);
+                let want = seg.probe_value(p).load(Ordering::Acquire);
+                let mut got = [0u8; 8];
+                match sys::cma_read(pid, addr, &mut got) {
+                    Ok(()) if u64::from_ne_bytes(got) == want => {}
+                    Ok(()) => {
+                        ok = false;
+                        first_failure.get_or_insert_with(|| {
+                            format!("rank {me} read a wrong probe value from rank {p}")
+                        });
+                    }
+                    Err(e) => {
+                        ok = false;
+                        first_failure.get_or_insert_with(|| {
+                            format!("rank {me} cannot read rank {p} (pid {pid}): {e}")
+                        });
+                    }
+                }
+                if !ok {
+                    break;
+                }
+            }
+        }
+        seg.cma_ok(me)
+            .store(if ok { 1 } else { 2 }, Ordering::Release);
+        seg.probed().fetch_add(1, Ordering::AcqRel);
+    }
+    wait_all(seg, n, |s| s.probed(), deadline, "single-copy probe")?;
+    let all_ok = (0..n).all(|r| seg.cma_ok(r).load(Ordering::Acquire) == 1);
+    let reporter = voters.contains(&0);
+    if mode == SingleCopy::Cma && !all_ok {
+        return Err(
+            Error::new(ErrorKind::Unsupported, "shm init").with_detail(format!(
+                "shm.single_copy = \"cma\" but cross-memory attach is not permitted{}",
+                first_failure.map(|f| format!(" ({f})")).unwrap_or_default()
+            )),
+        );
+    }
+    if reporter {
+        match (mode, all_ok) {
+            (SingleCopy::Off, _) => {
+                tracing::info!("shm: single copy off by configuration; large messages use 2 copies")
+            }
+            (_, true) => tracing::info!("shm: single copy through process_vm_readv enabled"),
+            (_, false) => tracing::warn!(
+                "shm: cross-memory attach (process_vm_readv) not permitted{}; large messages use \
+                 2 copies through the rings",
+                first_failure.map(|f| format!(" ({f})")).unwrap_or_default()
+            ),
+        }
+    }
+    Ok(all_ok && mode != SingleCopy::Off)
+}
+
+impl Transport for ShmTransport {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn size(&self) -> usize {
+        self.size
+    }
+
+    fn name(&self) -> &'static str {
+        "shm"
+    }
+
+    fn wait_policy(&self) -> WaitPolicy {
+        self.policy
+    }
+
+    fn progress_exchange(&mut self, ex: &mut Exchange<'_>) -> Result<bool> {
+        self.waiting.clear();
+        self.want_acks.clear();
+        self.want_space.clear();
+        self.progress_sends(ex)?;
+        self.progress_recvs(ex)?;
+        Ok(ex.is_complete())
+    }
+
+    fn wait_for_input(&mut self, timeout: Duration) -> Result<()> {
+        if self.last_liveness.elapsed() >= LIVENESS_EVERY {
+            self.check_liveness()?;
+        }
+        let me = self.me;
+        let bell = self.seg.bell(me).load(Ordering::Acquire);
+        self.seg.sleeping(me).store(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        if !self.input_ready() {
+            self.stats.bump("shm_sleeps", 1);
+            sys::futex_wait(self.seg.bell(me), bell, timeout.min(LIVENESS_EVERY));
+        }
+        self.seg.sleeping(me).store(0, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn exchange(&mut self, ex: &mut Exchange<'_>) -> Result<()> {
+        self.stats.calls += 1;
+        drive_exchange(self, ex)
+    }
+
+    fn send(&mut self, peer: usize, key: MsgKey, data: &[u8]) -> Result<()> {
+        self.stats.calls += 1;
+        check_peer(self.rank, self.size, peer, "send")?;
+        self.check_local(peer, "send")?;
+        let serial = self.flows.take_send_serial(peer, key);
+        if let Some(l) = self.local_of[peer] {
+            if l != self.me && data.len() <= self.inline_cap {
+                if let Some(tx) = self.tx[l].as_mut() {
+                    let e = Entry {
+                        typ: T_INLINE,
+                        key,
+                        serial,
+                        total_len: data.len() as u64,
+                    };
+                    if tx.push(&e, data) {
+                        self.wake(l);
+                        self.stats.record_send(peer, data.len());
+                        return Ok(());
+                    }
+                }
+            }
+        }
+        let mut ex = Exchange::new();
+        ex.sends.push(SendOp {
+            peer,
+            key,
+            data,
+            state: OpState::Active {
+                serial,
+                progress: 0,
+            },
+        });
+        drive_exchange(self, &mut ex)
+    }
+
+    fn recv(&mut self, peer: usize, key: MsgKey, buf: &mut Vec<u8>) -> Result<()> {
+        self.stats.calls += 1;
+        check_peer(self.rank, self.size, peer, "recv")?;
+        self.check_local(peer, "recv")?;
+        let serial = self.flows.take_recv_serial(peer, key);
+        if let Some(l) = self.local_of[peer] {
+            if l != self.me && self.partial[l].is_none() {
+                let arrival = Arrival {
+                    source: peer,
+                    key,
+                    serial,
+                };
+                if !self.inbox.is_empty() {
+                    if let Some(p) = self.inbox.take(&arrival) {
+                        let n = p.len();
+                        *buf = p;
+                        self.stats.record_recv(peer, n);
+                        return Ok(());
+                    }
+                }
+                if (self.pending_cma.is_empty() || !self.pending_cma.contains_key(&arrival))
+                    && self.try_fast_recv(l, peer, key, serial, buf)?
+                {
+                    return Ok(());
+                }
+            }
+        }
+        let mut ex = Exchange::new();
+        ex.recvs.push(RecvOp {
+            peer,
+            key,
+            buf: RecvBuf::Vec(buf),
+            state: OpState::Active {
+                serial,
+                progress: 0,
+            },
+        });
+        drive_exchange(self, &mut ex)
+    }
+
+    fn stats(&self) -> Stats {
+        self.stats.clone()
+    }
+
+    fn finish(&mut self) -> Result<()> {
+        if !self.finished {
+            self.finished = true;
+            self.seg
+                .state(self.me)
+                .store(STATE_FINISHED, Ordering::Release);
+        }
+        Ok(())
+    }
+}
+
+impl Drop for ShmTransport {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.seg.state(self.me).store(STATE_GONE, Ordering::Release);
+        }
+    }
+}

@@ -1,0 +1,257 @@
+//! Ranks as threads of one process over an anonymous segment: every message path (inline,
+//! fragmented, single copy), exchanges that would deadlock with blocking sends, out-of-order
+//! flows, back-pressure, and a property test of arbitrary message-size sequences.
+
+use ferry_core::config::SingleCopy;
+use ferry_core::{Config, Exchange, MsgKey, Transport};
+use ferry_shm::ShmTransport;
+use proptest::prelude::*;
+
+fn config(single_copy: SingleCopy, slots: usize, slot_bytes: usize) -> Config {
+    let mut c = Config::default();
+    c.shm.single_copy = single_copy;
+    c.shm.ring_slots = slots;
+    c.shm.slot_bytes = slot_bytes;
+    c.shm.single_copy_threshold = 4096;
+    c.general.timeout_ms = 20_000;
+    c
+}
+
+fn pattern(len: usize, seed: usize) -> Vec<u8> {
+    (0..len).map(|i| (i * 31 + seed * 7) as u8).collect()
+}
+
+fn ping_pong_sizes(cfg: &Config) {
+    let sizes = [
+        0usize,
+        1,
+        23,
+        24,
+        100,
+        983,
+        984,
+        985,
+        4095,
+        4096,
+        70_000,
+        1 << 20,
+    ];
+    let out = ShmTransport::run_threads(2, cfg, |mut t| {
+        let peer = 1 - t.rank();
+        let mut buf = Vec::new();
+        for (i, &n) in sizes.iter().enumerate() {
+            let msg = pattern(n, i);
+            if t.rank() == 0 {
+                t.send(peer, MsgKey::user(1), &msg).unwrap();
+                t.recv(peer, MsgKey::user(2), &mut buf).unwrap();
+            } else {
+                t.recv(peer, MsgKey::user(1), &mut buf).unwrap();
+                assert_eq!(buf, msg, "size {n}");
+                t.send(peer, MsgKey::user(2), &buf).unwrap();
+            }
+            assert_eq!(buf, msg, "size {n}");
+        }
+        t.finish().unwrap();
+        t.stats()
+    })
+    .unwrap();
+    assert_eq!(out[0].total_sent().messages, sizes.len() as u64);
+    assert_eq!(out[1].total_received().messages, sizes.len() as u64);
+}
+
+#[test]
+fn ping_pong_every_path_single_copy() {
+    let cfg = config(SingleCopy::Auto, 8, 1024);
+    let ranks = ShmTransport::create_in_process(2, &cfg).unwrap();
+    assert!(
+        ranks[0].single_copy(),
+        "process_vm_readv on our own pid must work"
+    );
+    drop(ranks);
+    ping_pong_sizes(&cfg);
+}
+
+#[test]
+fn ping_pong_every_path_two_copies() {
+    ping_pong_sizes(&config(SingleCopy::Off, 8, 1024));
+}
+
+/// Both ranks send several large messages to each other in one exchange and receive them in
+/// reverse order: blocking single-copy sends would deadlock.
+#[test]
+fn crossing_large_exchanges_do_not_deadlock() {
+    for mode in [SingleCopy::Auto, SingleCopy::Off] {
+        let cfg = config(mode, 4, 512);
+        ShmTransport::run_threads(2, &cfg, |mut t| {
+            let peer = 1 - t.rank();
+            let msgs: Vec<Vec<u8>> = (0..4)
+                .map(|i| pattern(50_000 + i, t.rank() * 10 + i))
+                .collect();
+            let mut bufs = vec![Vec::new(); 4];
+            let mut ex = Exchange::new();
+            for (i, m) in msgs.iter().enumerate() {
+                ex.send(peer, MsgKey::user(i as u32), m);
+            }
+            for (i, b) in bufs.iter_mut().enumerate().rev() {
+                ex.recv(peer, MsgKey::user(i as u32), b);
+            }
+            t.exchange(&mut ex).unwrap();
+            drop(ex);
+            for (i, b) in bufs.iter().enumerate() {
+                assert_eq!(*b, pattern(50_000 + i, peer * 10 + i));
+            }
+        })
+        .unwrap();
+    }
+}
+
+/// Messages of several flows received in another order than sent match by (key, serial).
+#[test]
+fn out_of_order_flows_match() {
+    let cfg = config(SingleCopy::Auto, 4, 256);
+    ShmTransport::run_threads(3, &cfg, |mut t| {
+        let r = t.rank();
+        if r != 2 {
+            // Large messages use single copy: the sender's buffer must stay put until the
+            // receiver took it, so they go as one exchange (a blocking send of a large message
+            // waits for its receive, like MPI_Send).
+            let msgs: Vec<Vec<u8>> = (0..20u32)
+                .map(|i| {
+                    pattern(
+                        if i % 5 == 0 { 9000 } else { 10 + i as usize },
+                        i as usize + r,
+                    )
+                })
+                .collect();
+            let mut ex = Exchange::new();
+            for (i, m) in msgs.iter().enumerate() {
+                ex.send(2, MsgKey::user(i as u32 % 3), m);
+            }
+            t.exchange(&mut ex).unwrap();
+        } else {
+            let mut buf = Vec::new();
+            for tag in (0..3u32).rev() {
+                for src in [1usize, 0] {
+                    for i in (0..20u32).filter(|i| i % 3 == tag) {
+                        t.recv(src, MsgKey::user(tag), &mut buf).unwrap();
+                        let want = pattern(
+                            if i % 5 == 0 { 9000 } else { 10 + i as usize },
+                            i as usize + src,
+                        );
+                        assert_eq!(buf, want, "src {src} tag {tag} i {i}");
+                    }
+                }
+            }
+        }
+        t.finish().unwrap();
+    })
+    .unwrap();
+}
+
+/// A tiny inbox and tiny rings: the receiver stops draining when its inbox is full, senders
+/// wait for ring space, nothing is lost. (Messages stay in their ring until they fit, so a
+/// receive needing a message queued behind more unmatched bytes than the inbox holds would
+/// wait: the inbox cap bounds memory, `shm.inbox_bytes` sets it.)
+#[test]
+fn backpressure_with_tiny_inbox() {
+    let mut cfg = config(SingleCopy::Off, 2, 128);
+    cfg.shm.inbox_messages = 1;
+    cfg.shm.inbox_bytes = 200;
+    ShmTransport::run_threads(5, &cfg, |mut t| {
+        let r = t.rank();
+        if r != 0 {
+            let msgs: Vec<Vec<u8>> = (0..6).map(|i| pattern(150 + r + i, r + i)).collect();
+            let mut ex = Exchange::new();
+            for (i, m) in msgs.iter().enumerate() {
+                ex.send(0, MsgKey::user(i as u32 % 2), m);
+            }
+            t.exchange(&mut ex).unwrap();
+        } else {
+            let mut buf = Vec::new();
+            for src in (1..5).rev() {
+                for i in 0..6 {
+                    t.recv(src, MsgKey::user(i as u32 % 2), &mut buf).unwrap();
+                    assert_eq!(buf, pattern(150 + src + i, src + i));
+                }
+            }
+        }
+        t.finish().unwrap();
+        t.stats()
+    })
+    .unwrap();
+}
+
+/// A rank that finishes while a peer still waits for it makes the peer fail naming it.
+#[test]
+fn waiting_for_a_finished_rank_fails_naming_it() {
+    let mut cfg = config(SingleCopy::Auto, 4, 256);
+    cfg.general.timeout_ms = 10_000;
+    let out = ShmTransport::run_threads(2, &cfg, |mut t| {
+        if t.rank() == 1 {
+            t.finish().unwrap();
+            return None;
+        }
+        let mut buf = Vec::new();
+        let start = std::time::Instant::now();
+        let e = t.recv(1, MsgKey::user(0), &mut buf).unwrap_err();
+        assert!(start.elapsed() < std::time::Duration::from_secs(5));
+        Some(e)
+    })
+    .unwrap();
+    let e = out[0].as_ref().unwrap();
+    assert_eq!(e.peer(), Some(1), "{e}");
+    assert!(e.to_string().contains("rank 1"), "{e}");
+}
+
+#[test]
+fn self_messages_and_bad_peers() {
+    let cfg = config(SingleCopy::Auto, 4, 256);
+    ShmTransport::run_threads(2, &cfg, |mut t| {
+        let me = t.rank();
+        t.send(me, MsgKey::user(3), b"self").unwrap();
+        let mut buf = Vec::new();
+        t.recv(me, MsgKey::user(3), &mut buf).unwrap();
+        assert_eq!(buf, b"self");
+        assert!(t.send(7, MsgKey::user(0), b"x").is_err());
+        let mut small = [0u8; 2];
+        let mut ex = Exchange::new();
+        ex.send(1 - me, MsgKey::user(9), b"three");
+        ex.recv_into(1 - me, MsgKey::user(9), &mut small);
+        let e = t.exchange(&mut ex).unwrap_err();
+        assert!(e.to_string().contains("5 bytes"), "{e}");
+    })
+    .unwrap();
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// Any sequence of message sizes (inline, fragmented, single copy), sent as one exchange
+    /// and received one by one, arrives intact and in flow order.
+    #[test]
+    fn any_size_sequence_round_trips(
+        sizes in proptest::collection::vec(prop_oneof![0usize..300, 300usize..3000, 3000usize..20_000], 1..24),
+        off in any::<bool>(),
+    ) {
+        let cfg = config(if off { SingleCopy::Off } else { SingleCopy::Auto }, 4, 256);
+        let sizes2 = sizes.clone();
+        let res = ShmTransport::run_threads(2, &cfg, move |mut t| {
+            if t.rank() == 0 {
+                let msgs: Vec<Vec<u8>> = sizes2.iter().enumerate().map(|(i, &n)| pattern(n, i)).collect();
+                let mut ex = Exchange::new();
+                for m in &msgs {
+                    ex.send(1, MsgKey::user(5), m);
+                }
+                t.exchange(&mut ex).unwrap();
+                true
+            } else {
+                let mut buf = Vec::new();
+                sizes2.iter().enumerate().all(|(i, &n)| {
+                    t.recv(0, MsgKey::user(5), &mut buf).unwrap();
+                    buf == pattern(n, i)
+                })
+            }
+        }).unwrap();
+        prop_assert!(res[1]);
+    }
+}
