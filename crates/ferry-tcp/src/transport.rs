@@ -1,0 +1,1920 @@
+//! The TCP transport: ADD/TRY/GET over a capped connection cache (000 §4.4, §4.5; T1-T5, T7, T8).
+//!
+//! # Protocol
+//! Every message gets a flow serial (M2) and is copied into the bounded outbox; the send is then
+//! complete. Small messages (`tcp.eager_bytes`) travel at once as TRY with their payload; the
+//! receiver answers ACCEPT (matched to a posted receive, read straight into its buffer, or kept
+//! in the bounded inbox) or REFUSE (inbox full). Large messages are ANNOUNCEd without payload.
+//! A refused or announced message stays in the sender's outbox until the receiver, once its
+//! receive is posted, pulls it with GET; the DATA answer is read straight into the receive
+//! buffer. ACCEPT frees the outbox entry. Control messages (kind CONTROL, at most 4 KiB) use ADD,
+//! which the receiver never refuses.
+//!
+//! ACCEPTs are corked: they leave with the next frame written to that peer (a ping-pong's answer
+//! carries the ACCEPT of the ping in the same `writev`), or before this rank blocks.
+//!
+//! # Connections
+//! Connections are opened lazily on first use with a non-blocking connect; the dialler sends
+//! HELLO (secret) and may queue frames right behind it, the acceptor answers HELLO_ACK, so
+//! simultaneous connects never deadlock. A pair may end up with two connections; serials make
+//! that harmless. Beyond `tcp.connection_cap` the least recently used *quiescent* connection
+//! (nothing outstanding either way) is closed with a CLOSE_REQ/CLOSE_ACK handshake, so eviction
+//! never loses a frame in flight; a busy peer answers CLOSE_NAK and the connection stays.
+//!
+//! # Waiting
+//! Readiness comes from a level-triggered epoll set; each pass serves the ready sockets in
+//! rotating order with a bounded amount of work per socket (T3). [`Transport::exchange`] polls
+//! for `general.spin_us` (yielding now and then, so oversubscribed ranks still progress) before
+//! it blocks in epoll: a wake-up from sleep costs ~25 us on the target VMs, a message ~4 us.
+
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ferry_core::config::ConfigWatcher;
+use ferry_core::transport::{check_peer, drive_exchange};
+use ferry_core::{
+    Config, Error, ErrorKind, Exchange, MsgKey, MsgKind, OpState, RecvBuf, Result, Stats, Store,
+    Transport, WaitPolicy,
+};
+use ferry_proto::frame::{FrameType, Header, HEADER_LEN};
+use ferry_proto::handshake;
+use ferry_proto::{Arrival, EarlyArrivals, FlowTable, MatchError};
+
+use crate::conn::{Conn, OutFrame, Phase, ReadState, Target};
+use crate::poller::{Poller, Ready, LISTENER};
+
+const NAME: &str = "tcp";
+/// Largest CONTROL message sent with ADD (never refused); larger ones use TRY.
+const ADD_MAX: usize = 4096;
+/// Bytes read from one socket per pass before the next ready socket gets its turn (T3).
+const READ_BUDGET: usize = 256 << 10;
+/// Frames parsed from one socket per pass.
+const FRAME_BUDGET: usize = 256;
+/// Connections accepted per pass.
+const ACCEPT_BUDGET: usize = 16;
+/// Payload remainders at least this large are read straight into their destination.
+const DIRECT_READ_MIN: usize = 8 << 10;
+/// Recv op progress values (OpState::Active::progress).
+const WAITING: usize = 0;
+const GET_SENT: usize = 1;
+const RECEIVING: usize = 2;
+
+/// (peer, key, serial): a message in the outbox.
+type MsgId = (usize, MsgKey, u64);
+
+#[derive(Debug, Clone)]
+enum PeerStatus {
+    Alive,
+    /// Said BYE: finished in order.
+    Finished,
+    /// Gone without BYE, or unreachable; the cause.
+    Dead(String),
+}
+
+#[derive(Debug)]
+struct Peer {
+    addr: Option<SocketAddr>,
+    status: PeerStatus,
+    /// Connection used to send to this peer.
+    conn: Option<usize>,
+    retry_at: Option<Instant>,
+    first_failure: Option<Instant>,
+    backoff: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OutState {
+    /// Waiting for a connection.
+    Unsent,
+    /// TRY/ADD written, or ANNOUNCE written and waiting for GET.
+    Sent,
+    /// Refused; waiting for GET.
+    Refused,
+}
+
+struct OutMsg {
+    data: Arc<[u8]>,
+    state: OutState,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Counters {
+    opened: u64,
+    accepted: u64,
+    evictions: u64,
+    refusals_sent: u64,
+    refusals_received: u64,
+    gets_sent: u64,
+    gets_served: u64,
+    strangers: u64,
+    announced: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Settings {
+    cap: usize,
+    outbox_cap: usize,
+    eager: usize,
+    max_msg: u64,
+    connect_timeout: Duration,
+    policy: WaitPolicy,
+}
+
+/// What happens to a connection after it was served.
+enum Verdict {
+    Keep,
+    /// Close in order (nothing lost).
+    Close,
+    /// Drop because of a fault; `peer_failed` marks an authenticated peer as dead.
+    Fault {
+        cause: String,
+        peer_failed: bool,
+    },
+}
+
+/// One rank's TCP backend (seed 000; T1-T5, T7, T8). See the module documentation.
+pub struct TcpTransport {
+    rank: usize,
+    size: usize,
+    secret: Arc<[u8]>,
+    set: Settings,
+    listener: TcpListener,
+    listener_paused: bool,
+    local_addr: SocketAddr,
+    poller: Poller,
+    ready: Vec<Ready>,
+    rr: usize,
+    conns: Vec<Option<Conn>>,
+    n_conns: usize,
+    peers: Vec<Peer>,
+    excluded: Vec<bool>,
+    watcher: Option<ConfigWatcher>,
+    flows: FlowTable,
+    inbox: EarlyArrivals,
+    /// ADD messages and GET answers whose receive is gone: never refused, bounded by what this
+    /// rank asked for (GET) or by the senders' small control traffic (ADD).
+    overflow: HashMap<Arrival, Vec<u8>>,
+    outbox: HashMap<MsgId, OutMsg>,
+    outbox_bytes: usize,
+    unsent: VecDeque<MsgId>,
+    /// Messages known to wait in a sender's outbox (refused or announced): whether GET was sent.
+    remote: HashMap<Arrival, bool>,
+    dirty: Vec<usize>,
+    tick: u64,
+    stats: Stats,
+    count: Counters,
+    pending_error: Option<Error>,
+    finished: bool,
+}
+
+impl TcpTransport {
+    /// Launcher mode (R1): binds an ephemeral port on `tcp.bind` (`FERRY_TCP_BIND`), publishes
+    /// `tcp/addr/<rank>` in `store` and reads every other rank's address from it. No fixed
+    /// ports, so two jobs on one host never collide.
+    pub fn from_store(
+        rank: usize,
+        size: usize,
+        store: &dyn Store,
+        config: &Config,
+        secret: &str,
+    ) -> Result<TcpTransport> {
+        TcpTransport::from_store_excluding(rank, size, store, config, secret, &[])
+    }
+
+    /// Like [`TcpTransport::from_store`], but the ranks in `excluded` are served by another
+    /// transport over the same [`Exchange`] (the hybrid backend: shared memory on the node,
+    /// TCP between nodes). Their addresses are not read, operations with them are skipped by
+    /// [`Transport::progress_exchange`], which still returns `ex.is_complete()`, so the hybrid
+    /// can drive both transports over one exchange.
+    pub fn from_store_excluding(
+        rank: usize,
+        size: usize,
+        store: &dyn Store,
+        config: &Config,
+        secret: &str,
+        excluded: &[usize],
+    ) -> Result<TcpTransport> {
+        if rank >= size {
+            return Err(Error::invalid(
+                "tcp init",
+                format!("rank {rank} of {size} ranks"),
+            ));
+        }
+        let bind = format!("{}:0", config.tcp.bind);
+        let listener = TcpListener::bind(&bind).map_err(|e| {
+            Error::io("tcp init", e)
+                .on_rank(rank)
+                .with_detail(format!("cannot bind {bind} (tcp.bind / FERRY_TCP_BIND)"))
+        })?;
+        let local = listener
+            .local_addr()
+            .map_err(|e| Error::io("tcp init", e).on_rank(rank))?;
+        store
+            .set(&format!("tcp/addr/{rank}"), local.to_string().as_bytes())
+            .map_err(|e| e.context("tcp init").or_rank(rank))?;
+        let mut excl = vec![false; size];
+        for &p in excluded {
+            check_peer(rank, size, p, "tcp init")?;
+            excl[p] = true;
+        }
+        let mut addrs = vec![None; size];
+        for (p, slot) in addrs.iter_mut().enumerate() {
+            if p == rank || excl[p] {
+                continue;
+            }
+            let raw = store
+                .get(&format!("tcp/addr/{p}"), config.timeout())
+                .map_err(|e| e.context("tcp init").or_rank(rank))?;
+            let text = String::from_utf8_lossy(&raw);
+            let addr = text.parse::<SocketAddr>().map_err(|e| {
+                Error::new(ErrorKind::Protocol, "tcp init")
+                    .on_rank(rank)
+                    .with_peer(p)
+                    .with_detail(format!("store holds `{text}` as the address of rank {p}"))
+                    .with_source(e)
+            })?;
+            *slot = Some(addr);
+        }
+        TcpTransport::build(rank, listener, addrs, excl, config, secret.as_bytes(), None)
+    }
+
+    /// File mode (R2a, 000 §4.3): `tcp.addresses` lists N `host:port`; this process takes the
+    /// rank of the first address it can bind, the job has N ranks. The secret is `tcp.secret`,
+    /// else `FERRY_SECRET`. The file named by `FERRY_CONFIG` is re-read every `tcp.reload_ms`
+    /// while a peer cannot be reached, so a rank may move to a new address (000 §5.1).
+    pub fn from_address_list(config: &Config) -> Result<TcpTransport> {
+        let list = &config.tcp.addresses;
+        if list.is_empty() {
+            return Err(Error::config(
+                "tcp.addresses is empty: file mode needs the address of every rank",
+            ));
+        }
+        let mut bound = None;
+        for (i, a) in list.iter().enumerate() {
+            let Ok(candidates) = a.to_socket_addrs() else {
+                continue;
+            };
+            if let Some(l) = candidates
+                .into_iter()
+                .find_map(|s| TcpListener::bind(s).ok())
+            {
+                bound = Some((i, l));
+                break;
+            }
+        }
+        let Some((rank, listener)) = bound else {
+            return Err(Error::config(format!(
+                "none of the {} addresses in tcp.addresses can be bound on this host \
+                 (all taken by other ranks, or not local)",
+                list.len()
+            )));
+        };
+        let addrs = list
+            .iter()
+            .enumerate()
+            .map(|(i, a)| if i == rank { None } else { resolve(a) })
+            .collect();
+        let secret = config
+            .tcp
+            .secret
+            .clone()
+            .or_else(|| std::env::var("FERRY_SECRET").ok())
+            .unwrap_or_else(|| {
+                tracing::warn!(
+                    "rank {rank}: no tcp.secret and no FERRY_SECRET: any process can join this job"
+                );
+                String::new()
+            });
+        let watcher = ConfigWatcher::from_env(Duration::from_millis(config.tcp.reload_ms));
+        let excl = vec![false; list.len()];
+        TcpTransport::build(
+            rank,
+            listener,
+            addrs,
+            excl,
+            config,
+            secret.as_bytes(),
+            Some(watcher),
+        )
+    }
+
+    fn build(
+        rank: usize,
+        listener: TcpListener,
+        addrs: Vec<Option<SocketAddr>>,
+        excluded: Vec<bool>,
+        config: &Config,
+        secret: &[u8],
+        watcher: Option<ConfigWatcher>,
+    ) -> Result<TcpTransport> {
+        let size = addrs.len();
+        let init_err = |e: io::Error| Error::io("tcp init", e).on_rank(rank);
+        listener.set_nonblocking(true).map_err(init_err)?;
+        let local_addr = listener.local_addr().map_err(init_err)?;
+        let poller = Poller::new().map_err(init_err)?;
+        poller
+            .add(listener.as_raw_fd(), LISTENER, false)
+            .map_err(init_err)?;
+        let t = &config.tcp;
+        let set = Settings {
+            cap: t.connection_cap.max(1),
+            outbox_cap: if t.outbox_bytes == 0 {
+                usize::MAX
+            } else {
+                t.outbox_bytes
+            },
+            eager: t.eager_bytes,
+            max_msg: t.max_message_bytes,
+            connect_timeout: Duration::from_millis(t.connect_timeout_ms.max(1)),
+            policy: WaitPolicy {
+                spin: config.spin(),
+                timeout: config.timeout(),
+            },
+        };
+        tracing::debug!("rank {rank}: tcp backend listening on {local_addr}, {size} ranks");
+        Ok(TcpTransport {
+            rank,
+            size,
+            secret: Arc::from(secret),
+            set,
+            listener,
+            listener_paused: false,
+            local_addr,
+            poller,
+            ready: Vec::with_capacity(64),
+            rr: 0,
+            conns: Vec::new(),
+            n_conns: 0,
+            peers: addrs
+                .into_iter()
+                .map(|addr| Peer {
+                    addr,
+                    status: PeerStatus::Alive,
+                    conn: None,
+                    retry_at: None,
+                    first_failure: None,
+                    backoff: Duration::from_millis(5),
+                })
+                .collect(),
+            excluded,
+            watcher,
+            flows: FlowTable::new(),
+            inbox: EarlyArrivals::new(t.inbox_messages, t.inbox_bytes),
+            overflow: HashMap::new(),
+            outbox: HashMap::new(),
+            outbox_bytes: 0,
+            unsent: VecDeque::new(),
+            remote: HashMap::new(),
+            dirty: Vec::new(),
+            tick: 0,
+            stats: Stats::new(rank, size, NAME),
+            count: Counters::default(),
+            pending_error: None,
+            finished: false,
+        })
+    }
+
+    /// The address this rank listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// The epoll descriptor that becomes readable whenever a socket of this transport has
+    /// input or room for pending output. A composite backend (hybrid) can add it to its own
+    /// poll set and call [`Transport::progress_exchange`] when it fires, instead of blocking in
+    /// [`Transport::wait_for_input`].
+    pub fn poll_fd(&self) -> BorrowedFd<'_> {
+        self.poller.fd()
+    }
+
+    /// Number of open connections (for tests of the connection cap, T2).
+    pub fn open_connections(&self) -> usize {
+        self.n_conns
+    }
+
+    // ----- errors -----
+
+    fn err(&self, kind: ErrorKind, op: &'static str, peer: usize, detail: String) -> Error {
+        Error::new(kind, op)
+            .on_rank(self.rank)
+            .with_peer(peer)
+            .with_detail(detail)
+    }
+
+    fn peer_gone(&self, op: &'static str, peer: usize) -> Option<Error> {
+        match &self.peers[peer].status {
+            PeerStatus::Alive => None,
+            PeerStatus::Finished => Some(self.err(
+                ErrorKind::PeerFailed,
+                op,
+                peer,
+                format!("rank {peer} already finished (orderly shutdown)"),
+            )),
+            PeerStatus::Dead(cause) => Some(self.err(
+                ErrorKind::PeerFailed,
+                op,
+                peer,
+                format!("rank {peer} failed: {cause}"),
+            )),
+        }
+    }
+
+    fn mark_dead(&mut self, peer: usize, cause: String) {
+        if matches!(self.peers[peer].status, PeerStatus::Alive) {
+            tracing::warn!("rank {}: rank {peer} failed: {cause}", self.rank);
+            self.peers[peer].status = PeerStatus::Dead(cause);
+        }
+    }
+
+    // ----- sending -----
+
+    fn frame_type_for(&self, key: MsgKey, len: usize) -> FrameType {
+        if key.kind == MsgKind::CONTROL && len <= ADD_MAX {
+            FrameType::Add
+        } else if len <= self.set.eager {
+            FrameType::Try
+        } else {
+            FrameType::Announce
+        }
+    }
+
+    fn start_sends(&mut self, ex: &mut Exchange<'_>) -> Result<()> {
+        let Exchange { sends, recvs } = ex;
+        for s in sends.iter_mut() {
+            let serial = match s.state {
+                OpState::Done => continue,
+                OpState::New => {
+                    check_peer(self.rank, self.size, s.peer, "send")?;
+                    if self.excluded[s.peer] {
+                        continue;
+                    }
+                    if s.data.len() as u64 > self.set.max_msg {
+                        return Err(Error::invalid(
+                            "send",
+                            format!(
+                                "message of {} bytes exceeds tcp.max_message_bytes = {}",
+                                s.data.len(),
+                                self.set.max_msg
+                            ),
+                        )
+                        .on_rank(self.rank)
+                        .with_peer(s.peer));
+                    }
+                    let serial = self.flows.take_send_serial(s.peer, s.key);
+                    s.state = OpState::Active {
+                        serial,
+                        progress: 0,
+                    };
+                    serial
+                }
+                OpState::Active { serial, .. } => {
+                    if self.excluded[s.peer] {
+                        continue;
+                    }
+                    serial
+                }
+            };
+            let len = s.data.len();
+            if s.peer == self.rank {
+                // To self: straight into a posted receive, else into the inbox when it has
+                // room (the send waits otherwise, like any sender facing a full inbox).
+                let arrival = Arrival {
+                    source: self.rank,
+                    key: s.key,
+                    serial,
+                };
+                if let Some(i) = find_posted(recvs, arrival) {
+                    let r = &mut recvs[i];
+                    r.buf.fill_from(s.data.to_vec()).map_err(|want| {
+                        Error::invalid("recv", format!("message of {len} bytes, buffer of {want}"))
+                            .on_rank(self.rank)
+                            .with_peer(self.rank)
+                    })?;
+                    r.state = OpState::Done;
+                    self.stats.record_recv(self.rank, len);
+                } else if self.inbox.insert(arrival, s.data.to_vec()).is_err() {
+                    continue;
+                }
+                self.stats.record_send(self.rank, len);
+                s.state = OpState::Done;
+                continue;
+            }
+            if let Some(e) = self.peer_gone("send", s.peer) {
+                return Err(e);
+            }
+            if self.outbox_bytes.saturating_add(len) > self.set.outbox_cap
+                && !self.outbox.is_empty()
+            {
+                // Full outbox: the send waits while the exchange keeps serving sockets (T1).
+                continue;
+            }
+            let id = (s.peer, s.key, serial);
+            self.outbox.insert(
+                id,
+                OutMsg {
+                    data: Arc::from(s.data),
+                    state: OutState::Unsent,
+                },
+            );
+            self.outbox_bytes += len;
+            if !self.transmit(id)? {
+                self.unsent.push_back(id);
+            }
+            self.stats.record_send(s.peer, len);
+            s.state = OpState::Done;
+        }
+        Ok(())
+    }
+
+    /// Writes the outbox message `id` to a connection; false if none is available yet.
+    fn transmit(&mut self, id: MsgId) -> Result<bool> {
+        let (peer, key, serial) = id;
+        let Some(c) = self.get_conn(peer, "send")? else {
+            return Ok(false);
+        };
+        let Some(len) = self.outbox.get(&id).map(|m| m.data.len()) else {
+            return Ok(true);
+        };
+        let ty = self.frame_type_for(key, len);
+        let Some(msg) = self.outbox.get_mut(&id) else {
+            return Ok(true);
+        };
+        let header = Header {
+            ty,
+            key,
+            source: self.rank as u32,
+            dest: peer as u32,
+            serial,
+            len: len as u64,
+        };
+        let payload = (ty != FrameType::Announce).then(|| msg.data.clone());
+        msg.state = OutState::Sent;
+        if ty == FrameType::Announce {
+            self.count.announced += 1;
+        }
+        let conn = self.conns[c].as_mut().expect("get_conn returns live slots");
+        if ty != FrameType::Announce {
+            conn.outstanding += 1;
+        }
+        conn.wq.push_back(OutFrame::new(&header, payload));
+        self.flush_conn(c);
+        Ok(true)
+    }
+
+    /// The connection to send to `peer` on, opening one if the cap allows; `None` while one is
+    /// being set up, closed, or retried.
+    fn get_conn(&mut self, peer: usize, op: &'static str) -> Result<Option<usize>> {
+        if let Some(c) = self.peers[peer].conn {
+            if let Some(conn) = self.conns[c].as_mut() {
+                match conn.phase {
+                    Phase::Open | Phase::AwaitHelloAck => {
+                        self.tick += 1;
+                        conn.last_used = self.tick;
+                        return Ok(Some(c));
+                    }
+                    Phase::Connecting(_) => return Ok(None),
+                    _ => {}
+                }
+            }
+            self.peers[peer].conn = None;
+        }
+        if let Some(e) = self.peer_gone(op, peer) {
+            return Err(e);
+        }
+        // Another usable connection to the peer (e.g. one it opened to us)?
+        let mut closing = false;
+        for (i, slot) in self.conns.iter().enumerate() {
+            if let Some(conn) = slot {
+                if conn.peer == Some(peer) {
+                    match conn.phase {
+                        Phase::Open | Phase::AwaitHelloAck => {
+                            self.peers[peer].conn = Some(i);
+                            return Ok(Some(i));
+                        }
+                        Phase::Connecting(_) => return Ok(None),
+                        _ => closing = true,
+                    }
+                }
+            }
+        }
+        if closing {
+            return Ok(None);
+        }
+        let now = Instant::now();
+        if self.peers[peer].retry_at.is_some_and(|t| now < t) {
+            return Ok(None);
+        }
+        if self.n_conns >= self.set.cap {
+            self.evict_one();
+            return Ok(None);
+        }
+        let Some(addr) = self.peers[peer].addr else {
+            self.reload_addresses();
+            return Err(self.err(
+                ErrorKind::Config,
+                op,
+                peer,
+                format!("no usable address for rank {peer}"),
+            ));
+        };
+        match start_connect(addr) {
+            Ok((sock, done)) => {
+                let phase = if done {
+                    Phase::AwaitHelloAck
+                } else {
+                    Phase::Connecting(now)
+                };
+                let c = self.insert_conn(Conn::new(sock, Some(peer), phase, self.tick), !done);
+                self.peers[peer].conn = Some(c);
+                self.count.opened += 1;
+                if done {
+                    self.send_hello(c);
+                    return Ok(Some(c));
+                }
+                Ok(None)
+            }
+            Err(e) => {
+                self.connect_failed(peer, addr, e);
+                match self.peer_gone(op, peer) {
+                    Some(e) => Err(e),
+                    None => Ok(None),
+                }
+            }
+        }
+    }
+
+    fn send_hello(&mut self, c: usize) {
+        let Some(conn) = self.conns[c].as_mut() else {
+            return;
+        };
+        let Some(peer) = conn.peer else { return };
+        let h = handshake::hello(self.rank, peer, &self.secret);
+        conn.wq
+            .push_front(OutFrame::new(&h, Some(self.secret.clone())));
+        self.flush_conn(c);
+    }
+
+    fn connect_failed(&mut self, peer: usize, addr: SocketAddr, e: io::Error) {
+        if matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE)) {
+            // Out of descriptors is local pressure, not a dead peer: free one and retry.
+            self.evict_one();
+            self.peers[peer].retry_at = Some(Instant::now() + Duration::from_millis(5));
+            return;
+        }
+        let now = Instant::now();
+        let p = &mut self.peers[peer];
+        let first = *p.first_failure.get_or_insert(now);
+        if now.duration_since(first) >= self.set.connect_timeout {
+            self.mark_dead(
+                peer,
+                format!(
+                    "cannot connect to {addr} within {:?} (tcp.connect_timeout_ms): {e}",
+                    self.set.connect_timeout
+                ),
+            );
+            return;
+        }
+        tracing::debug!(
+            "rank {}: connect to rank {peer} at {addr}: {e}; retrying",
+            self.rank
+        );
+        p.retry_at = Some(now + p.backoff);
+        p.backoff = (p.backoff * 2).min(Duration::from_millis(200));
+        self.reload_addresses();
+    }
+
+    /// File mode: picks up changed addresses (000 §5.1: a restarted rank may have moved).
+    fn reload_addresses(&mut self) {
+        let Some(w) = self.watcher.as_mut() else {
+            return;
+        };
+        match w.poll() {
+            None => {}
+            Some(Err(e)) => {
+                tracing::warn!("rank {}: configuration reload failed: {e}", self.rank)
+            }
+            Some(Ok(cfg)) => {
+                if cfg.tcp.addresses.len() != self.size {
+                    tracing::warn!(
+                        "rank {}: reloaded configuration lists {} addresses, the job has {} ranks; ignored",
+                        self.rank,
+                        cfg.tcp.addresses.len(),
+                        self.size
+                    );
+                    return;
+                }
+                for (p, a) in cfg.tcp.addresses.iter().enumerate() {
+                    if p != self.rank {
+                        if let Some(addr) = resolve(a) {
+                            self.peers[p].addr = Some(addr);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn insert_conn(&mut self, conn: Conn, want_write: bool) -> usize {
+        let fd = conn.sock.as_raw_fd();
+        let slot = match self.conns.iter().position(Option::is_none) {
+            Some(i) => i,
+            None => {
+                self.conns.push(None);
+                self.conns.len() - 1
+            }
+        };
+        let mut conn = conn;
+        conn.want_write = want_write;
+        if let Err(e) = self.poller.add(fd, slot as u64, want_write) {
+            tracing::warn!("rank {}: cannot watch a socket: {e}", self.rank);
+        }
+        self.conns[slot] = Some(conn);
+        self.n_conns += 1;
+        slot
+    }
+
+    fn drop_conn(&mut self, id: usize, conn: Conn) {
+        self.poller.remove(conn.sock.as_raw_fd());
+        if let Some(p) = conn.peer {
+            if self.peers[p].conn == Some(id) {
+                self.peers[p].conn = None;
+            }
+        }
+        self.conns[id] = None;
+        self.n_conns -= 1;
+        drop(conn);
+    }
+
+    /// Starts closing the least recently used quiescent connection (T2), one at a time.
+    fn evict_one(&mut self) {
+        let mut victim: Option<(u64, usize)> = None;
+        for (i, slot) in self.conns.iter().enumerate() {
+            let Some(c) = slot else { continue };
+            if c.phase == Phase::ClosingSent {
+                return;
+            }
+            if c.quiescent() && victim.map_or(true, |(t, _)| c.last_used < t) {
+                victim = Some((c.last_used, i));
+            }
+        }
+        let Some((_, id)) = victim else { return };
+        let Some(conn) = self.conns[id].as_mut() else {
+            return;
+        };
+        let Some(peer) = conn.peer else { return };
+        let h = Header::control(
+            FrameType::CloseReq,
+            MsgKey::user(0),
+            self.rank as u32,
+            peer as u32,
+            0,
+        );
+        conn.wq.push_back(OutFrame::new(&h, None));
+        conn.phase = Phase::ClosingSent;
+        if self.peers[peer].conn == Some(id) {
+            self.peers[peer].conn = None;
+        }
+        self.count.evictions += 1;
+        tracing::debug!("rank {}: evicting connection to rank {peer}", self.rank);
+        self.flush_conn(id);
+    }
+
+    // ----- writing -----
+
+    /// Writes what the connection's queue holds; a write error is a connection fault.
+    fn flush_conn(&mut self, id: usize) {
+        let Some(conn) = self.conns[id].as_mut() else {
+            return;
+        };
+        if matches!(conn.phase, Phase::Connecting(_)) {
+            return;
+        }
+        match conn.flush() {
+            Ok(empty) => {
+                if empty == conn.want_write {
+                    conn.want_write = !empty;
+                    let _ = self.poller.modify(conn.sock.as_raw_fd(), id as u64, !empty);
+                }
+                if empty && conn.phase == Phase::Closing {
+                    if let Some(conn) = self.conns[id].take() {
+                        self.drop_conn(id, conn);
+                    }
+                }
+            }
+            Err(e) => {
+                if let Some(conn) = self.conns[id].take() {
+                    let v = self.io_fault(&conn, e);
+                    self.apply_verdict(id, conn, v);
+                }
+            }
+        }
+    }
+
+    fn flush_dirty(&mut self) {
+        while let Some(id) = self.dirty.pop() {
+            self.flush_conn(id);
+        }
+    }
+
+    // ----- receiving -----
+
+    fn match_recvs(&mut self, ex: &mut Exchange<'_>) -> Result<()> {
+        for i in 0..ex.recvs.len() {
+            let r = &mut ex.recvs[i];
+            let (serial, progress) = match r.state {
+                OpState::Done => continue,
+                OpState::New => {
+                    check_peer(self.rank, self.size, r.peer, "recv")?;
+                    if self.excluded[r.peer] {
+                        continue;
+                    }
+                    let serial = self.flows.take_recv_serial(r.peer, r.key);
+                    r.state = OpState::Active {
+                        serial,
+                        progress: WAITING,
+                    };
+                    (serial, WAITING)
+                }
+                OpState::Active { serial, progress } => {
+                    if self.excluded[r.peer] {
+                        continue;
+                    }
+                    (serial, progress)
+                }
+            };
+            if progress == RECEIVING {
+                continue;
+            }
+            let arrival = Arrival {
+                source: r.peer,
+                key: r.key,
+                serial,
+            };
+            let stored = self
+                .inbox
+                .take(&arrival)
+                .or_else(|| self.overflow.remove(&arrival));
+            if let Some(payload) = stored {
+                let len = payload.len();
+                r.buf.fill_from(payload).map_err(|want| {
+                    Error::invalid("recv", format!("message of {len} bytes, buffer of {want}"))
+                        .on_rank(self.rank)
+                        .with_peer(arrival.source)
+                })?;
+                r.state = OpState::Done;
+                self.stats.record_recv(arrival.source, len);
+                continue;
+            }
+            if progress == WAITING && self.remote.get(&arrival) == Some(&false) {
+                // The message waits in the sender's outbox: pull it (000 §4.4.3).
+                let peer = arrival.source;
+                if let Some(c) = self.get_conn(peer, "recv")? {
+                    let h = Header::control(
+                        FrameType::Get,
+                        arrival.key,
+                        peer as u32,
+                        self.rank as u32,
+                        serial,
+                    );
+                    let conn = self.conns[c].as_mut().expect("live slot");
+                    conn.wq.push_back(OutFrame::new(&h, None));
+                    conn.outstanding += 1;
+                    self.remote.insert(arrival, true);
+                    self.count.gets_sent += 1;
+                    ex.recvs[i].state = OpState::Active {
+                        serial,
+                        progress: GET_SENT,
+                    };
+                    self.flush_conn(c);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Serves ready sockets once, in rotating order, with bounded work each (T3).
+    fn poll_io(&mut self, ex: &mut Exchange<'_>, timeout_ms: i32) -> Result<()> {
+        self.ready.clear();
+        let mut ready = std::mem::take(&mut self.ready);
+        let res = self.poller.wait(&mut ready, timeout_ms);
+        if let Err(e) = res {
+            self.ready = ready;
+            return Err(Error::io("poll", e).on_rank(self.rank));
+        }
+        let n = ready.len();
+        self.rr = self.rr.wrapping_add(1);
+        let start = if n == 0 { 0 } else { self.rr % n };
+        let mut result = Ok(());
+        for k in 0..n {
+            let r = ready[(start + k) % n];
+            if r.token == LISTENER {
+                self.accept_some();
+            } else if let Err(e) = self.service(r.token as usize, r, ex) {
+                result = Err(e);
+                break;
+            }
+        }
+        self.ready = ready;
+        result
+    }
+
+    fn accept_some(&mut self) {
+        for _ in 0..ACCEPT_BUDGET {
+            if self.n_conns >= self.set.cap {
+                // Leave the connection in the backlog until a slot is free (back-pressure on
+                // connectors, T2); level-triggered readiness would otherwise spin.
+                self.evict_one();
+                self.pause_listener();
+                return;
+            }
+            match self.listener.accept() {
+                Ok((sock, from)) => {
+                    if let Err(e) = sock.set_nonblocking(true).and(sock.set_nodelay(true)) {
+                        tracing::warn!("rank {}: accepted socket from {from}: {e}", self.rank);
+                        continue;
+                    }
+                    let deadline = Instant::now() + self.set.connect_timeout;
+                    self.insert_conn(
+                        Conn::new(sock, None, Phase::AwaitHello(deadline), self.tick),
+                        false,
+                    );
+                    self.count.accepted += 1;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    tracing::warn!("rank {}: accept failed: {e}", self.rank);
+                    self.evict_one();
+                    self.pause_listener();
+                    return;
+                }
+            }
+        }
+    }
+
+    fn pause_listener(&mut self) {
+        if !self.listener_paused {
+            self.poller.remove(self.listener.as_raw_fd());
+            self.listener_paused = true;
+        }
+    }
+
+    fn service(&mut self, id: usize, r: Ready, ex: &mut Exchange<'_>) -> Result<()> {
+        let Some(mut conn) = self.conns.get_mut(id).and_then(Option::take) else {
+            return Ok(());
+        };
+        let verdict = if let Phase::Connecting(_) = conn.phase {
+            self.finish_connect(&mut conn)
+        } else {
+            let mut v = Verdict::Keep;
+            if r.writable {
+                if let Err(e) = conn.flush() {
+                    v = self.io_fault(&conn, e);
+                }
+            }
+            if matches!(v, Verdict::Keep) && (r.readable || r.hangup) {
+                match self.read_frames(id, &mut conn, ex) {
+                    Ok(verdict) => v = verdict,
+                    Err(e) => {
+                        self.conns[id] = Some(conn);
+                        self.dirty.push(id);
+                        return Err(e);
+                    }
+                }
+            }
+            v
+        };
+        self.apply_verdict(id, conn, verdict);
+        Ok(())
+    }
+
+    fn apply_verdict(&mut self, id: usize, conn: Conn, v: Verdict) {
+        match v {
+            Verdict::Keep => {
+                self.conns[id] = Some(conn);
+                self.flush_conn(id);
+            }
+            Verdict::Close => {
+                let mut conn = conn;
+                let _ = conn.flush();
+                self.drop_conn(id, conn);
+            }
+            Verdict::Fault { cause, peer_failed } => {
+                if let Some(p) = conn.peer {
+                    if peer_failed {
+                        self.mark_dead(p, cause);
+                    } else {
+                        tracing::debug!("rank {}: connection to rank {p}: {cause}", self.rank);
+                    }
+                } else {
+                    tracing::warn!(
+                        "rank {}: dropped connection from stranger {:?}: {cause}",
+                        self.rank,
+                        conn.sock.peer_addr().ok()
+                    );
+                }
+                self.drop_conn(id, conn);
+            }
+        }
+    }
+
+    fn finish_connect(&mut self, conn: &mut Conn) -> Verdict {
+        let peer = conn.peer.unwrap_or(0);
+        let err = match conn.sock.take_error() {
+            Ok(None) => match conn.sock.peer_addr() {
+                Ok(_) => None,
+                Err(e) => Some(e),
+            },
+            Ok(Some(e)) | Err(e) => Some(e),
+        };
+        match err {
+            None => {
+                conn.phase = Phase::AwaitHelloAck;
+                let h = handshake::hello(self.rank, peer, &self.secret);
+                conn.wq
+                    .push_front(OutFrame::new(&h, Some(self.secret.clone())));
+                Verdict::Keep
+            }
+            Some(e) => {
+                if let Some(addr) = self.peers[peer].addr {
+                    self.connect_failed(peer, addr, e);
+                }
+                // connect_failed decided whether the peer is dead; the socket just goes.
+                Verdict::Fault {
+                    cause: "connect failed".into(),
+                    peer_failed: false,
+                }
+            }
+        }
+    }
+
+    fn io_fault(&self, conn: &Conn, e: io::Error) -> Verdict {
+        self.eof_verdict(conn, Some(e))
+    }
+
+    /// What a closed or broken stream means in the connection's phase.
+    fn eof_verdict(&self, conn: &Conn, e: Option<io::Error>) -> Verdict {
+        let what = match &e {
+            Some(e) => format!("connection error: {e}"),
+            None => "connection closed by the peer without an orderly shutdown".to_string(),
+        };
+        match conn.phase {
+            Phase::ClosingSent | Phase::Closing | Phase::ByeSent => Verdict::Close,
+            Phase::AwaitHello(_) => Verdict::Fault {
+                cause: format!("{what} before the handshake"),
+                peer_failed: false,
+            },
+            Phase::Connecting(_) => Verdict::Fault {
+                cause: what,
+                peer_failed: false,
+            },
+            Phase::AwaitHelloAck => Verdict::Fault {
+                cause: format!("{what} during the handshake (wrong job secret?)"),
+                peer_failed: true,
+            },
+            Phase::Open => {
+                let finished = conn
+                    .peer
+                    .is_some_and(|p| matches!(self.peers[p].status, PeerStatus::Finished));
+                if finished {
+                    Verdict::Close
+                } else {
+                    Verdict::Fault {
+                        cause: what,
+                        peer_failed: true,
+                    }
+                }
+            }
+        }
+    }
+
+    fn read_frames(
+        &mut self,
+        id: usize,
+        conn: &mut Conn,
+        ex: &mut Exchange<'_>,
+    ) -> Result<Verdict> {
+        let mut budget = READ_BUDGET;
+        let mut frames = 0;
+        loop {
+            let state = std::mem::replace(&mut conn.rstate, ReadState::Header);
+            match state {
+                ReadState::Header => {
+                    if conn.buffered() >= HEADER_LEN {
+                        let bytes = &conn.rbuf[conn.rpos..conn.rpos + HEADER_LEN];
+                        let h = match Header::decode(bytes, self.set.max_msg) {
+                            Ok(h) => h,
+                            Err(e) => {
+                                return Ok(Verdict::Fault {
+                                    cause: format!("malformed frame: {e}"),
+                                    peer_failed: false,
+                                })
+                            }
+                        };
+                        conn.rpos += HEADER_LEN;
+                        frames += 1;
+                        match self.on_header(id, conn, h, ex)? {
+                            Verdict::Keep => {}
+                            other => return Ok(other),
+                        }
+                        if frames >= FRAME_BUDGET {
+                            return Ok(Verdict::Keep);
+                        }
+                        continue;
+                    }
+                    if budget == 0 {
+                        return Ok(Verdict::Keep);
+                    }
+                    match conn.fill() {
+                        Ok(0) => return Ok(self.eof_verdict(conn, None)),
+                        Ok(n) => budget = budget.saturating_sub(n),
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                            return Ok(Verdict::Keep)
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(e) => return Ok(self.io_fault(conn, e)),
+                    }
+                }
+                ReadState::Payload {
+                    header,
+                    mut target,
+                    mut done,
+                } => {
+                    let total = header.len as usize;
+                    let take = conn.buffered().min(total - done);
+                    if take > 0 {
+                        let src = &conn.rbuf[conn.rpos..conn.rpos + take];
+                        if let Some(dst) = target_slice(&mut target, ex, &header) {
+                            dst[done..done + take].copy_from_slice(src);
+                        }
+                        conn.rpos += take;
+                        done += take;
+                    }
+                    if done == total {
+                        match self.on_payload(id, conn, header, target, ex)? {
+                            Verdict::Keep => {}
+                            other => return Ok(other),
+                        }
+                        continue;
+                    }
+                    if budget == 0 {
+                        conn.rstate = ReadState::Payload {
+                            header,
+                            target,
+                            done,
+                        };
+                        return Ok(Verdict::Keep);
+                    }
+                    let direct = total - done >= DIRECT_READ_MIN;
+                    let res = match (direct, target_slice(&mut target, ex, &header)) {
+                        (true, Some(dst)) => {
+                            use std::io::Read;
+                            conn.sock.read(&mut dst[done..total]).map(|n| (n, true))
+                        }
+                        _ => conn.fill().map(|n| (n, false)),
+                    };
+                    match res {
+                        Ok((0, _)) => return Ok(self.eof_verdict(conn, None)),
+                        Ok((n, was_direct)) => {
+                            budget = budget.saturating_sub(n);
+                            if was_direct {
+                                done += n;
+                            }
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                            conn.rstate = ReadState::Payload {
+                                header,
+                                target,
+                                done,
+                            };
+                            return Ok(Verdict::Keep);
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(e) => return Ok(self.io_fault(conn, e)),
+                    }
+                    conn.rstate = ReadState::Payload {
+                        header,
+                        target,
+                        done,
+                    };
+                }
+            }
+        }
+    }
+
+    fn queue_control(&mut self, id: usize, conn: &mut Conn, ty: FrameType, h: &Header) {
+        let c = Header::control(ty, h.key, h.source, h.dest, h.serial);
+        conn.wq.push_back(OutFrame::new(&c, None));
+        self.dirty.push(id);
+    }
+
+    fn on_header(
+        &mut self,
+        id: usize,
+        conn: &mut Conn,
+        h: Header,
+        ex: &mut Exchange<'_>,
+    ) -> Result<Verdict> {
+        let payload_state = |target: Target| ReadState::Payload {
+            header: h,
+            target,
+            done: 0,
+        };
+        match conn.phase {
+            Phase::AwaitHello(_) | Phase::AwaitHelloAck => {
+                let want = if matches!(conn.phase, Phase::AwaitHello(_)) {
+                    FrameType::Hello
+                } else {
+                    FrameType::HelloAck
+                };
+                if h.ty != want {
+                    return Ok(Verdict::Fault {
+                        cause: format!("expected {want:?} first, got {:?}", h.ty),
+                        peer_failed: false,
+                    });
+                }
+                conn.rstate = payload_state(Target::Owned(vec![0; h.len as usize]));
+                return self.maybe_empty_payload(id, conn, ex);
+            }
+            Phase::Connecting(_) => {
+                return Ok(Verdict::Fault {
+                    cause: "data before the connection was established".into(),
+                    peer_failed: false,
+                })
+            }
+            _ => {}
+        }
+        let Some(p) = conn.peer else {
+            return Ok(Verdict::Fault {
+                cause: "frame on a connection without peer".into(),
+                peer_failed: false,
+            });
+        };
+        let (me, pp) = (self.rank as u32, p as u32);
+        let inbound = h.source == pp && h.dest == me;
+        let outbound = h.source == me && h.dest == pp;
+        let ok = match h.ty {
+            FrameType::Try
+            | FrameType::Add
+            | FrameType::Announce
+            | FrameType::Data
+            | FrameType::Miss
+            | FrameType::CloseReq
+            | FrameType::CloseAck
+            | FrameType::CloseNak
+            | FrameType::Bye => inbound,
+            FrameType::Accept | FrameType::Refuse | FrameType::Get => outbound,
+            FrameType::Hello | FrameType::HelloAck => false,
+        };
+        if !ok {
+            return Ok(Verdict::Fault {
+                cause: format!(
+                    "{:?} frame from rank {} to rank {} on the connection with rank {p}",
+                    h.ty, h.source, h.dest
+                ),
+                peer_failed: false,
+            });
+        }
+        let arrival = Arrival {
+            source: h.source as usize,
+            key: h.key,
+            serial: h.serial,
+        };
+        match h.ty {
+            FrameType::Try | FrameType::Add | FrameType::Data => {
+                let len = h.len as usize;
+                if h.ty == FrameType::Data {
+                    conn.outstanding = conn.outstanding.saturating_sub(1);
+                    self.remote.remove(&arrival);
+                }
+                let target = match find_posted(&ex.recvs, arrival) {
+                    Some(i) => {
+                        let r = &mut ex.recvs[i];
+                        match r.buf.prepare(len) {
+                            Ok(_) => {
+                                r.state = OpState::Active {
+                                    serial: h.serial,
+                                    progress: RECEIVING,
+                                };
+                                Target::Direct(i)
+                            }
+                            Err(want) => {
+                                // The program's buffer is wrong: the message is consumed and
+                                // the receive fails with the reason.
+                                r.state = OpState::Done;
+                                self.pending_error = Some(
+                                    Error::invalid(
+                                        "recv",
+                                        format!("message of {len} bytes, buffer of {want}"),
+                                    )
+                                    .on_rank(self.rank)
+                                    .with_peer(p),
+                                );
+                                Target::Discard
+                            }
+                        }
+                    }
+                    None if h.ty != FrameType::Try || self.inbox.has_room_for(len) => {
+                        Target::Owned(vec![0; len])
+                    }
+                    None => Target::Discard,
+                };
+                conn.rstate = payload_state(target);
+                self.maybe_empty_payload(id, conn, ex)
+            }
+            FrameType::Announce => {
+                self.remote.insert(arrival, false);
+                Ok(Verdict::Keep)
+            }
+            FrameType::Miss => {
+                conn.outstanding = conn.outstanding.saturating_sub(1);
+                Err(self.err(
+                    ErrorKind::Protocol,
+                    "recv",
+                    p,
+                    format!(
+                        "rank {p} no longer holds message {:?} serial {} it announced",
+                        h.key, h.serial
+                    ),
+                ))
+            }
+            FrameType::Accept | FrameType::Refuse => {
+                conn.outstanding = conn.outstanding.saturating_sub(1);
+                let key = (p, h.key, h.serial);
+                if h.ty == FrameType::Accept {
+                    if let Some(m) = self.outbox.remove(&key) {
+                        self.outbox_bytes -= m.data.len();
+                    }
+                } else if let Some(m) = self.outbox.get_mut(&key) {
+                    m.state = OutState::Refused;
+                    self.count.refusals_received += 1;
+                }
+                Ok(Verdict::Keep)
+            }
+            FrameType::Get => {
+                self.count.gets_served += 1;
+                let key = (p, h.key, h.serial);
+                match self.outbox.remove(&key) {
+                    Some(m) => {
+                        self.outbox_bytes -= m.data.len();
+                        let d = Header {
+                            ty: FrameType::Data,
+                            len: m.data.len() as u64,
+                            ..h
+                        };
+                        conn.wq.push_back(OutFrame::new(&d, Some(m.data)));
+                        self.dirty.push(id);
+                    }
+                    None => self.queue_control(id, conn, FrameType::Miss, &h),
+                }
+                Ok(Verdict::Keep)
+            }
+            FrameType::CloseReq => {
+                match conn.phase {
+                    Phase::Open if conn.outstanding == 0 => {
+                        self.queue_control(id, conn, FrameType::CloseAck, &h);
+                        conn.phase = Phase::Closing;
+                        self.detach(id, p);
+                    }
+                    Phase::Open => self.queue_control(id, conn, FrameType::CloseNak, &h),
+                    Phase::ClosingSent => {
+                        self.queue_control(id, conn, FrameType::CloseAck, &h);
+                        conn.phase = Phase::Closing;
+                    }
+                    _ => {}
+                }
+                Ok(Verdict::Keep)
+            }
+            FrameType::CloseAck => Ok(if conn.phase == Phase::ClosingSent {
+                Verdict::Close
+            } else {
+                Verdict::Keep
+            }),
+            FrameType::CloseNak => {
+                if conn.phase == Phase::ClosingSent {
+                    conn.phase = Phase::Open;
+                    if self.peers[p].conn.is_none() {
+                        self.peers[p].conn = Some(id);
+                    }
+                }
+                Ok(Verdict::Keep)
+            }
+            FrameType::Bye => {
+                self.peers[p].status = PeerStatus::Finished;
+                conn.phase = Phase::Closing;
+                self.detach(id, p);
+                self.dirty.push(id);
+                Ok(Verdict::Keep)
+            }
+            FrameType::Hello | FrameType::HelloAck => unreachable_frame(),
+        }
+    }
+
+    fn detach(&mut self, id: usize, peer: usize) {
+        if self.peers[peer].conn == Some(id) {
+            self.peers[peer].conn = None;
+        }
+    }
+
+    /// Completes a frame whose payload is empty right away.
+    fn maybe_empty_payload(
+        &mut self,
+        id: usize,
+        conn: &mut Conn,
+        ex: &mut Exchange<'_>,
+    ) -> Result<Verdict> {
+        if let ReadState::Payload { header, .. } = &conn.rstate {
+            if header.len == 0 {
+                let ReadState::Payload { header, target, .. } =
+                    std::mem::replace(&mut conn.rstate, ReadState::Header)
+                else {
+                    return Ok(Verdict::Keep);
+                };
+                return self.on_payload(id, conn, header, target, ex);
+            }
+        }
+        Ok(Verdict::Keep)
+    }
+
+    fn on_payload(
+        &mut self,
+        id: usize,
+        conn: &mut Conn,
+        h: Header,
+        target: Target,
+        ex: &mut Exchange<'_>,
+    ) -> Result<Verdict> {
+        match h.ty {
+            FrameType::Hello => {
+                let Target::Owned(secret) = target else {
+                    return Ok(Verdict::Keep);
+                };
+                match handshake::check_hello(&h, &secret, &self.secret, self.rank, self.size) {
+                    Ok(p) if !self.excluded[p] => {
+                        conn.peer = Some(p);
+                        conn.phase = Phase::Open;
+                        let ack = handshake::hello_ack(self.rank, p, &self.secret);
+                        conn.wq
+                            .push_back(OutFrame::new(&ack, Some(self.secret.clone())));
+                        self.dirty.push(id);
+                        if self.peers[p].conn.is_none() {
+                            self.peers[p].conn = Some(id);
+                        }
+                        Ok(Verdict::Keep)
+                    }
+                    Ok(p) => {
+                        self.count.strangers += 1;
+                        Ok(Verdict::Fault {
+                            cause: format!("rank {p} is served by another transport"),
+                            peer_failed: false,
+                        })
+                    }
+                    Err(e) => {
+                        self.count.strangers += 1;
+                        Ok(Verdict::Fault {
+                            cause: format!("handshake rejected: {e}"),
+                            peer_failed: false,
+                        })
+                    }
+                }
+            }
+            FrameType::HelloAck => {
+                let Target::Owned(secret) = target else {
+                    return Ok(Verdict::Keep);
+                };
+                let peer = conn.peer.unwrap_or(usize::MAX);
+                match handshake::check_hello_ack(&h, &secret, &self.secret, self.rank, peer) {
+                    Ok(()) => {
+                        conn.phase = Phase::Open;
+                        Ok(Verdict::Keep)
+                    }
+                    Err(e) => Ok(Verdict::Fault {
+                        cause: format!("handshake answer rejected: {e}"),
+                        peer_failed: true,
+                    }),
+                }
+            }
+            FrameType::Try | FrameType::Add | FrameType::Data => {
+                let source = h.source as usize;
+                let arrival = Arrival {
+                    source,
+                    key: h.key,
+                    serial: h.serial,
+                };
+                let len = h.len as usize;
+                let mut refuse = false;
+                match target {
+                    Target::Direct(i) if direct_valid(ex, i, &h) => {
+                        ex.recvs[i].state = OpState::Done;
+                        self.stats.record_recv(source, len);
+                    }
+                    Target::Direct(_) | Target::Discard => {
+                        if self.pending_error.is_none() {
+                            refuse = true;
+                        }
+                    }
+                    Target::Owned(v) => {
+                        if h.ty == FrameType::Try {
+                            match self.inbox.insert(arrival, v) {
+                                Ok(()) => {}
+                                Err(MatchError::Full { .. }) => refuse = true,
+                                Err(MatchError::Duplicate(..)) => {
+                                    return Ok(Verdict::Fault {
+                                        cause: format!("duplicate message {arrival:?}"),
+                                        peer_failed: false,
+                                    })
+                                }
+                            }
+                        } else {
+                            self.overflow.insert(arrival, v);
+                        }
+                    }
+                }
+                if h.ty == FrameType::Data {
+                    if refuse {
+                        tracing::warn!(
+                            "rank {}: answer to GET {arrival:?} arrived for an abandoned receive",
+                            self.rank
+                        );
+                    }
+                } else if refuse {
+                    self.count.refusals_sent += 1;
+                    self.remote.insert(arrival, false);
+                    self.queue_control(id, conn, FrameType::Refuse, &h);
+                } else {
+                    self.queue_control(id, conn, FrameType::Accept, &h);
+                }
+                Ok(Verdict::Keep)
+            }
+            _ => Ok(Verdict::Keep),
+        }
+    }
+
+    // ----- housekeeping -----
+
+    fn maintain(&mut self) -> Result<()> {
+        for _ in 0..self.unsent.len() {
+            let Some(id) = self.unsent.pop_front() else {
+                break;
+            };
+            if !self.outbox.contains_key(&id) {
+                continue;
+            }
+            if !matches!(self.peers[id.0].status, PeerStatus::Alive) {
+                self.unsent.push_back(id);
+                continue;
+            }
+            match self.transmit(id) {
+                Ok(true) => {}
+                Ok(false) => self.unsent.push_back(id),
+                Err(e) => {
+                    self.unsent.push_back(id);
+                    return Err(e);
+                }
+            }
+        }
+        if self.listener_paused {
+            if self.n_conns < self.set.cap {
+                if self
+                    .poller
+                    .add(self.listener.as_raw_fd(), LISTENER, false)
+                    .is_ok()
+                {
+                    self.listener_paused = false;
+                }
+            } else {
+                self.evict_one();
+            }
+        }
+        if self.tick % 64 == 0 {
+            self.expire_handshakes();
+        }
+        Ok(())
+    }
+
+    /// Drops strangers that never completed the handshake and connects that never finished.
+    fn expire_handshakes(&mut self) {
+        let now = Instant::now();
+        for id in 0..self.conns.len() {
+            let expired = match self.conns[id].as_ref().map(|c| c.phase) {
+                Some(Phase::AwaitHello(deadline)) => now >= deadline,
+                Some(Phase::Connecting(started)) => {
+                    now.duration_since(started) >= self.set.connect_timeout
+                }
+                _ => false,
+            };
+            if expired {
+                if let Some(conn) = self.conns[id].take() {
+                    let v = match conn.phase {
+                        Phase::Connecting(_) => {
+                            if let (Some(p), Some(addr)) =
+                                (conn.peer, conn.peer.and_then(|p| self.peers[p].addr))
+                            {
+                                self.connect_failed(
+                                    p,
+                                    addr,
+                                    io::Error::from(io::ErrorKind::TimedOut),
+                                );
+                            }
+                            Verdict::Fault {
+                                cause: "connect timed out".into(),
+                                peer_failed: false,
+                            }
+                        }
+                        _ => {
+                            self.count.strangers += 1;
+                            Verdict::Fault {
+                                cause: "no handshake within tcp.connect_timeout_ms".into(),
+                                peer_failed: false,
+                            }
+                        }
+                    };
+                    self.apply_verdict(id, conn, v);
+                }
+            }
+        }
+    }
+
+    /// Fails pending operations with a dead or finished peer (T5).
+    fn check_failures(&mut self, ex: &Exchange<'_>) -> Result<()> {
+        for s in ex.sends.iter().filter(|s| s.state != OpState::Done) {
+            if s.peer < self.size && !self.excluded[s.peer] {
+                if let Some(e) = self.peer_gone("send", s.peer) {
+                    return Err(e);
+                }
+            }
+        }
+        for r in ex.recvs.iter().filter(|r| r.state != OpState::Done) {
+            if r.peer < self.size && !self.excluded[r.peer] && r.peer != self.rank {
+                if let Some(e) = self.peer_gone("recv", r.peer) {
+                    return Err(e);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn own_part_complete(&self, ex: &Exchange<'_>) -> bool {
+        ex.sends
+            .iter()
+            .all(|s| s.state == OpState::Done || s.peer >= self.size || self.excluded[s.peer])
+            && ex
+                .recvs
+                .iter()
+                .all(|r| r.state == OpState::Done || r.peer >= self.size || self.excluded[r.peer])
+    }
+
+    fn shutdown(&mut self) -> Result<()> {
+        let deadline = Instant::now() + self.set.policy.timeout;
+        let mut empty = Exchange::new();
+        // 1. Deliver what peers may still need from the outbox (000 §4.4.1: a rank must not
+        //    exit while a peer still needs one of its messages).
+        let mut result = Ok(());
+        loop {
+            self.tick += 1;
+            if let Err(e) = self.maintain().and_then(|_| self.poll_io(&mut empty, 0)) {
+                if !e.is_peer_failure() {
+                    result = Err(e);
+                    break;
+                }
+            }
+            self.flush_dirty();
+            let waiting: Vec<usize> = self
+                .outbox
+                .keys()
+                .map(|k| k.0)
+                .filter(|&p| matches!(self.peers[p].status, PeerStatus::Alive))
+                .collect();
+            if waiting.is_empty() {
+                break;
+            }
+            if Instant::now() >= deadline {
+                let mut peers = waiting;
+                peers.sort_unstable();
+                peers.dedup();
+                result = Err(Error::new(ErrorKind::Timeout, "finish")
+                    .on_rank(self.rank)
+                    .with_detail(format!(
+                        "{} messages to ranks {peers:?} were not taken within {:?}",
+                        self.outbox.len(),
+                        self.set.policy.timeout
+                    )));
+                break;
+            }
+            self.wait_io(10);
+        }
+        if result.is_ok() {
+            let lost: Vec<usize> = self.outbox.keys().map(|k| k.0).collect();
+            if let Some(&p) = lost.first() {
+                result = Err(self.peer_gone("finish", p).unwrap_or_else(|| {
+                    Error::new(ErrorKind::PeerFailed, "finish").on_rank(self.rank)
+                }));
+            }
+        }
+        // 2. Say goodbye on every connection, then wait briefly for the peers to close theirs
+        //    (closing with unread input would reset the connection and could destroy the BYE).
+        for id in 0..self.conns.len() {
+            let Some(conn) = self.conns[id].as_mut() else {
+                continue;
+            };
+            match (conn.phase, conn.peer) {
+                (Phase::Open | Phase::ClosingSent | Phase::AwaitHelloAck, Some(p)) => {
+                    let h = Header::control(
+                        FrameType::Bye,
+                        MsgKey::user(0),
+                        self.rank as u32,
+                        p as u32,
+                        0,
+                    );
+                    conn.wq.push_back(OutFrame::new(&h, None));
+                    conn.phase = Phase::ByeSent;
+                    let _ = conn.flush();
+                    let _ = conn.sock.shutdown(Shutdown::Write);
+                }
+                _ => {
+                    if let Some(conn) = self.conns[id].take() {
+                        self.drop_conn(id, conn);
+                    }
+                }
+            }
+        }
+        let linger = Instant::now() + self.set.policy.timeout.min(Duration::from_secs(2));
+        while self.n_conns > 0 && Instant::now() < linger {
+            let _ = self.poll_io(&mut empty, 10);
+        }
+        for id in 0..self.conns.len() {
+            if let Some(conn) = self.conns[id].take() {
+                self.drop_conn(id, conn);
+            }
+        }
+        result
+    }
+
+    fn wait_io(&mut self, timeout_ms: i32) {
+        self.flush_dirty();
+        self.ready.clear();
+        let _ = self.poller.wait(&mut self.ready, timeout_ms);
+        self.ready.clear();
+    }
+}
+
+fn unreachable_frame() -> Result<Verdict> {
+    // on_header rejects handshake frames on established connections before dispatching.
+    Ok(Verdict::Fault {
+        cause: "handshake frame on an established connection".into(),
+        peer_failed: false,
+    })
+}
+
+fn resolve(a: &str) -> Option<SocketAddr> {
+    a.to_socket_addrs().ok()?.next()
+}
+
+/// Starts a non-blocking connect; `true` if it completed at once.
+fn start_connect(addr: SocketAddr) -> io::Result<(TcpStream, bool)> {
+    use socket2::{Domain, Socket, Type};
+    let sock = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    sock.set_nonblocking(true)?;
+    sock.set_nodelay(true)?;
+    let done = match sock.connect(&addr.into()) {
+        Ok(()) => true,
+        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => false,
+        Err(e) => return Err(e),
+    };
+    Ok((sock.into(), done))
+}
+
+/// Index of the posted receive waiting for exactly this message (M2).
+fn find_posted(recvs: &[ferry_core::RecvOp<'_>], a: Arrival) -> Option<usize> {
+    recvs.iter().position(|r| {
+        r.peer == a.source
+            && r.key == a.key
+            && matches!(r.state, OpState::Active { serial, progress } if serial == a.serial && progress != RECEIVING)
+    })
+}
+
+fn direct_valid(ex: &Exchange<'_>, i: usize, h: &Header) -> bool {
+    ex.recvs.get(i).is_some_and(|r| {
+        r.peer == h.source as usize
+            && r.key == h.key
+            && r.state
+                == OpState::Active {
+                    serial: h.serial,
+                    progress: RECEIVING,
+                }
+    })
+}
+
+/// The bytes a payload is read into, or `None` to discard. A direct target whose receive is no
+/// longer in the exchange (abandoned after an error) degrades to discarding.
+fn target_slice<'b>(
+    target: &'b mut Target,
+    ex: &'b mut Exchange<'_>,
+    h: &Header,
+) -> Option<&'b mut [u8]> {
+    match target {
+        Target::Owned(v) => Some(&mut v[..]),
+        Target::Discard => None,
+        Target::Direct(i) => {
+            if !direct_valid(ex, *i, h) {
+                *target = Target::Discard;
+                return None;
+            }
+            match &mut ex.recvs[*i].buf {
+                RecvBuf::Vec(v) => Some(&mut v[..]),
+                RecvBuf::Slice(s) => Some(&mut s[..]),
+            }
+        }
+    }
+}
+
+impl Transport for TcpTransport {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn size(&self) -> usize {
+        self.size
+    }
+
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn wait_policy(&self) -> WaitPolicy {
+        self.set.policy
+    }
+
+    fn progress_exchange(&mut self, ex: &mut Exchange<'_>) -> Result<bool> {
+        if let Some(e) = self.pending_error.take() {
+            return Err(e);
+        }
+        self.tick += 1;
+        self.start_sends(ex)?;
+        self.match_recvs(ex)?;
+        if !self.own_part_complete(ex) || self.tick % 16 == 0 {
+            self.poll_io(ex, 0)?;
+            if let Some(e) = self.pending_error.take() {
+                return Err(e);
+            }
+            self.match_recvs(ex)?;
+            self.maintain()?;
+            if !self.own_part_complete(ex) {
+                self.start_sends(ex)?;
+                self.flush_dirty();
+                self.check_failures(ex)?;
+            }
+        }
+        Ok(ex.is_complete())
+    }
+
+    fn wait_for_input(&mut self, timeout: Duration) -> Result<()> {
+        self.flush_dirty();
+        let ms = timeout.as_millis().clamp(0, i32::MAX as u128) as i32;
+        self.ready.clear();
+        self.poller
+            .wait(
+                &mut self.ready,
+                ms.max(if timeout.is_zero() { 0 } else { 1 }),
+            )
+            .map_err(|e| Error::io("wait", e).on_rank(self.rank))?;
+        self.ready.clear();
+        Ok(())
+    }
+
+    fn exchange(&mut self, ex: &mut Exchange<'_>) -> Result<()> {
+        self.stats.calls += 1;
+        drive_exchange(self, ex)
+    }
+
+    fn stats(&self) -> Stats {
+        let mut s = self.stats.clone();
+        let c = self.count;
+        for (name, v) in [
+            ("tcp connections opened", c.opened),
+            ("tcp connections accepted", c.accepted),
+            ("tcp evictions", c.evictions),
+            ("tcp refusals sent", c.refusals_sent),
+            ("tcp refusals received", c.refusals_received),
+            ("tcp announced", c.announced),
+            ("tcp gets sent", c.gets_sent),
+            ("tcp gets served", c.gets_served),
+            ("tcp strangers rejected", c.strangers),
+        ] {
+            s.bump(name, v);
+        }
+        s
+    }
+
+    fn finish(&mut self) -> Result<()> {
+        if self.finished {
+            return Ok(());
+        }
+        self.finished = true;
+        self.shutdown()
+    }
+}
