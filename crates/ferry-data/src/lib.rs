@@ -29,7 +29,7 @@ pub use action::ActionSeq;
 pub use container::{Container, MapView, MapViewMut};
 pub use ferry_coll::{Group, ReduceOp};
 pub use partitioner::{Block, Partitioner, PartitionerCtx, TaskRange};
-pub use partitioning::{Layout, LayoutOrder, Mapping, Partitioning};
+pub use partitioning::{Layout, LayoutOrder, Mapping, Partitioning, StrideFn};
 pub use space::{Index, Range, Space, MAX_DIMS};
 pub use transition::{DataFlow, Transition};
 

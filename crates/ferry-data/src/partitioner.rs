@@ -326,7 +326,7 @@ fn block(ctx: &mut PartitionerCtx<'_>, b: &Block) -> Result<()> {
         None => vec![1.0; p],
         Some(tw) => {
             let sum: f64 = (0..p).map(|t| tw(t)).sum();
-            if !(sum > 0.0) {
+            if sum.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater) {
                 return Err(Error::invalid(
                     "partition",
                     "block partitioner: task weights sum to zero",
@@ -343,7 +343,11 @@ fn block(ctx: &mut PartitionerCtx<'_>, b: &Block) -> Result<()> {
         acc += weight(i);
         loop {
             let threshold = per_part * factors[task];
-            if !(acc >= threshold) {
+            // NaN weights compare as "below": they never cut.
+            if matches!(
+                acc.partial_cmp(&threshold),
+                None | Some(std::cmp::Ordering::Less)
+            ) {
                 break;
             }
             acc -= threshold;

@@ -175,6 +175,9 @@ impl Partitioning {
     }
 }
 
+/// Strides (x, y, z) for a mapping's bounding box (application-supplied layouts).
+pub type StrideFn = Arc<dyn Fn(&Range) -> [usize; MAX_DIMS] + Send + Sync>;
+
 /// How a container lays out the bounding box of a mapping in memory (D3).
 #[derive(Clone, Default)]
 pub enum LayoutOrder {
@@ -183,7 +186,7 @@ pub enum LayoutOrder {
     Lexicographic,
     /// Application-supplied strides per bounding box (e.g. jac3d `-l`). The strides must map
     /// the box one-to-one into `[0, len)`; `len` is derived as the largest offset + 1.
-    Custom(Arc<dyn Fn(&Range) -> [usize; MAX_DIMS] + Send + Sync>),
+    Custom(StrideFn),
 }
 
 impl fmt::Debug for LayoutOrder {
@@ -284,8 +287,8 @@ impl Layout {
             };
             let ext = m.range.extents();
             let mut len = 1usize;
-            for d in 0..MAX_DIMS {
-                len += (ext[d] as usize).saturating_sub(1) * m.strides[d];
+            for (e, st) in ext.iter().zip(m.strides) {
+                len += (*e as usize).saturating_sub(1) * st;
             }
             let size = m.range.size() as usize;
             if len < size {

@@ -179,7 +179,9 @@ impl Transition {
 
         let mut sends: BTreeMap<usize, PeerPlan> = BTreeMap::new();
         let mut recvs: BTreeMap<usize, PeerPlan> = BTreeMap::new();
-        let mut folds_tmp: Vec<(Range, usize, Vec<(usize, usize, Option<usize>)>)> = Vec::new();
+        // (region, new range, operands as (rank, old range, offset if received))
+        type PendingFold = (Range, usize, Vec<(usize, usize, Option<usize>)>);
+        let mut folds_tmp: Vec<PendingFold> = Vec::new();
         let mut new_ranks: Vec<usize> = to.group().members().to_vec();
         new_ranks.sort_unstable();
         let mut cands: Vec<usize> = Vec::new();
