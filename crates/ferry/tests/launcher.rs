@@ -1,0 +1,498 @@
+//! Multi-process tests of `ferry run` (R1, T5, T8): real processes started through the
+//! launcher binary and the `t_*` example programs.
+//!
+//! They need `target/<profile>/ferry` and the examples (`cargo build --bins --examples`, as
+//! `.ci/run` does before testing); without them each test says so and skips. Backend tests
+//! run over every backend of tcp, shm and hybrid that the build provides.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// `target/<profile>`, found from this test binary (`target/<profile>/deps/launcher-*`).
+fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    let deps = exe.parent().expect("deps dir");
+    deps.parent().expect("profile dir").to_path_buf()
+}
+
+fn ferry_bin() -> Option<PathBuf> {
+    let p = target_dir().join("ferry");
+    p.exists().then_some(p)
+}
+
+fn example(name: &str) -> Option<PathBuf> {
+    let p = target_dir().join("examples").join(name);
+    p.exists().then_some(p)
+}
+
+/// The launcher and the named examples, or `None` after printing why the test skips.
+fn tools(examples: &[&str]) -> Option<(PathBuf, Vec<PathBuf>)> {
+    let Some(f) = ferry_bin() else {
+        eprintln!(
+            "skipping: {}/ferry not built (run `cargo build --bins --examples` first)",
+            target_dir().display()
+        );
+        return None;
+    };
+    let mut ex = Vec::new();
+    for name in examples {
+        match example(name) {
+            Some(p) => ex.push(p),
+            None => {
+                eprintln!("skipping: example {name} not built (run `cargo build --examples`)");
+                return None;
+            }
+        }
+    }
+    Some((f, ex))
+}
+
+/// Runs `cmd` to completion with its output captured; kills it and fails the test if it takes
+/// longer than `limit` (so a broken launcher cannot hang the suite).
+fn run_limited(cmd: &mut Command, limit: Duration) -> (Output, Duration) {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let start = Instant::now();
+    let mut child = cmd.spawn().expect("spawn ferry");
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let t_out = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        out.read_to_end(&mut v).unwrap();
+        v
+    });
+    let t_err = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        err.read_to_end(&mut v).unwrap();
+        v
+    });
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{cmd:?} did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let elapsed = start.elapsed();
+    let output = Output {
+        status,
+        stdout: t_out.join().unwrap(),
+        stderr: t_err.join().unwrap(),
+    };
+    (output, elapsed)
+}
+
+/// Whether process `pid` is dead: gone, or a zombie waiting for a parent that does not reap
+/// (pid 1 in a container).
+fn is_dead(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => {
+            // The state follows the parenthesised command name.
+            let state = stat.rsplit_once(')').map(|(_, r)| r.trim_start());
+            matches!(state.and_then(|s| s.chars().next()), Some('Z') | Some('X'))
+        }
+    }
+}
+
+fn wait_dead(pids: &[u32], limit: Duration) -> Vec<u32> {
+    let start = Instant::now();
+    loop {
+        let alive: Vec<u32> = pids.iter().copied().filter(|&p| !is_dead(p)).collect();
+        if alive.is_empty() || start.elapsed() > limit {
+            return alive;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn pids_in(stdout: &str) -> Vec<u32> {
+    stdout
+        .lines()
+        .filter_map(|l| {
+            l.split_once(" pid ")
+                .and_then(|(_, p)| p.trim().parse().ok())
+        })
+        .collect()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Failure propagation with one failing rank: exit status, message, time, no survivors.
+fn check_failure(mode: &str, expect_msg: &str, expect_code: i32) {
+    let Some((ferry, ex)) = tools(&["t_fail"]) else {
+        return;
+    };
+    let delay_ms = 300;
+    let (out, elapsed) = run_limited(
+        Command::new(&ferry)
+            .args(["run", "-n", "4", "--"])
+            .arg(&ex[0])
+            .args(["2", mode, &delay_ms.to_string()]),
+        Duration::from_secs(50),
+    );
+    let stderr = text(&out.stderr);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(expect_code), "stderr: {stderr}");
+    assert!(stderr.contains(expect_msg), "stderr: {stderr}");
+    // The others sleep 60 s: ending them is the launcher's doing. The launcher's own bound is
+    // 1 s of grace; the rest is slack for a loaded 2-core machine.
+    assert!(
+        elapsed < Duration::from_millis(delay_ms) + Duration::from_secs(6),
+        "took {elapsed:?}"
+    );
+    let pids = pids_in(&stdout);
+    assert_eq!(pids.len(), 4, "stdout: {stdout}");
+    assert_eq!(wait_dead(&pids, Duration::from_secs(2)), Vec::<u32>::new());
+}
+
+#[test]
+fn rank_exit_code_ends_the_job() {
+    check_failure("exit3", "ferry: rank 2 exited with code 3", 3);
+}
+
+#[test]
+fn rank_killed_by_signal_ends_the_job() {
+    check_failure(
+        "kill",
+        "ferry: rank 2 was killed by signal 9 (SIGKILL)",
+        137,
+    );
+}
+
+#[test]
+fn output_lines_stay_whole() {
+    let Some((ferry, ex)) = tools(&["t_print_lines"]) else {
+        return;
+    };
+    let (ranks, lines) = (8usize, 10_000usize);
+    let (out, _) = run_limited(
+        Command::new(&ferry)
+            .args(["run", "-n", &ranks.to_string()])
+            .arg(&ex[0])
+            .arg(lines.to_string()),
+        Duration::from_secs(50),
+    );
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.ends_with('\n'));
+    let pad = "abcdefghijklmnopqrstuvwxyz0123456789";
+    let mut next = vec![0usize; ranks];
+    let mut count = 0;
+    for line in stdout.lines() {
+        // Exactly what rank R printed as its line I, nothing more, nothing less.
+        let mut words = line.splitn(5, ' ');
+        let (Some("rank"), Some(r), Some("line"), Some(i)) =
+            (words.next(), words.next(), words.next(), words.next())
+        else {
+            panic!("mangled line `{line}`");
+        };
+        let r: usize = r
+            .parse()
+            .unwrap_or_else(|_| panic!("mangled line `{line}`"));
+        let i: usize = i
+            .parse()
+            .unwrap_or_else(|_| panic!("mangled line `{line}`"));
+        let tail = &pad[..(i * 7 + r) % pad.len()];
+        assert_eq!(line, format!("rank {r} line {i} {tail}"), "mangled line");
+        assert_eq!(i, next[r], "rank {r}'s lines out of order or lost");
+        next[r] += 1;
+        count += 1;
+    }
+    assert_eq!(count, ranks * lines);
+}
+
+#[test]
+fn sigint_ends_every_rank() {
+    let Some((ferry, ex)) = tools(&["t_fail"]) else {
+        return;
+    };
+    let ranks = 4;
+    let mut child: Child = Command::new(&ferry)
+        .args(["run", "-n", &ranks.to_string()])
+        .arg(&ex[0])
+        .args(["0", "none"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut reader = BufReader::new(child.stdout.take().unwrap());
+    let mut pids = Vec::new();
+    let mut line = String::new();
+    while pids.len() < ranks {
+        line.clear();
+        assert!(
+            reader.read_line(&mut line).unwrap() > 0,
+            "launcher ended early"
+        );
+        pids.extend(pids_in(&line));
+    }
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let start = Instant::now();
+    let exit = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if start.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            panic!("ferry run did not end after SIGINT");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert_eq!(exit.code(), Some(130), "stderr: {stderr}");
+    assert!(stderr.contains("received SIGINT"), "stderr: {stderr}");
+    assert_eq!(
+        wait_dead(&pids, Duration::from_secs(2)),
+        Vec::<u32>::new(),
+        "orphaned ranks"
+    );
+}
+
+#[test]
+fn ranks_get_their_environment_and_jobs_never_collide() {
+    let Some((ferry, _)) = tools(&[]) else {
+        return;
+    };
+    let script = "echo $FERRY_RANK $FERRY_SIZE $FERRY_JOB_ID $FERRY_RENDEZVOUS $FERRY_SECRET ${FERRY_BACKEND:-unset}";
+    let job = |extra: &[&str]| {
+        let (out, _) = run_limited(
+            Command::new(&ferry)
+                .args(["run", "-n", "3"])
+                .args(extra)
+                .args(["sh", "-c", script])
+                .env_remove("FERRY_BACKEND"),
+            Duration::from_secs(30),
+        );
+        assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+        let mut lines: Vec<Vec<String>> = text(&out.stdout)
+            .lines()
+            .map(|l| l.split(' ').map(str::to_string).collect())
+            .collect();
+        lines.sort();
+        lines
+    };
+    let a = job(&[]);
+    let b = job(&["--backend", "tcp", "--job-name", "named-job"]);
+    assert_eq!(a.len(), 3);
+    for (r, l) in a.iter().enumerate() {
+        assert_eq!(l[0], r.to_string());
+        assert_eq!(l[1], "3");
+        assert_eq!(
+            l[2..5],
+            a[0][2..5],
+            "one job id, rendezvous and secret per job"
+        );
+        assert_eq!(
+            l[5], "unset",
+            "FERRY_BACKEND must stay unset without --backend"
+        );
+    }
+    assert_eq!(b[0][2], "named-job");
+    assert_eq!(b[0][5], "tcp");
+    assert_ne!(a[0][3], b[0][3], "rendezvous addresses of two jobs");
+    assert_ne!(a[0][4], b[0][4], "secrets of two jobs");
+    assert!(a[0][4].len() >= 32, "secret too short: {}", a[0][4]);
+}
+
+#[test]
+fn spares_are_refused_and_missing_program_is_reported() {
+    let Some((ferry, _)) = tools(&[]) else {
+        return;
+    };
+    let (out, _) = run_limited(
+        Command::new(&ferry).args(["run", "-n", "2", "--spares", "1", "true"]),
+        Duration::from_secs(20),
+    );
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("--spares"),
+        "{}",
+        text(&out.stderr)
+    );
+    let (out, _) = run_limited(
+        Command::new(&ferry).args(["run", "-n", "2", "/nonexistent/program"]),
+        Duration::from_secs(20),
+    );
+    assert_eq!(out.status.code(), Some(127));
+    assert!(text(&out.stderr).contains("/nonexistent/program"));
+}
+
+#[test]
+fn config_errors_name_the_key() {
+    let Some((ferry, ex)) = tools(&["t_alltoall"]) else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("ferry-launcher-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (content, key) in [
+        ("[tcp]\nconection_cap = 3\n", "conection_cap"),
+        ("[general]\ntimeout_ms = \"soon\"\n", "timeout_ms"),
+    ] {
+        let file = dir.join("bad.toml");
+        std::fs::write(&file, content).unwrap();
+        let (out, _) = run_limited(
+            Command::new(&ferry)
+                .args(["run", "-n", "2"])
+                .arg(&ex[0])
+                .env("FERRY_CONFIG", &file),
+            Duration::from_secs(30),
+        );
+        let stderr = text(&out.stderr);
+        assert!(!out.status.success(), "bad config accepted: {content}");
+        assert!(stderr.contains(key), "`{key}` not named in: {stderr}");
+    }
+    let (out, _) = run_limited(
+        Command::new(&ferry)
+            .args(["run", "-n", "2"])
+            .arg(&ex[0])
+            .env("FERRY_GENERAL_TIMEOUT_MS", "never"),
+        Duration::from_secs(30),
+    );
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("timeout_ms"),
+        "{}",
+        text(&out.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The backends of tcp, shm and hybrid this build provides. A backend that exists but fails
+/// its 2-rank probe is kept, so that the tests below fail loudly instead of skipping it.
+fn available_backends(ferry: &PathBuf, alltoall: &PathBuf) -> Vec<&'static str> {
+    let mut ok = Vec::new();
+    for b in ["tcp", "shm", "hybrid"] {
+        let (out, _) = run_limited(
+            Command::new(ferry)
+                .args(["run", "-n", "2", "--backend", b])
+                .arg(alltoall)
+                .args(["2", "10"]),
+            Duration::from_secs(60),
+        );
+        let stderr = text(&out.stderr);
+        if !out.status.success() && stderr.contains("is not available in this build") {
+            eprintln!("skipping backend {b}: not in this build");
+        } else {
+            ok.push(b);
+        }
+    }
+    ok
+}
+
+#[test]
+fn alltoall_over_every_backend_with_few_file_descriptors() {
+    let Some((ferry, ex)) = tools(&["t_alltoall"]) else {
+        return;
+    };
+    for b in available_backends(&ferry, &ex[0]) {
+        // 16 ranks, 64 descriptors per process (launcher included).
+        let line = format!(
+            "ulimit -n 64; exec '{}' run -n 16 --backend {b} '{}' 5 2000",
+            ferry.display(),
+            ex[0].display()
+        );
+        let (out, elapsed) = run_limited(
+            Command::new("sh").args(["-c", &line]),
+            Duration::from_secs(90),
+        );
+        assert!(
+            out.status.success(),
+            "{b}, 16 ranks, ulimit -n 64: {}",
+            text(&out.stderr)
+        );
+        assert!(
+            text(&out.stdout).contains("alltoall ok: 16 ranks, 5 rounds"),
+            "{}",
+            text(&out.stdout)
+        );
+        eprintln!("{b}: 16 ranks all-to-all under ulimit -n 64 in {elapsed:?}");
+        if b == "tcp" {
+            let (out, _) = run_limited(
+                Command::new(&ferry)
+                    .args(["run", "-n", "8", "--backend", b])
+                    .arg(&ex[0])
+                    .args(["5", "5000"])
+                    .env("FERRY_TCP_CONNECTION_CAP", "2"),
+                Duration::from_secs(90),
+            );
+            assert!(
+                out.status.success(),
+                "tcp with connection cap 2: {}",
+                text(&out.stderr)
+            );
+        }
+    }
+}
+
+/// Whether an error line names rank `k` as the failed peer.
+fn names_rank(line: &str, k: usize) -> bool {
+    if line.contains(&format!("peer rank {k}")) || line.contains(&format!("rank {k} ")) {
+        return true;
+    }
+    // Lists of pending ranks: "ranks [1]", "ranks [0, 1]".
+    line.split("ranks [").skip(1).any(|rest| {
+        rest.split(']')
+            .next()
+            .unwrap_or("")
+            .split(',')
+            .any(|r| r.trim() == k.to_string())
+    })
+}
+
+#[test]
+fn killed_rank_is_named_by_the_others() {
+    let Some((ferry, ex)) = tools(&["t_alltoall"]) else {
+        return;
+    };
+    let timeout_ms = 3000u64;
+    for b in available_backends(&ferry, &ex[0]) {
+        let (out, elapsed) = run_limited(
+            Command::new(&ferry)
+                .args(["run", "-n", "4", "--keep-going", "--backend", b])
+                .arg(&ex[0])
+                .args(["40", "1000", "1"])
+                .env("FERRY_GENERAL_TIMEOUT_MS", timeout_ms.to_string()),
+            Duration::from_secs(60),
+        );
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(137), "{b}: {stderr}");
+        assert!(
+            stderr.contains("ferry: rank 1 was killed by signal 9 (SIGKILL)"),
+            "{b}: {stderr}"
+        );
+        let errors: Vec<&str> = stderr
+            .lines()
+            .filter(|l| l.starts_with("t_alltoall: error"))
+            .collect();
+        assert_eq!(errors.len(), 3, "{b}: every survivor reports: {stderr}");
+        for e in &errors {
+            assert!(names_rank(e, 1), "{b}: error does not name rank 1: {e}");
+        }
+        // Detection within the configured timeout (plus start-up and load slack).
+        assert!(
+            elapsed < Duration::from_millis(timeout_ms) + Duration::from_secs(15),
+            "{b}: took {elapsed:?}"
+        );
+    }
+}
