@@ -18,8 +18,10 @@ pub const STORE_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Connects to the job's rendezvous store, if the environment names one.
 ///
-/// Returns `Ok(None)` when `FERRY_RENDEZVOUS` is unset (hand-started jobs, R2), and an error
-/// naming the variable when the rendezvous is set without its secret or cannot be reached.
+/// Under `ferry run` this is the launcher's TCP store (`FERRY_RENDEZVOUS`). Without it, ranks
+/// whose rank, size and job id are known (`mpirun`/`srun`, R2c) share a per-job file store;
+/// otherwise (hand-started jobs, R2a/R2b) the result is `Ok(None)`. A rendezvous set without
+/// its secret, or one that cannot be reached, is an error naming the variable and the rank.
 pub fn connect_store(launch: &LaunchInfo) -> Result<Option<Arc<dyn Store>>> {
     connect_store_with(launch, STORE_CONNECT_TIMEOUT)
 }
