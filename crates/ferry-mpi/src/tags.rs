@@ -174,6 +174,41 @@ mod tests {
         }
     }
 
+    fn any_key() -> impl proptest::strategy::Strategy<Value = MsgKey> {
+        use proptest::prelude::*;
+        (any::<u32>(), any::<u8>(), any::<u32>(), 0u32..3).prop_map(|(g, k, t, small)| {
+            // Mix small fields (exact mode) with arbitrary ones (hashed mode).
+            if small > 0 {
+                MsgKey::new(g % 256, MsgKind(k % 4), t % (1 << 20))
+            } else {
+                MsgKey::new(g, MsgKind(k), t)
+            }
+        })
+    }
+
+    proptest::proptest! {
+        /// Two different keys never share an MPI tag unless at least one of them is hashed (and
+        /// then the header tells them apart); every tag is within 0..=MPI_TAG_UB.
+        #[test]
+        fn distinct_exact_keys_get_distinct_tags(
+            a in any_key(),
+            b in any_key(),
+            ub in proptest::sample::select(vec![32767, 65535, (1 << 29) - 1, i32::MAX]),
+        ) {
+            let m = TagMap::new(ub).unwrap();
+            let (wa, wb) = (m.wire(a), m.wire(b));
+            proptest::prop_assert!(wa.tag >= 0 && wa.tag <= ub);
+            if a != b && !wa.hashed && !wb.hashed {
+                proptest::prop_assert_ne!(wa.tag, wb.tag);
+            }
+            if wa.hashed != wb.hashed {
+                // Exact and hashed tags live in disjoint halves.
+                proptest::prop_assert_ne!(wa.tag, wb.tag);
+            }
+            proptest::prop_assert_eq!(decode_header(&encode_header(a)), Some(a));
+        }
+    }
+
     #[test]
     fn header_round_trips() {
         let k = MsgKey::new(0xdead_beef, MsgKind(9), 0x0102_0304);
