@@ -132,7 +132,8 @@ fn check_failure(mode: &str, expect_msg: &str, expect_code: i32) {
     let Some((ferry, ex)) = tools(&["t_fail"]) else {
         return;
     };
-    let delay_ms = 300;
+    // Long enough for every rank to print its pid first, even on a loaded machine.
+    let delay_ms = 1000;
     let (out, elapsed) = run_limited(
         Command::new(&ferry)
             .args(["run", "-n", "4", "--"])
@@ -495,4 +496,46 @@ fn killed_rank_is_named_by_the_others() {
             "{b}: took {elapsed:?}"
         );
     }
+}
+
+#[test]
+fn hosts_are_reached_through_the_remote_command() {
+    let Some((ferry, _)) = tools(&[]) else {
+        return;
+    };
+    // A "remote" command that runs the rank locally through a second shell, as ssh would:
+    // {qcmd} must survive that extra level of quoting, arguments with spaces included.
+    let script = "echo rank=$FERRY_RANK node=$FERRY_NODE backend=$FERRY_BACKEND via=$VIA arg=\"$1\"; [ $FERRY_RANK != 3 ] || exit 5";
+    let run = |extra: &[&str]| {
+        let (out, _) = run_limited(
+            Command::new(&ferry)
+                // --keep-going: rank 3's failure must not cut the others' lines short.
+                .args(["run", "-n", "4", "--keep-going", "--hosts", "nodeA,nodeB"])
+                .args(["--remote-cmd", "env VIA={host} sh -c {qcmd}"])
+                .args(extra)
+                .args(["--", "sh", "-c", script, "sh", "two words"])
+                .env_remove("FERRY_BACKEND"),
+            Duration::from_secs(30),
+        );
+        let mut lines: Vec<String> = text(&out.stdout).lines().map(str::to_string).collect();
+        lines.sort();
+        (out, lines)
+    };
+    let (out, lines) = run(&[]);
+    assert_eq!(out.status.code(), Some(5), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("ferry: rank 3 exited with code 5 on host nodeB"),
+        "{}",
+        text(&out.stderr)
+    );
+    let want = |placement: [&str; 4]| -> Vec<String> {
+        placement
+            .iter()
+            .enumerate()
+            .map(|(r, h)| format!("rank={r} node={h} backend=hybrid via={h} arg=two words"))
+            .collect()
+    };
+    assert_eq!(lines, want(["nodeA", "nodeB", "nodeA", "nodeB"]));
+    let (_, lines) = run(&["--block"]);
+    assert_eq!(lines, want(["nodeA", "nodeA", "nodeB", "nodeB"]));
 }
