@@ -1,0 +1,122 @@
+//! vsum: vector sum under changing partitionings (examples.md §1; D2, D4, D7).
+//!
+//! Usage: `vsum [size]` (default 1000000; atoi semantics, 0 or text -> default).
+//! The master fills `a[i] = i`; the array is switched (data preserved) through equal blocks,
+//! index-weighted blocks and task-weighted blocks (task 0 weight 0), the last one migrated to
+//! the group without rank 0. Every rank prints its four partial sums; an All-partitioned
+//! 4-element container switched to Master with a Sum reduction gives the totals.
+
+mod common;
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use ferry::data::{
+    Block, Container, DataFlow, Instance, Partitioner, Partitioning, ReduceOp, Space,
+};
+
+fn main() -> ExitCode {
+    common::main_with("vsum", run)
+}
+
+/// Sum of this rank's elements: range by range (range number order), increasing index.
+fn local_sum(c: &Container<f64>) -> ferry::Result<f64> {
+    let mut s = 0.0;
+    for no in 0..c.my_ranges().len() {
+        let (r, view) = c.range_mapping(no)?;
+        let off = (r.from()[0] - view.range.from()[0]) as usize;
+        for v in &view.data[off..off + r.size() as usize] {
+            s += *v;
+        }
+    }
+    Ok(s)
+}
+
+fn run() -> ferry::Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let mut size = args.get(1).map_or(0, |a| common::atoi(a));
+    if size <= 0 {
+        size = 1_000_000;
+    }
+    let mut world = ferry::init()?;
+    let (rank, nprocs) = (world.rank(), world.size());
+    let t = world.transport();
+    let mut inst = Instance::new(rank, nprocs)?;
+    let wg = inst.world().clone();
+    let space = Space::new1(size as u64)?;
+
+    let mut a = Container::<f64>::new(&mut inst, "array", &space);
+    let master = Partitioning::new(&space, &wg, &Partitioner::Master)?;
+    a.switch_to(t, &master, DataFlow::None, None)?;
+    if rank == 0 {
+        for (i, v) in a.local_data_mut().iter_mut().enumerate() {
+            *v = i as f64;
+        }
+    }
+    let s0 = local_sum(&a)?;
+
+    let block = Partitioning::new(&space, &wg, &Partitioner::block())?;
+    a.switch_to(t, &block, DataFlow::Preserve, None)?;
+    let s1 = local_sum(&a)?;
+
+    let weighted = Partitioning::new(
+        &space,
+        &wg,
+        &Partitioner::Block(Block {
+            index_weight: Some(Arc::new(|i| i as f64)),
+            ..Block::default()
+        }),
+    )?;
+    a.switch_to(t, &weighted, DataFlow::Preserve, None)?;
+    let s2 = local_sum(&a)?;
+
+    let s3 = if nprocs > 1 {
+        let tw = Partitioning::new(
+            &space,
+            &wg,
+            &Partitioner::Block(Block {
+                task_weight: Some(Arc::new(|t| if t == 0 { 0.0 } else { 1.0 })),
+                ..Block::default()
+            }),
+        )?;
+        a.switch_to(t, &tw, DataFlow::Preserve, None)?;
+        let _ = local_sum(&a)?;
+        let shrinked = inst.shrink(&wg, &[0])?;
+        let migrated = tw.migrate(&shrinked)?;
+        a.switch_to(t, &migrated, DataFlow::Preserve, None)?;
+        let id = shrinked.index_of(rank).map_or(-1, |i| i as i64);
+        println!("My world ID {rank}, in shrinked group: {id}");
+        if id >= 0 {
+            local_sum(&a)?
+        } else {
+            0.0
+        }
+    } else {
+        s0
+    };
+    println!("Id {rank}: partitial sums {s0:.0}, {s1:.0}, {s2:.0}, {s3:.0}");
+
+    let sspace = Space::new1(4)?;
+    let all = Partitioning::new(&sspace, &wg, &Partitioner::All)?;
+    let mut sums = Container::<f64>::new(&mut inst, "sums", &sspace);
+    sums.switch_to(t, &all, DataFlow::None, None)?;
+    sums.local_data_mut().copy_from_slice(&[s0, s1, s2, s3]);
+    sums.switch_to(
+        t,
+        &master_of(&sspace, &wg)?,
+        DataFlow::Preserve,
+        Some(&ReduceOp::Sum),
+    )?;
+    if rank == 0 {
+        let v = sums.local_data();
+        println!(
+            "Total sums: {:.0}, {:.0}, {:.0}, {:.0}",
+            v[0], v[1], v[2], v[3]
+        );
+    }
+    world.finish()
+}
+
+fn master_of(space: &Space, g: &ferry::coll::Group) -> ferry::Result<Partitioning> {
+    Partitioning::new(space, g, &Partitioner::Master)
+}
