@@ -237,7 +237,7 @@ impl Config {
         if self.shm.ring_slots < 2 || !self.shm.ring_slots.is_power_of_two() {
             return bad("shm.ring_slots", "must be a power of two, at least 2");
         }
-        if self.shm.slot_bytes < 64 || self.shm.slot_bytes % 64 != 0 {
+        if self.shm.slot_bytes < 64 || !self.shm.slot_bytes.is_multiple_of(64) {
             return bad("shm.slot_bytes", "must be a multiple of 64, at least 64");
         }
         if self.shm.inbox_messages < 1 {

@@ -1,2 +1,281 @@
-//! placeholder
-pub struct HybridTransport;
+//! `HybridTransport`: shared memory between ranks of one node, TCP between nodes (S2; the
+//! "secondary backend" of 001 §3.4, built by composition instead of action substitution).
+//!
+//! Both transports see the same [`Exchange`]: each skips the operations whose peer it does not
+//! serve, so one exchange mixes node-local and remote traffic and still progresses all of it
+//! together. Nodes are told apart by `FERRY_NODE`, else the host name; the node map is
+//! gathered through the job's rendezvous store (001 §4.2.2 does the same through the primary
+//! backend), so every rank computes the same `node_of`. Node `k`'s segment is named after the
+//! job and `k`.
+
+use std::time::Duration;
+
+use ferry_core::transport::{check_peer, drive_exchange};
+use ferry_core::{
+    Config, Error, ErrorKind, Exchange, LaunchInfo, MsgKey, OpState, Result, Stats, Store,
+    Transport, WaitPolicy,
+};
+use ferry_tcp::TcpTransport;
+
+use crate::segment::segment_name;
+use crate::transport::{JoinSpec, ShmTransport};
+
+/// How long a rank waiting for both node-local and remote input blocks in TCP's poll before it
+/// looks at its shared-memory rings again (shm peers do not wake a rank blocked in epoll).
+const MIXED_WAIT_SLICE: Duration = Duration::from_millis(1);
+
+/// Which transports the last progress pass still waited for.
+#[derive(Debug, Clone, Copy, Default)]
+struct Pending {
+    local: bool,
+    remote: bool,
+}
+
+/// One rank of a job spread over several nodes.
+pub struct HybridTransport {
+    shm: ShmTransport,
+    tcp: TcpTransport,
+    node: Vec<usize>,
+    rank: usize,
+    size: usize,
+    calls: u64,
+    pending: Pending,
+    policy: WaitPolicy,
+}
+
+impl std::fmt::Debug for HybridTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HybridTransport")
+            .field("rank", &self.rank)
+            .field("size", &self.size)
+            .field("node", &self.node)
+            .finish()
+    }
+}
+
+impl HybridTransport {
+    /// Builds this rank from the launcher's environment (`FERRY_RANK`, `FERRY_SIZE`,
+    /// `FERRY_JOB_ID`, `FERRY_SECRET`, `FERRY_NODE`) and its rendezvous `store`.
+    pub fn from_env(config: &Config, launch: &LaunchInfo, store: &dyn Store) -> Result<Self> {
+        let need = |what: &str| {
+            Error::config(format!(
+                "the hybrid backend needs {what} (normally set by `ferry run`)"
+            ))
+        };
+        let rank = launch.rank.ok_or_else(|| need("FERRY_RANK"))?;
+        let size = launch.size.ok_or_else(|| need("FERRY_SIZE"))?;
+        let job = launch
+            .job_id
+            .as_deref()
+            .ok_or_else(|| need("FERRY_JOB_ID"))?;
+        let secret = launch
+            .secret
+            .clone()
+            .or_else(|| config.tcp.secret.clone())
+            .unwrap_or_default();
+        HybridTransport::from_store(rank, size, &launch.node_name(), job, store, config, &secret)
+    }
+
+    /// Builds rank `rank` of `size` on node `node_name` of job `job`: publishes the node name
+    /// in `store`, reads everybody's, joins the node's segment and connects TCP for the ranks
+    /// of other nodes.
+    pub fn from_store(
+        rank: usize,
+        size: usize,
+        node_name: &str,
+        job: &str,
+        store: &dyn Store,
+        config: &Config,
+        secret: &str,
+    ) -> Result<Self> {
+        if rank >= size {
+            return Err(Error::invalid(
+                "hybrid init",
+                format!("rank {rank} of {size} ranks"),
+            ));
+        }
+        store
+            .set(&format!("shm/node/{rank}"), node_name.as_bytes())
+            .map_err(|e| e.context("hybrid init").or_rank(rank))?;
+        let mut names: Vec<Vec<u8>> = Vec::with_capacity(size);
+        for r in 0..size {
+            let v = if r == rank {
+                node_name.as_bytes().to_vec()
+            } else {
+                store
+                    .get(&format!("shm/node/{r}"), config.timeout())
+                    .map_err(|e| e.context("hybrid init").or_rank(rank).with_peer(r))?
+            };
+            names.push(v);
+        }
+        let node = node_numbers(&names);
+        let mine = node[rank];
+        let members: Vec<usize> = (0..size).filter(|&r| node[r] == mine).collect();
+        let local = members
+            .iter()
+            .position(|&r| r == rank)
+            .ok_or_else(|| Error::new(ErrorKind::Protocol, "hybrid init").on_rank(rank))?;
+        let shm = ShmTransport::join(
+            JoinSpec {
+                name: Some(segment_name(&format!("j{job}"), Some(mine))),
+                local: Some(local),
+                members: Some((members.clone(), rank, size)),
+                config,
+            },
+            members.len(),
+            None,
+        )
+        .map_err(|e| e.or_rank(rank))?;
+        let tcp = TcpTransport::from_store_excluding(rank, size, store, config, secret, &members)?;
+        if rank == 0 {
+            let nodes = node.iter().max().map_or(0, |m| m + 1);
+            tracing::info!(ranks = size, nodes, "hybrid: job started");
+        }
+        Ok(HybridTransport {
+            shm,
+            tcp,
+            node,
+            rank,
+            size,
+            calls: 0,
+            pending: Pending::default(),
+            policy: WaitPolicy {
+                spin: config.spin(),
+                timeout: config.timeout(),
+            },
+        })
+    }
+
+    fn is_local(&self, peer: usize) -> bool {
+        self.node.get(peer) == self.node.get(self.rank)
+    }
+
+    /// Number of nodes of the job.
+    pub fn nodes(&self) -> usize {
+        self.node.iter().max().map_or(0, |m| m + 1)
+    }
+}
+
+/// Numbers node names 0, 1, ... in order of their lowest rank, so every rank derives the same
+/// numbering from the same list.
+fn node_numbers(names: &[Vec<u8>]) -> Vec<usize> {
+    let mut seen: Vec<&[u8]> = Vec::new();
+    names
+        .iter()
+        .map(|n| match seen.iter().position(|s| *s == n.as_slice()) {
+            Some(i) => i,
+            None => {
+                seen.push(n);
+                seen.len() - 1
+            }
+        })
+        .collect()
+}
+
+impl Transport for HybridTransport {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn size(&self) -> usize {
+        self.size
+    }
+
+    fn name(&self) -> &'static str {
+        "hybrid"
+    }
+
+    fn node_of(&self, rank: usize) -> usize {
+        self.node.get(rank).copied().unwrap_or(0)
+    }
+
+    fn wait_policy(&self) -> WaitPolicy {
+        self.policy
+    }
+
+    fn progress_exchange(&mut self, ex: &mut Exchange<'_>) -> Result<bool> {
+        self.shm.progress_exchange(ex)?;
+        self.tcp.progress_exchange(ex)?;
+        let mut p = Pending::default();
+        let sends = ex
+            .sends
+            .iter()
+            .filter(|s| s.state != OpState::Done)
+            .map(|s| s.peer);
+        let recvs = ex
+            .recvs
+            .iter()
+            .filter(|r| r.state != OpState::Done)
+            .map(|r| r.peer);
+        for peer in sends.chain(recvs) {
+            if self.is_local(peer) {
+                p.local = true;
+            } else {
+                p.remote = true;
+            }
+        }
+        self.pending = p;
+        Ok(!p.local && !p.remote)
+    }
+
+    fn wait_for_input(&mut self, timeout: Duration) -> Result<()> {
+        match (self.pending.local, self.pending.remote) {
+            (true, false) => self.shm.wait_for_input(timeout),
+            (false, true) => self.tcp.wait_for_input(timeout),
+            _ => self.tcp.wait_for_input(timeout.min(MIXED_WAIT_SLICE)),
+        }
+    }
+
+    fn exchange(&mut self, ex: &mut Exchange<'_>) -> Result<()> {
+        self.calls += 1;
+        drive_exchange(self, ex)
+    }
+
+    fn send(&mut self, peer: usize, key: MsgKey, data: &[u8]) -> Result<()> {
+        self.calls += 1;
+        check_peer(self.rank, self.size, peer, "send")?;
+        if self.is_local(peer) {
+            self.shm.send(peer, key, data)
+        } else {
+            self.tcp.send(peer, key, data)
+        }
+    }
+
+    fn recv(&mut self, peer: usize, key: MsgKey, buf: &mut Vec<u8>) -> Result<()> {
+        self.calls += 1;
+        check_peer(self.rank, self.size, peer, "recv")?;
+        if self.is_local(peer) {
+            self.shm.recv(peer, key, buf)
+        } else {
+            self.tcp.recv(peer, key, buf)
+        }
+    }
+
+    fn stats(&self) -> Stats {
+        let mut s = Stats::new(self.rank, self.size, "hybrid");
+        s.merge(&self.shm.stats());
+        s.merge(&self.tcp.stats());
+        s.calls = self.calls;
+        s
+    }
+
+    fn finish(&mut self) -> Result<()> {
+        let a = self.shm.finish();
+        let b = self.tcp.finish();
+        a.and(b)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_numbers_follow_lowest_rank() {
+        let names: Vec<Vec<u8>> = ["b", "a", "b", "c", "a"]
+            .iter()
+            .map(|s| s.as_bytes().to_vec())
+            .collect();
+        assert_eq!(node_numbers(&names), vec![0, 1, 0, 2, 1]);
+    }
+}

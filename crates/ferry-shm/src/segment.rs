@@ -144,14 +144,14 @@ impl Drop for Segment {
 
 impl Segment {
     fn u64_at(&self, off: usize) -> &AtomicU64 {
-        debug_assert!(off % 8 == 0 && off + 8 <= self.len);
+        debug_assert!(off.is_multiple_of(8) && off + 8 <= self.len);
         // SAFETY: the offset is 8-aligned and inside the mapping (layout arithmetic), the
         // mapping is page-aligned and lives as long as &self.
         unsafe { &*(self.base.add(off) as *const AtomicU64) }
     }
 
     fn u32_at(&self, off: usize) -> &AtomicU32 {
-        debug_assert!(off % 4 == 0 && off + 4 <= self.len);
+        debug_assert!(off.is_multiple_of(4) && off + 4 <= self.len);
         // SAFETY: as in u64_at.
         unsafe { &*(self.base.add(off) as *const AtomicU32) }
     }

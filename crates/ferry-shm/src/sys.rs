@@ -98,13 +98,11 @@ pub(crate) fn pid_alive(pid: u32) -> bool {
     // The state letter follows the last ')' of /proc/<pid>/stat (the command name may contain
     // spaces and parentheses).
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => match stat
-            .rfind(')')
-            .and_then(|i| stat[i + 1..].trim_start().chars().next())
-        {
-            Some('Z') | Some('X') | Some('x') => false,
-            _ => true,
-        },
+        Ok(stat) => !matches!(
+            stat.rfind(')')
+                .and_then(|i| stat[i + 1..].trim_start().chars().next()),
+            Some('Z') | Some('X') | Some('x')
+        ),
         Err(e) if e.kind() == io::ErrorKind::NotFound => false,
         Err(_) => true,
     }

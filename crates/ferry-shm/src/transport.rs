@@ -41,6 +41,8 @@ use crate::sys;
 
 /// How often a waiting rank checks that the peers it waits for still live.
 const LIVENESS_EVERY: Duration = Duration::from_millis(20);
+/// How long the lean receive path spins before it starts yielding the core.
+const PURE_SPIN: Duration = Duration::from_micros(5);
 /// Default job name of hand-started ranks (R2b) when `shm.job` / `FERRY_SHM_JOB` is unset.
 pub const DEFAULT_JOB: &str = "default";
 
@@ -930,6 +932,8 @@ impl ShmTransport {
         self.last_liveness = Instant::now();
         self.waiting.sort_unstable();
         self.waiting.dedup();
+        // A crashed rank is the root cause; ranks that left because of it come second.
+        let mut worst: Option<(usize, PeerTrouble)> = None;
         for i in 0..self.waiting.len() {
             let l = self.waiting[i];
             if l == self.me {
@@ -940,6 +944,17 @@ impl ShmTransport {
                 continue;
             }
             if let Some(t) = self.trouble(l) {
+                let died = matches!(t, PeerTrouble::Died(_));
+                if worst.is_none() || died {
+                    worst = Some((l, t));
+                }
+                if died {
+                    break;
+                }
+            }
+        }
+        {
+            if let Some((l, t)) = worst {
                 let peer = self.global_of[l];
                 let detail = match t {
                     PeerTrouble::Died(pid) => format!("rank {peer} (pid {pid}) died"),
@@ -1021,11 +1036,17 @@ impl ShmTransport {
                 continue;
             }
             spins = spins.wrapping_add(1);
-            if spins % 64 == 0 {
-                if start.elapsed() >= self.policy.spin {
+            if spins.is_multiple_of(64) {
+                let waited = start.elapsed();
+                if waited >= self.policy.spin {
                     return Ok(false);
                 }
-                std::thread::yield_now();
+                // A yield costs about a microsecond here: pure spinning first, so that a
+                // dedicated core answers in tens of nanoseconds; then yield, so that ranks
+                // outnumbering cores let the sender run.
+                if waited >= PURE_SPIN {
+                    std::thread::yield_now();
+                }
             }
             std::hint::spin_loop();
         }

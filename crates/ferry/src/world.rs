@@ -25,6 +25,17 @@ pub fn init_with(config: Config, launch: LaunchInfo) -> Result<World> {
     let kind = choose_backend(&launch);
     let transport: Box<dyn Transport> = match kind {
         BackendKind::Single => Box::new(SingleTransport::new()),
+        // Shared memory (S1, R2b): launcher variables or a hand start with FERRY_SIZE.
+        BackendKind::Shm => Box::new(ferry_shm::ShmTransport::from_env(&config, &launch)?),
+        // Shared memory within a node, TCP between nodes (S2); needs the launcher's store.
+        BackendKind::Hybrid => {
+            let store = crate::bootstrap::connect_store(&launch)?.ok_or_else(|| {
+                Error::config("the hybrid backend needs the launcher's store (FERRY_RENDEZVOUS)")
+            })?;
+            Box::new(ferry_shm::HybridTransport::from_env(
+                &config, &launch, &*store,
+            )?)
+        }
         // MPI backend (R3): rank and size come from MPI itself, not from LaunchInfo.
         #[cfg(feature = "mpi")]
         BackendKind::Mpi => Box::new(ferry_mpi::MpiTransport::init(&config)?),

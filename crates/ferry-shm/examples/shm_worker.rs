@@ -1,0 +1,201 @@
+//! A small multi-process worker for the shm backend's tests and measurements. Start N copies
+//! with launcher variables (`FERRY_JOB_ID`, `FERRY_RANK`, `FERRY_SIZE`) or by hand
+//! (`FERRY_SIZE`, `FERRY_SHM_JOB`).
+//!
+//! Modes:
+//! - `allreduce ITERS BYTES`: sums a vector over all ranks with a ring of exchanges, ITERS
+//!   times, checks every element, prints `rank R of N ok TAG`;
+//! - `alltoall SECONDS BYTES`: exchanges with every peer until an error or SECONDS pass;
+//!   prints `running` after the first round (tests kill a rank meanwhile);
+//! - `pingpong [MAX_BYTES]`: ranks 0 and 1 measure latency (half round trip) and streaming
+//!   bandwidth (window of 64 messages per exchange) for sizes 1 B .. MAX_BYTES (default 4 MiB).
+//!
+//! Exits 0 on success, 3 after printing `error: ...` on stderr when ferry reports an error.
+
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use ferry_core::{Config, Exchange, LaunchInfo, MsgKey, Transport};
+use ferry_shm::ShmTransport;
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let code = match run(&args) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("error: {e}");
+            3
+        }
+    };
+    std::process::exit(code);
+}
+
+fn arg<T: std::str::FromStr>(args: &[String], i: usize, default: T) -> T {
+    args.get(i).and_then(|s| s.parse().ok()).unwrap_or(default)
+}
+
+fn run(args: &[String]) -> ferry_core::Result<()> {
+    let config = Config::from_env()?;
+    let launch = LaunchInfo::from_env()?;
+    let mut t = ShmTransport::from_env(&config, &launch)?;
+    match args.first().map(String::as_str) {
+        Some("allreduce") => allreduce(&mut t, arg(args, 1, 100), arg(args, 2, 64)),
+        Some("alltoall") => alltoall(&mut t, arg(args, 1, 30), arg(args, 2, 64)),
+        Some("pingpong") => pingpong(&mut t, arg(args, 1, 4 << 20)),
+        other => Err(ferry_core::Error::invalid(
+            "shm_worker",
+            format!("unknown mode {other:?} (allreduce, alltoall, pingpong)"),
+        )),
+    }?;
+    t.finish()
+}
+
+fn to_bytes(v: &[u64]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn from_bytes(b: &[u8]) -> Vec<u64> {
+    b.chunks_exact(8)
+        .map(|c| {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(c);
+            u64::from_le_bytes(a)
+        })
+        .collect()
+}
+
+fn allreduce(t: &mut ShmTransport, iters: usize, bytes: usize) -> ferry_core::Result<()> {
+    let (r, n) = (t.rank(), t.size());
+    let elems = (bytes / 8).max(1);
+    let right = (r + 1) % n;
+    let left = (r + n - 1) % n;
+    let tag = std::env::var("FERRY_SHM_JOB").unwrap_or_default();
+    for it in 0..iters {
+        let mine = vec![(r as u64 + 1) * (it as u64 + 1); elems];
+        let mut acc = mine.clone();
+        let mut pass = to_bytes(&mine);
+        for _ in 1..n {
+            let mut got = Vec::new();
+            let mut ex = Exchange::new();
+            ex.send(right, MsgKey::user(it as u32), &pass);
+            ex.recv(left, MsgKey::user(it as u32), &mut got);
+            t.exchange(&mut ex)?;
+            drop(ex);
+            for (a, b) in acc.iter_mut().zip(from_bytes(&got)) {
+                *a += b;
+            }
+            pass = got;
+        }
+        let want = (n as u64 * (n as u64 + 1) / 2) * (it as u64 + 1);
+        if acc.iter().any(|&a| a != want) {
+            return Err(
+                ferry_core::Error::new(ferry_core::ErrorKind::Protocol, "allreduce")
+                    .on_rank(r)
+                    .with_detail(format!("iteration {it}: got {} want {want}", acc[0])),
+            );
+        }
+    }
+    println!("rank {r} of {n} ok {tag}");
+    Ok(())
+}
+
+fn alltoall(t: &mut ShmTransport, seconds: u64, bytes: usize) -> ferry_core::Result<()> {
+    let (r, n) = (t.rank(), t.size());
+    let start = Instant::now();
+    let data = vec![r as u8; bytes];
+    let mut round: u32 = 0;
+    while start.elapsed() < Duration::from_secs(seconds) {
+        let mut bufs = vec![Vec::new(); n];
+        let mut ex = Exchange::new();
+        for (p, b) in bufs.iter_mut().enumerate() {
+            if p != r {
+                ex.send(p, MsgKey::user(round), &data);
+                ex.recv(p, MsgKey::user(round), b);
+            }
+        }
+        t.exchange(&mut ex)?;
+        drop(ex);
+        if round == 0 {
+            println!("running");
+            let _ = std::io::stdout().flush();
+        }
+        round = round.wrapping_add(1);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    Ok(())
+}
+
+fn pingpong(t: &mut ShmTransport, max: usize) -> ferry_core::Result<()> {
+    if t.size() < 2 || t.rank() > 1 {
+        return Ok(());
+    }
+    let me = t.rank();
+    let peer = 1 - me;
+    let key = MsgKey::user(1);
+    if me == 0 {
+        println!("# size  latency_us  bandwidth_MBps");
+    }
+    let mut size = 1usize;
+    let mut buf = Vec::new();
+    while size <= max {
+        let data = vec![7u8; size];
+        let iters = if size <= 8192 {
+            20_000
+        } else {
+            (200 << 20) / size
+        }
+        .clamp(50, 20_000);
+        let warm = iters / 10;
+        let mut lat = f64::MAX;
+        for _rep in 0..3 {
+            let mut t0 = Instant::now();
+            for i in 0..iters + warm {
+                if i == warm {
+                    t0 = Instant::now();
+                }
+                if me == 0 {
+                    t.send(peer, key, &data)?;
+                    t.recv(peer, key, &mut buf)?;
+                } else {
+                    t.recv(peer, key, &mut buf)?;
+                    t.send(peer, key, &data)?;
+                }
+            }
+            let us = t0.elapsed().as_secs_f64() * 1e6 / iters as f64 / 2.0;
+            lat = lat.min(us);
+        }
+        // Streaming: a window of 64 messages in one exchange, then a 1-byte reply.
+        let window = 64;
+        let rounds = (iters / window).clamp(5, 200);
+        let mut best_bw: f64 = 0.0;
+        let mut sinks: Vec<Vec<u8>> = vec![Vec::new(); window];
+        for _rep in 0..3 {
+            let t0 = Instant::now();
+            for _ in 0..rounds {
+                let mut ex = Exchange::new();
+                if me == 0 {
+                    for _ in 0..window {
+                        ex.send(peer, key, &data);
+                    }
+                    t.exchange(&mut ex)?;
+                    drop(ex);
+                    t.recv(peer, MsgKey::user(2), &mut buf)?;
+                } else {
+                    for s in sinks.iter_mut() {
+                        ex.recv(peer, key, s);
+                    }
+                    t.exchange(&mut ex)?;
+                    drop(ex);
+                    t.send(peer, MsgKey::user(2), &[1])?;
+                }
+            }
+            let secs = t0.elapsed().as_secs_f64();
+            best_bw = best_bw.max((rounds * window * size) as f64 / secs / 1e6);
+        }
+        if me == 0 {
+            println!("{size:>8}  {lat:>10.3}  {best_bw:>12.1}");
+        }
+        size *= 4;
+    }
+    Ok(())
+}
