@@ -1,0 +1,180 @@
+//! jac1d: 1d Jacobi with halo exchange and optional repartitioning (examples.md §5; D2, D4, D5).
+//!
+//! Usage: `jac1d [ksize [maxiter [repart]]]`: ksize thousands of cells (default 10000),
+//! maxiter (default 50), repart > 0 repartitions with changing task weights every `repart`
+//! iterations, repart < 0 offers a world-resize point every `-repart` iterations (ferry's
+//! worlds do not change size yet, so such a point keeps the world, as LAIK's single and MPI
+//! backends do).
+//!
+//! Writes go to a block partitioning, reads to its corner halo (depth 1); two containers
+//! alternate roles. Residuum and final sum are Sum-reduced through a 1-element container
+//! switched from All to All (a rank-ordered left fold, so every backend prints the same
+//! digits).
+
+mod common;
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use ferry::coll::Group;
+use ferry::data::{
+    Block, Container, DataFlow, Instance, Partitioner, Partitioning, ReduceOp, Space,
+};
+use ferry::Transport;
+
+fn main() -> ExitCode {
+    common::main_with("jac1d", run)
+}
+
+fn partitionings(
+    space: &Space,
+    g: &Group,
+    weights: Option<Vec<f64>>,
+) -> ferry::Result<(Partitioning, Partitioning)> {
+    let block = Block {
+        task_weight: weights
+            .map(|w| Arc::new(move |t: usize| w[t]) as ferry::data::partitioner::TaskWeight),
+        ..Block::default()
+    };
+    let write = Partitioning::new(space, g, &Partitioner::Block(block))?;
+    let read = Partitioning::derived(space, &Partitioner::CornerHalo { depth: 1 }, &write)?;
+    Ok((write, read))
+}
+
+/// Sum over all ranks through a 1-element All container (rank-ordered left fold).
+fn allreduce(
+    t: &mut dyn Transport,
+    c: &mut Container<f64>,
+    all: &Partitioning,
+    v: f64,
+) -> ferry::Result<f64> {
+    c.fill(v);
+    c.switch_to(t, all, DataFlow::Preserve, Some(&ReduceOp::Sum))?;
+    Ok(c.local_data()[0])
+}
+
+fn run() -> ferry::Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let arg = |i: usize| args.get(i).map_or(0, |a| common::atoi(a));
+    let mut ksize = arg(1);
+    if ksize <= 0 {
+        ksize = 10_000;
+    }
+    let mut maxiter = arg(2);
+    if maxiter <= 0 {
+        maxiter = 50;
+    }
+    let repart = arg(3);
+    let size = ksize
+        .checked_mul(1000)
+        .filter(|s| *s <= i64::from(i32::MAX))
+        .ok_or_else(|| common::usage_error(format!("{ksize} k cells is too large")))?;
+
+    let mut world = ferry::init()?;
+    let (rank, nprocs) = (world.rank(), world.size());
+    let t = world.transport();
+    let mut inst = Instance::new(rank, nprocs)?;
+    let wg = inst.world().clone();
+    if rank == 0 {
+        println!(
+            "{ksize} k cells (mem {:.1} MB), running {maxiter} iterations with {nprocs} tasks",
+            0.016 * ksize as f64
+        );
+        if repart > 0 {
+            println!("  with repartitioning every {repart} iterations");
+        }
+    }
+    let space = Space::new1(size as u64)?;
+    let (mut pwrite, mut pread) = partitionings(&space, &wg, None)?;
+    let mut rd = Container::<f64>::new(&mut inst, "data1", &space);
+    let mut wr = Container::<f64>::new(&mut inst, "data2", &space);
+    let sspace = Space::new1(1)?;
+    let all = Partitioning::new(&sspace, &wg, &Partitioner::All)?;
+    let mut sum = Container::<f64>::new(&mut inst, "sum", &sspace);
+    sum.switch_to(t, &all, DataFlow::None, None)?;
+
+    // Initial values on the write partitioning; `rd` holds the last written values.
+    rd.switch_to(t, &pwrite, DataFlow::None, None)?;
+    if rd.num_mappings() > 0 {
+        let v = rd.mapping_mut(0)?;
+        let from = v.range.from()[0];
+        for (k, x) in v.data.iter_mut().enumerate() {
+            let g = from + k as i64;
+            *x = if g == 0 {
+                -5.0
+            } else if g == size - 1 {
+                10.0
+            } else {
+                (g & 6) as f64
+            };
+        }
+    }
+
+    let mut iter = 0i64;
+    while iter < maxiter {
+        rd.switch_to(t, &pread, DataFlow::Preserve, None)?;
+        wr.switch_to(t, &pwrite, DataFlow::None, None)?;
+        let with_res = iter % 10 == 0;
+        let mut res = 0.0f64;
+        if wr.num_mappings() > 0 {
+            let r = rd.mapping(0)?;
+            let w = wr.mapping_mut(0)?;
+            let (wf, wt) = (w.range.from()[0], w.range.to()[0]);
+            let rb = r.range.from()[0];
+            let (rdat, wdat) = (r.data, w.data);
+            for g in wf..wt {
+                let wi = (g - wf) as usize;
+                if g == 0 {
+                    wdat[wi] = -5.0;
+                } else if g == size - 1 {
+                    wdat[wi] = 10.0;
+                } else {
+                    let ri = (g - rb) as usize;
+                    let nv = 0.5 * (rdat[ri - 1] + rdat[ri + 1]);
+                    wdat[wi] = nv;
+                    if with_res {
+                        let d = rdat[ri] - nv;
+                        res += d * d;
+                    }
+                }
+            }
+        }
+        std::mem::swap(&mut rd, &mut wr);
+        if with_res {
+            let res = allreduce(t, &mut sum, &all, res)?;
+            if rank == 0 {
+                println!("Residuum after {:2} iters: {res:.6}", iter + 1);
+            }
+            if res < 0.001 {
+                break;
+            }
+        }
+        if repart > 0 && iter > 0 && iter % repart == 0 {
+            let v = iter / repart;
+            let weights: Vec<f64> = (0..nprocs)
+                .map(|r| 1.0 + (r as i64 * (v & 1)) as f64)
+                .collect();
+            let (w, r) = partitionings(&space, &wg, Some(weights))?;
+            rd.switch_to(t, &w, DataFlow::Preserve, None)?;
+            pwrite = w;
+            pread = r;
+        }
+        // repart < 0: a world-resize point; ferry's world keeps its size (see module docs).
+        iter += 1;
+    }
+
+    let mut local = 0.0f64;
+    if rd.num_mappings() > 0 {
+        let own = rd.my_ranges()[0];
+        let (_, v) = rd.range_mapping(0)?;
+        let off = (own.from()[0] - v.range.from()[0]) as usize;
+        for x in &v.data[off..off + own.size() as usize] {
+            local += *x;
+        }
+    }
+    let total = allreduce(t, &mut sum, &all, local)?;
+    if rank == 0 {
+        println!("Global value sum after {iter} iterations: {total:.6}");
+    }
+    world.finish()
+}
