@@ -74,8 +74,7 @@ fn run(args: &[String]) -> ferry::Result<()> {
     // Processes started with the job begin at phase 0 (joiners would start at the resize
     // point's phase).
     let mut phase: i64 = 0;
-    loop {
-        let Some(id) = current.id else { break };
+    while let Some(id) = current.id {
         let line = format!(
             "Epoch {} / Phase {}: Hello from process {} of {}\n",
             current.epoch, phase, id, current.size
