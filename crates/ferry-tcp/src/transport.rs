@@ -144,6 +144,8 @@ pub struct TcpTransport {
     set: Settings,
     listener: TcpListener,
     listener_paused: bool,
+    /// Connections open when the listener was paused; it resumes below that.
+    paused_at: usize,
     local_addr: SocketAddr,
     poller: Poller,
     ready: Vec<Ready>,
@@ -343,6 +345,7 @@ impl TcpTransport {
             set,
             listener,
             listener_paused: false,
+            paused_at: 0,
             local_addr,
             poller,
             ready: Vec::with_capacity(64),
@@ -610,7 +613,9 @@ impl TcpTransport {
         }
         if self.n_conns >= self.set.cap {
             self.evict_one();
-            return Ok(None);
+            if self.n_conns >= self.set.cap {
+                return Ok(None);
+            }
         }
         let Some(addr) = self.peers[peer].addr else {
             self.reload_addresses();
@@ -925,11 +930,10 @@ impl TcpTransport {
     fn accept_some(&mut self) {
         for _ in 0..ACCEPT_BUDGET {
             if self.n_conns >= self.set.cap {
-                // Leave the connection in the backlog until a slot is free (back-pressure on
-                // connectors, T2); level-triggered readiness would otherwise spin.
+                // Accept anyway: a peer's connection left in our backlog could wait for us
+                // while we wait for it (both at the cap with dialled connections stuck in each
+                // other's backlog). The cap is restored by closing idle connections (T2).
                 self.evict_one();
-                self.pause_listener();
-                return;
             }
             match self.listener.accept() {
                 Ok((sock, from)) => {
@@ -947,6 +951,8 @@ impl TcpTransport {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
+                    // Out of descriptors (EMFILE/ENFILE) or similar: stop accepting until a
+                    // connection was closed, instead of spinning on a ready listener.
                     tracing::warn!("rank {}: accept failed: {e}", self.rank);
                     self.evict_one();
                     self.pause_listener();
@@ -958,6 +964,7 @@ impl TcpTransport {
 
     fn pause_listener(&mut self) {
         if !self.listener_paused {
+            self.paused_at = self.n_conns;
             self.poller.remove(self.listener.as_raw_fd());
             self.listener_paused = true;
         }
@@ -1206,8 +1213,14 @@ impl TcpTransport {
         }
     }
 
+    /// Queues an answer to `h`. Message-level answers keep the message's identity (source and
+    /// destination of the message); connection-level ones come from this rank.
     fn queue_control(&mut self, id: usize, conn: &mut Conn, ty: FrameType, h: &Header) {
-        let c = Header::control(ty, h.key, h.source, h.dest, h.serial);
+        let (source, dest) = match ty {
+            FrameType::CloseAck | FrameType::CloseNak => (h.dest, h.source),
+            _ => (h.source, h.dest),
+        };
+        let c = Header::control(ty, h.key, source, dest, h.serial);
         conn.wq.push_back(OutFrame::new(&c, None));
         self.dirty.push(id);
     }
@@ -1578,7 +1591,7 @@ impl TcpTransport {
             }
         }
         if self.listener_paused {
-            if self.n_conns < self.set.cap {
+            if self.n_conns < self.paused_at {
                 if self
                     .poller
                     .add(self.listener.as_raw_fd(), LISTENER, false)

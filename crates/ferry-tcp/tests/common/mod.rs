@@ -25,6 +25,7 @@ where
     R: Send,
     F: Fn(TcpTransport) -> R + Sync,
 {
+    init_log();
     let store = Arc::new(MemStore::new());
     std::thread::scope(|s| {
         let handles: Vec<_> = (0..n)
@@ -44,4 +45,14 @@ where
             .map(|h| h.join().expect("rank thread panicked"))
             .collect()
     })
+}
+
+/// Logs to stderr when `FERRY_LOG` is set (e.g. `FERRY_LOG=ferry_tcp=debug`).
+pub fn init_log() {
+    if let Ok(f) = std::env::var("FERRY_LOG") {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(f))
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
 }
