@@ -46,8 +46,8 @@ fn two_nodes_of_two_ranks() {
                             (0..size).map(|p| pattern(len + p, rank * 10 + p)).collect();
                         let mut bufs = vec![Vec::new(); size];
                         let mut ex = Exchange::new();
-                        for p in 0..size {
-                            ex.send(p, MsgKey::user(round as u32), &out[p]);
+                        for (p, o) in out.iter().enumerate() {
+                            ex.send(p, MsgKey::user(round as u32), o);
                         }
                         for (p, b) in bufs.iter_mut().enumerate() {
                             ex.recv(p, MsgKey::user(round as u32), b);
