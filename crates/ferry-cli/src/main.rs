@@ -6,6 +6,7 @@
 //! launcher (`PR_SET_PDEATHSIG`), and are ended (SIGTERM, then SIGKILL) when one of them fails
 //! or when the launcher is interrupted.
 
+mod ctl;
 mod forward;
 mod remote;
 mod run;
@@ -28,6 +29,25 @@ struct Cli {
 enum Command {
     /// Start N ranks of PROGRAM and wait for them.
     Run(RunArgs),
+    /// Control a job started with --job-name NAME.
+    Ctl {
+        /// The job's name.
+        name: String,
+        #[command(subcommand)]
+        action: CtlAction,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum CtlAction {
+    /// Print the job's processes: location `L<id>:<host>:<pid>`, rank and state.
+    Status,
+    /// Remove the processes whose location matches PATTERN at the next resize point (not
+    /// supported yet: refused).
+    Remove {
+        /// Extended regular expression over location strings.
+        pattern: String,
+    },
 }
 
 /// Options of `ferry run`.
@@ -114,5 +134,18 @@ fn main() -> ExitCode {
                 ExitCode::from(msg.exit_code())
             }
         },
+        Command::Ctl { name, action } => {
+            let result = match action {
+                CtlAction::Status => ctl::status(&name),
+                CtlAction::Remove { pattern } => ctl::remove(&name, &pattern),
+            };
+            match result {
+                Ok(code) => ExitCode::from(code),
+                Err(msg) => {
+                    eprintln!("ferry: {msg}");
+                    ExitCode::from(1)
+                }
+            }
+        }
     }
 }

@@ -9,8 +9,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ferry_core::tcp_store::StoreServer;
-use ferry_core::BackendKind;
+use ferry_core::{BackendKind, Store};
 
+use crate::ctl::{Registration, STATUS_KEY};
 use crate::forward::{self, Output, Pipe, Tracker};
 use crate::{remote, signals, RunArgs};
 
@@ -251,6 +252,21 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
         None => server.local_addr().to_string(),
     };
 
+    // Named jobs can be inspected with `ferry ctl NAME status`.
+    let _registration = match &args.job_name {
+        Some(name) => {
+            let mut local = server.local_addr();
+            if local.ip().is_unspecified() {
+                local.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+            }
+            Some(
+                Registration::create(name, &local.to_string(), &secret)
+                    .map_err(|msg| Fatal { msg, code: 1 })?,
+            )
+        }
+        None => None,
+    };
+
     // Backend default for ranks on several hosts: shared memory alone cannot serve them.
     let distinct_hosts = {
         let mut h = placement.clone();
@@ -370,7 +386,7 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
         }
     }
 
-    let code = supervise(&mut ranks, &args, &output);
+    let code = supervise(&mut ranks, &args, &output, &*server.store());
     if !tracker.wait(DRAIN) {
         output.message(
             "ferry: some output may be missing: a rank's child process still holds its pipes",
@@ -390,7 +406,10 @@ struct Outcome {
 
 /// Watches the ranks until all are gone; ends the job on the first failure (unless
 /// --keep-going) or on SIGINT/SIGTERM/SIGHUP.
-fn supervise(ranks: &mut [Rank], args: &RunArgs, output: &Output) -> Outcome {
+fn supervise(ranks: &mut [Rank], args: &RunArgs, output: &Output, store: &dyn Store) -> Outcome {
+    let local_host = ferry_core::launch::hostname();
+    let mut states: Vec<String> = vec!["running".to_string(); ranks.len()];
+    publish_status(store, ranks, &states, &local_host);
     let grace = Duration::from_millis(args.grace_ms);
     let mut messages = Vec::new();
     let mut exit: Option<u8> = None;
@@ -400,6 +419,7 @@ fn supervise(ranks: &mut [Rank], args: &RunArgs, output: &Output) -> Outcome {
     let mut ended_by_us = 0usize;
     loop {
         let mut running = 0;
+        let mut changed = false;
         for (r, rank) in ranks.iter_mut().enumerate() {
             if rank.status.is_some() {
                 continue;
@@ -407,6 +427,12 @@ fn supervise(ranks: &mut [Rank], args: &RunArgs, output: &Output) -> Outcome {
             match rank.child.try_wait() {
                 Ok(Some(status)) => {
                     rank.status = Some(status);
+                    changed = true;
+                    states[r] = match describe(r, status) {
+                        None => "done".to_string(),
+                        Some(_) if ending.is_some() => "ended by ferry".to_string(),
+                        Some((text, _)) => text.replacen(&format!("rank {r} "), "", 1),
+                    };
                     if ending.is_some() {
                         ended_by_us += 1;
                         continue;
@@ -424,6 +450,9 @@ fn supervise(ranks: &mut [Rank], args: &RunArgs, output: &Output) -> Outcome {
                     rank.status = Some(ExitStatus::from_raw(1 << 8));
                 }
             }
+        }
+        if changed {
+            publish_status(store, ranks, &states, &local_host);
         }
         if running == 0 {
             break;
@@ -467,6 +496,19 @@ fn supervise(ranks: &mut [Rank], args: &RunArgs, output: &Output) -> Outcome {
     Outcome {
         exit: exit.unwrap_or(0),
         messages,
+    }
+}
+
+/// Publishes the process table for `ferry ctl NAME status`: one line per process,
+/// `L<id>:<host>:<pid> rank <r> <state>`.
+fn publish_status(store: &dyn Store, ranks: &[Rank], states: &[String], local_host: &str) {
+    let mut table = String::new();
+    for (r, (rank, state)) in ranks.iter().zip(states).enumerate() {
+        let host = rank.host.as_deref().unwrap_or(local_host);
+        table.push_str(&format!("L{r}:{host}:{} rank {r} {state}\n", rank.pid));
+    }
+    if let Err(e) = store.set(STATUS_KEY, table.as_bytes()) {
+        tracing::warn!("cannot publish the job status: {e}");
     }
 }
 

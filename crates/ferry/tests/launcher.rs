@@ -539,3 +539,63 @@ fn hosts_are_reached_through_the_remote_command() {
     let (_, lines) = run(&["--block"]);
     assert_eq!(lines, want(["nodeA", "nodeA", "nodeB", "nodeB"]));
 }
+
+#[test]
+fn named_job_status_through_ctl() {
+    let Some((ferry, ex)) = tools(&["t_fail"]) else {
+        return;
+    };
+    let name = format!("launcher-test-{}", std::process::id());
+    let mut child: Child = Command::new(&ferry)
+        .args(["run", "-n", "2", "--job-name", &name])
+        .arg(&ex[0])
+        .args(["0", "none"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut reader = BufReader::new(child.stdout.take().unwrap());
+    let mut pids = Vec::new();
+    let mut line = String::new();
+    while pids.len() < 2 {
+        line.clear();
+        assert!(
+            reader.read_line(&mut line).unwrap() > 0,
+            "launcher ended early"
+        );
+        pids.extend(pids_in(&line));
+    }
+    let (out, _) = run_limited(
+        Command::new(&ferry).args(["ctl", &name, "status"]),
+        Duration::from_secs(20),
+    );
+    let status = text(&out.stdout);
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let exit = child.wait().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    for (r, pid) in pids_sorted_by_rank(&status).iter().enumerate() {
+        assert!(pids.contains(pid), "rank {r}: pid {pid} unknown: {status}");
+    }
+    assert_eq!(status.lines().count(), 2, "{status}");
+    assert!(status.lines().all(|l| l.ends_with("running")), "{status}");
+    assert_eq!(exit.code(), Some(143));
+    let (out, _) = run_limited(
+        Command::new(&ferry).args(["ctl", &name, "status"]),
+        Duration::from_secs(20),
+    );
+    assert!(!out.status.success(), "status of a finished job");
+}
+
+/// Pids from `ferry ctl status` lines `L<id>:<host>:<pid> rank <r> <state>`, in line order.
+fn pids_sorted_by_rank(status: &str) -> Vec<u32> {
+    status
+        .lines()
+        .filter_map(|l| {
+            let loc = l.split(' ').next()?;
+            loc.rsplit(':').next()?.parse().ok()
+        })
+        .collect()
+}
