@@ -1,0 +1,306 @@
+//! jac2d: 2d Jacobi, 5-point stencil (examples.md §6; D2, D4, D5, D6).
+//!
+//! Usage: `jac2d [options] [size [maxiter [repart]]]`, defaults 2500 and 50; repart is only
+//! echoed. Options (only the second character counts): `-n` halo without corners, `-p`
+//! profiling into `jac2d_profiling.txt`, `-s` print the value sum at the end, `-r` reserve
+//! memory for both partitionings, `-e` precompute the transition, `-a` precompute action
+//! sequences, `-h` usage. None of them changes the printed numbers.
+//!
+//! Writes use the bisection partitioning, reads its (corner) halo of depth 1.
+
+mod common;
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ferry::data::{
+    ActionSeq, Container, DataFlow, Instance, Partitioner, Partitioning, ReduceOp, Space,
+    Transition,
+};
+use ferry::Transport;
+
+const USAGE: &str = "Usage: jac2d [options] [<side> [<maxiter> [<repart>]]]
+
+Options:
+ -n : use halo partitioner without corners
+ -p : write profiling data to 'jac2d_profiling.txt'
+ -s : print value sum at end (warning: sum done at master)
+ -r : reserve memory for both partitionings before the loop
+ -e : pre-calculate transitions
+ -a : pre-calculate action sequences
+ -h : print this help text and exit
+";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    let mut opts = Opts::default();
+    let mut i = 1;
+    while i < args.len() && args[i].starts_with('-') {
+        match args[i].as_bytes().get(1) {
+            Some(b'n') => opts.no_corners = true,
+            Some(b'p') => opts.profile = true,
+            Some(b's') => opts.print_sum = true,
+            Some(b'r') => opts.reserve = true,
+            Some(b'e') => opts.transitions = true,
+            Some(b'a') => opts.actions = true,
+            Some(b'h') => {
+                print!("{USAGE}");
+                let _ = std::io::stdout().flush();
+                return ExitCode::FAILURE;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    let pos = |k: usize| args.get(i + k).map_or(0, |a| common::atoi(a));
+    opts.size = pos(0);
+    opts.maxiter = pos(1);
+    opts.repart = pos(2);
+    common::main_with("jac2d", || run(opts))
+}
+
+#[derive(Default, Clone, Copy)]
+struct Opts {
+    no_corners: bool,
+    profile: bool,
+    print_sum: bool,
+    reserve: bool,
+    transitions: bool,
+    actions: bool,
+    size: i64,
+    maxiter: i64,
+    repart: i64,
+}
+
+/// A container with the precomputed write->read switch bound to it (`-e`/`-a`).
+struct Buf {
+    c: Container<f64>,
+    to_read: Option<ActionSeq<f64>>,
+}
+
+/// Sum over all ranks through a 1-element All container (rank-ordered left fold).
+fn allreduce(
+    t: &mut dyn Transport,
+    c: &mut Container<f64>,
+    all: &Partitioning,
+    v: f64,
+) -> ferry::Result<f64> {
+    c.fill(v);
+    c.switch_to(t, all, DataFlow::Preserve, Some(&ReduceOp::Sum))?;
+    Ok(c.local_data()[0])
+}
+
+/// Boundary values, in the order the spec applies them (columns win at corners).
+fn set_boundary(c: &mut Container<f64>, size: i64) -> ferry::Result<()> {
+    if c.num_mappings() == 0 {
+        return Ok(());
+    }
+    let m = c.mapping_mut(0)?;
+    let (f, t) = (m.range.from(), m.range.to());
+    let sy = m.strides[1];
+    let at = |x: i64, y: i64| (x - f[0]) as usize + (y - f[1]) as usize * sy;
+    let row = |y: i64, v: f64, d: &mut [f64]| {
+        if f[1] <= y && y < t[1] {
+            for x in f[0]..t[0] {
+                d[at(x, y)] = v;
+            }
+        }
+    };
+    row(0, -5.0, m.data);
+    row(size - 1, 10.0, m.data);
+    let col = |x: i64, v: f64, d: &mut [f64]| {
+        if f[0] <= x && x < t[0] {
+            for y in f[1]..t[1] {
+                d[at(x, y)] = v;
+            }
+        }
+    };
+    col(0, -10.0, m.data);
+    col(size - 1, 5.0, m.data);
+    Ok(())
+}
+
+fn run(o: Opts) -> ferry::Result<()> {
+    let size = if o.size <= 0 { 2500 } else { o.size };
+    let maxiter = if o.maxiter <= 0 { 50 } else { o.maxiter };
+    if size > 1 << 20 {
+        return Err(common::usage_error(format!(
+            "side length {size} is too large"
+        )));
+    }
+    let mut world = ferry::init()?;
+    let (rank, nprocs) = (world.rank(), world.size());
+    let t = world.transport();
+    let mut inst = Instance::new(rank, nprocs)?;
+    let wg = inst.world().clone();
+    if rank == 0 {
+        let mut h = format!(
+            "{size} x {size} cells (mem {:.1} MB), running {maxiter} iterations with {nprocs} tasks",
+            0.000016 * size as f64 * size as f64
+        );
+        if o.no_corners {
+            h.push_str(" (halo without corners)");
+        }
+        if o.repart > 0 {
+            h.push_str(&format!(
+                "\n  with repartitioning every {} iterations\n",
+                o.repart
+            ));
+        }
+        println!("{h}");
+    }
+    let start = Instant::now();
+    let space = Space::new2(size as u64, size as u64)?;
+    let pwrite = Partitioning::new(&space, &wg, &Partitioner::Bisection)?;
+    let halo = if o.no_corners {
+        Partitioner::Halo { depth: 1 }
+    } else {
+        Partitioner::CornerHalo { depth: 1 }
+    };
+    let pread = Partitioning::derived(&space, &halo, &pwrite)?;
+    let sspace = Space::new1(1)?;
+    let all = Partitioning::new(&sspace, &wg, &Partitioner::All)?;
+    let mut sum = Container::<f64>::new(&mut inst, "sum", &sspace);
+    sum.switch_to(t, &all, DataFlow::None, None)?;
+
+    let mut rd = Buf {
+        c: Container::new(&mut inst, "data1", &space),
+        to_read: None,
+    };
+    let mut wr = Buf {
+        c: Container::new(&mut inst, "data2", &space),
+        to_read: None,
+    };
+    for b in [&mut rd, &mut wr] {
+        if o.reserve {
+            b.c.reserve(&[&pwrite, &pread])?;
+        }
+        b.c.switch_to(t, &pwrite, DataFlow::None, None)?;
+    }
+    if o.transitions || o.actions {
+        let shared = Arc::new(Transition::new(
+            &pwrite,
+            &pread,
+            rank,
+            DataFlow::Preserve,
+            false,
+        )?);
+        for b in [&mut rd, &mut wr] {
+            b.to_read = Some(if o.actions {
+                b.c.prepare(&pread, DataFlow::Preserve, false)?
+            } else {
+                b.c.bind(shared.clone())?
+            });
+        }
+    }
+
+    // Initial values into the buffer read first.
+    if rd.c.num_mappings() > 0 {
+        let m = rd.c.mapping_mut(0)?;
+        let (f, tt) = (m.range.from(), m.range.to());
+        for y in f[1]..tt[1] {
+            for x in f[0]..tt[0] {
+                m.data[(x - f[0]) as usize + (y - f[1]) as usize * m.strides[1]] =
+                    ((x + y) & 6) as f64;
+            }
+        }
+    }
+    set_boundary(&mut rd.c, size)?;
+
+    let mut comm_time = Duration::ZERO;
+    let mut iter = 0i64;
+    while iter < maxiter {
+        let c0 = Instant::now();
+        match rd.to_read.as_mut() {
+            Some(seq) => rd.c.run(t, seq, None)?,
+            None => rd.c.switch_to(t, &pread, DataFlow::Preserve, None)?,
+        }
+        wr.c.switch_to(t, &pwrite, DataFlow::None, None)?;
+        comm_time += c0.elapsed();
+        set_boundary(&mut wr.c, size)?;
+        let with_res = iter % 10 == 0;
+        let mut res = 0.0f64;
+        if wr.c.num_mappings() > 0 {
+            let r = rd.c.mapping(0)?;
+            let w = wr.c.mapping_mut(0)?;
+            let (wf, wt) = (w.range.from(), w.range.to());
+            let rf = r.range.from();
+            let (rsy, wsy) = (r.strides[1], w.strides[1]);
+            let (x0, x1) = (wf[0].max(1), wt[0].min(size - 1));
+            let (y0, y1) = (wf[1].max(1), wt[1].min(size - 1));
+            if x0 < x1 {
+                let n = (x1 - x0) as usize;
+                for y in y0..y1 {
+                    let rc = (y - rf[1]) as usize * rsy + (x0 - rf[0]) as usize;
+                    let up = &r.data[rc - rsy..rc - rsy + n];
+                    let mid = &r.data[rc - 1..rc + n + 1];
+                    let down = &r.data[rc + rsy..rc + rsy + n];
+                    let wc = (y - wf[1]) as usize * wsy + (x0 - wf[0]) as usize;
+                    let out = &mut w.data[wc..wc + n];
+                    if with_res {
+                        for k in 0..n {
+                            let nv = 0.25 * (up[k] + mid[k] + mid[k + 2] + down[k]);
+                            out[k] = nv;
+                            let d = mid[k + 1] - nv;
+                            res += d * d;
+                        }
+                    } else {
+                        for k in 0..n {
+                            out[k] = 0.25 * (up[k] + mid[k] + mid[k + 2] + down[k]);
+                        }
+                    }
+                }
+            }
+        }
+        std::mem::swap(&mut rd, &mut wr);
+        if with_res {
+            let c0 = Instant::now();
+            let res = allreduce(t, &mut sum, &all, res)?;
+            comm_time += c0.elapsed();
+            if rank == 0 {
+                println!("Residuum after {:2} iters: {res:.6}", iter + 1);
+            }
+            if res < 0.001 {
+                break;
+            }
+        }
+        iter += 1;
+    }
+
+    if o.print_sum {
+        let master = Partitioning::new(&space, &wg, &Partitioner::Master)?;
+        rd.c.switch_to(t, &master, DataFlow::Preserve, None)?;
+        if rank == 0 {
+            let m = rd.c.mapping(0)?;
+            let mut s = 0.0f64;
+            for y in 0..size as usize {
+                for x in 0..size as usize {
+                    s += m.data[x + y * m.strides[1]];
+                }
+            }
+            println!("Global value sum after {iter} iterations: {s:.6}");
+        }
+    }
+    if o.profile {
+        write_profile(rank, iter, start.elapsed(), comm_time)?;
+    }
+    world.finish()
+}
+
+/// `-p`: one line per rank appended to `jac2d_profiling.txt` (total and switch time).
+fn write_profile(rank: usize, iters: i64, total: Duration, comm: Duration) -> ferry::Result<()> {
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open("jac2d_profiling.txt")
+        .map_err(|e| ferry::Error::io("profiling file jac2d_profiling.txt", e))?;
+    writeln!(
+        f,
+        "rank {rank}: {iters} iterations, total {:.6} s, switches and reductions {:.6} s",
+        total.as_secs_f64(),
+        comm.as_secs_f64()
+    )
+    .map_err(|e| ferry::Error::io("profiling file jac2d_profiling.txt", e))
+}
