@@ -25,6 +25,9 @@ pub fn init_with(config: Config, launch: LaunchInfo) -> Result<World> {
     let kind = choose_backend(&launch);
     let transport: Box<dyn Transport> = match kind {
         BackendKind::Single => Box::new(SingleTransport::new()),
+        // TCP (seed 000): the launcher's store for rendezvous (R1), else the address list of
+        // the configuration file (R2a).
+        BackendKind::Tcp => Box::new(tcp_transport(&config, &launch)?),
         // Shared memory (S1, R2b): launcher variables or a hand start with FERRY_SIZE.
         BackendKind::Shm => Box::new(ferry_shm::ShmTransport::from_env(&config, &launch)?),
         // Shared memory within a node, TCP between nodes (S2); needs the launcher's store.
@@ -54,6 +57,31 @@ pub fn init_with(config: Config, launch: LaunchInfo) -> Result<World> {
         print_stats,
         finished: false,
     })
+}
+
+/// Builds the TCP backend: from the launcher's rendezvous store when `FERRY_RENDEZVOUS` is set,
+/// otherwise from `tcp.addresses` in the configuration file (each process takes the rank of
+/// the first address it can bind).
+fn tcp_transport(config: &Config, launch: &LaunchInfo) -> Result<ferry_tcp::TcpTransport> {
+    if let Some(store) = crate::bootstrap::connect_store(launch)? {
+        let (Some(rank), Some(size)) = (launch.rank, launch.size) else {
+            return Err(Error::config(
+                "FERRY_RENDEZVOUS is set but FERRY_RANK or FERRY_SIZE is not",
+            ));
+        };
+        let secret = launch.secret.as_deref().unwrap_or_default();
+        return ferry_tcp::TcpTransport::from_store(rank, size, &*store, config, secret);
+    }
+    let t = ferry_tcp::TcpTransport::from_address_list(config)?;
+    if let Some(n) = launch.size {
+        if n != t.size() {
+            return Err(Error::config(format!(
+                "FERRY_SIZE={n} but tcp.addresses lists {} ranks",
+                t.size()
+            )));
+        }
+    }
+    Ok(t)
 }
 
 /// The backend to use: `FERRY_BACKEND` if set; otherwise, with more than one rank, shared
