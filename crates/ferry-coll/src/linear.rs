@@ -160,7 +160,8 @@ pub(crate) fn allreduce_master<T: Element>(
 
 /// Direct strategy (000 §6.4.3 default TCP, "all inputs to all outputs"): every participant
 /// sends its input to every other one in a single exchange, then folds all inputs in group
-/// order. Every rank computes the same fold, so the bits agree everywhere.
+/// order. Every rank computes the same fold, so the bits agree everywhere. One allocation for
+/// all incoming inputs; the fold runs in place.
 pub(crate) fn allreduce_direct<T: Element>(
     t: &mut dyn Transport,
     c: &Ctx<'_>,
@@ -172,29 +173,41 @@ pub(crate) fn allreduce_direct<T: Element>(
         return Ok(());
     }
     let n = data.len();
+    if n == 0 {
+        // Every member passes the same length: nothing to combine, nothing to send.
+        return Ok(());
+    }
     let me = c.me;
-    let mut inputs: Vec<Vec<T>> = (0..p)
-        .map(|i| {
-            if i == me {
-                Vec::new()
-            } else {
-                vec![T::default(); n]
-            }
-        })
-        .collect();
+    // Slot j holds the input of participant j (j < me) or j + 1 (j >= me).
+    let mut inputs = vec![T::default(); (p - 1) * n];
     {
         let mut ex = Exchange::new();
-        for (i, b) in inputs.iter_mut().enumerate() {
-            if i != me {
-                let (w, k) = c.addr(i);
-                ex.send(w, k, as_bytes(data));
-                ex.recv_into(w, k, as_bytes_mut(b));
-            }
+        for (j, b) in inputs.chunks_exact_mut(n).enumerate() {
+            let i = if j < me { j } else { j + 1 };
+            let (w, k) = c.addr(i);
+            ex.send(w, k, as_bytes(data));
+            ex.recv_into(w, k, as_bytes_mut(b));
         }
         t.exchange(&mut ex)?;
     }
-    let acc = left_fold(&inputs, me, data, op);
-    data.copy_from_slice(&acc);
+    if me == 0 {
+        // x0 is mine: fold the others into it directly.
+        for x in inputs.chunks_exact(n) {
+            op.apply(data, x);
+        }
+        return Ok(());
+    }
+    // x0 sits in slot 0: fold x1.. (mine at position `me`) into it, then copy out.
+    let (acc, rest) = inputs.split_at_mut(n);
+    for i in 1..p {
+        if i == me {
+            op.apply(acc, data);
+        } else {
+            let j = if i < me { i } else { i - 1 };
+            op.apply(acc, &rest[(j - 1) * n..j * n]);
+        }
+    }
+    data.copy_from_slice(acc);
     Ok(())
 }
 
