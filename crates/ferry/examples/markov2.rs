@@ -1,0 +1,496 @@
+//! markov2: Markov chain with a fan-out graph, push iteration with Sum reductions
+//! (examples.md §9).
+//!
+//! Usage: `markov2 [options] [states [fan-out [iterations [istate]]]]`; defaults 100000
+//! states, fan-out 10, 10 iterations, istate -1 (all states equally likely); states or
+//! fan-out 0 = default, istate >= states = -1. Fewer than 6 states become 5, a fan-out of at
+//! least the state count becomes half the state count (both announced by the master).
+//! Options, separate arguments before the positional ones:
+//! - `-i` indirection: local storage positions of all edge targets computed once;
+//! - `-c` compact mapping: one allocation per range of the write partitioning (implies `-i`);
+//! - `-s` the write partitioner collects single indexes (sorted and merged into ranges);
+//! - `-f` pseudo-random ("fine grained") connectivity;
+//! - `-v` log the graph (info level on stderr; sets `FERRY_LOG=info` unless `FERRY_LOG` is
+//!   set), stdout is unchanged;
+//! - `-p` per-rank timing appended to `markov2_profiling.txt`;
+//! - `-h` or any other option: usage, exit 1.
+//!
+//! Data: values are read in equal blocks; each task writes into its own copy of all targets
+//! of its states (custom, overlapping partitioning), zeroed by an Init + Sum switch; the next
+//! switch back to the blocks sums the overlapping copies (rank-ordered fold, D4). The final
+//! result is collected at the master with a Sum switch.
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use ferry::data::{
+    Container, DataFlow, Instance, Layout, LayoutOrder, Partitioner, PartitionerCtx, Partitioning,
+    Range, ReduceOp, Space,
+};
+
+const USAGE: &str =
+    "Usage: markov2 [options] [<statecount> [<fan-out> [<iterations> [<istate>]]]]\n\
+\n\
+Options:\n \
+-i: use indirection with pre-calculated local indexes\n \
+-c: use compact mapping (implies -i)\n \
+-s: partitioner uses single indexes\n \
+-f: fine-grained (pseudo-random) connectivity\n \
+-v: log the Markov graph (stderr)\n \
+-p: write profiling data to markov2_profiling.txt\n \
+-h: this help text\n";
+
+/// atoi: optional sign and leading digits; anything else ends the number (0 if none).
+fn atoi(s: &str) -> i64 {
+    let s = s.trim_start();
+    let (neg, digits) = match s.as_bytes().first() {
+        Some(b'-') => (true, &s[1..]),
+        Some(b'+') => (false, &s[1..]),
+        _ => (false, s),
+    };
+    let mut v: i64 = 0;
+    for b in digits.bytes().take_while(u8::is_ascii_digit) {
+        v = v.saturating_mul(10).saturating_add(i64::from(b - b'0'));
+    }
+    if neg {
+        -v
+    } else {
+        v
+    }
+}
+
+/// C's `%g`: 6 significant digits, trailing zeros removed, exponent form outside 1e-4..1e6.
+fn fmt_g(v: f64) -> String {
+    const P: i32 = 6;
+    if v == 0.0 {
+        return if v.is_sign_negative() { "-0" } else { "0" }.to_string();
+    }
+    if !v.is_finite() {
+        return if v.is_nan() {
+            "nan".to_string()
+        } else if v > 0.0 {
+            "inf".to_string()
+        } else {
+            "-inf".to_string()
+        };
+    }
+    let e = format!("{:.*e}", (P - 1) as usize, v);
+    let (mant, exp) = e.split_once('e').unwrap_or((&e, "0"));
+    let x: i32 = exp.parse().unwrap_or(0);
+    let strip = |s: &str| -> String {
+        if s.contains('.') {
+            s.trim_end_matches('0').trim_end_matches('.').to_string()
+        } else {
+            s.to_string()
+        }
+    };
+    if (-4..P).contains(&x) {
+        strip(&format!("{:.*}", (P - 1 - x) as usize, v))
+    } else {
+        format!(
+            "{}e{}{:02}",
+            strip(mant),
+            if x < 0 { '-' } else { '+' },
+            x.abs()
+        )
+    }
+}
+
+fn out(text: &str) -> ferry::Result<()> {
+    let mut so = std::io::stdout().lock();
+    so.write_all(text.as_bytes())
+        .and_then(|_| so.flush())
+        .map_err(|e| ferry::Error::io("write stdout", e))
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Opts {
+    indirection: bool,
+    compact: bool,
+    single: bool,
+    fine: bool,
+    verbose: bool,
+    profile: bool,
+    n: i64,
+    m: i64,
+    iters: usize,
+    istate: i64,
+}
+
+fn parse(args: &[String]) -> Result<Opts, String> {
+    let mut o = Opts::default();
+    let mut i = 1;
+    while i < args.len() && args[i].starts_with('-') {
+        match args[i].as_bytes().get(1) {
+            Some(b'i') => o.indirection = true,
+            Some(b'c') => o.compact = true,
+            Some(b's') => o.single = true,
+            Some(b'f') => o.fine = true,
+            Some(b'v') => o.verbose = true,
+            Some(b'p') => o.profile = true,
+            _ => return Err(USAGE.to_string()),
+        }
+        i += 1;
+    }
+    let pos = &args[i..];
+    o.n = pos.first().map(|a| atoi(a)).unwrap_or(0);
+    o.m = pos.get(1).map(|a| atoi(a)).unwrap_or(0);
+    o.iters = pos.get(2).map(|a| atoi(a)).unwrap_or(10).max(0) as usize;
+    o.istate = pos.get(3).map(|a| atoi(a)).unwrap_or(-1);
+    if o.n < 0 || o.m < 0 {
+        return Err(format!(
+            "markov2: state count ({}) and fan-out ({}) must not be negative\n{USAGE}",
+            o.n, o.m
+        ));
+    }
+    if o.n == 0 {
+        o.n = 100_000;
+    }
+    if o.m == 0 {
+        o.m = 10;
+    }
+    o.indirection |= o.compact;
+    Ok(o)
+}
+
+/// The fan-out graph: for state i, `to[i*(m+1) + j]` is the target of edge j (j = 0: the
+/// stay edge, target i) and `prob[..]` its probability (weight / total weight of row i).
+struct Graph {
+    n: usize,
+    m: usize,
+    to: Vec<u32>,
+    prob: Vec<f64>,
+}
+
+impl Graph {
+    fn new(n: usize, m: usize, fine: bool) -> Graph {
+        let k = m + 1;
+        let mut to = Vec::with_capacity(n * k);
+        let mut prob = Vec::with_capacity(n * k);
+        let f = i64::from(fine);
+        let (nn, mm) = (n as i64, m as i64);
+        let mut w = vec![0.0f64; k];
+        for i in 0..nn {
+            to.push(i as u32);
+            w[0] = 5.0;
+            let mut step: i64 = 1;
+            for j in 1..=mm {
+                to.push(((i + step) % nn) as u32);
+                w[j as usize] = (((j + i) % (5 * mm)) + 1) as f64;
+                step = 2 * step + j + f * (i % 37);
+                while step > nn {
+                    step -= nn;
+                }
+            }
+            let total: f64 = w.iter().sum();
+            prob.extend(w.iter().map(|x| x / total));
+        }
+        Graph { n, m, to, prob }
+    }
+
+    fn log(&self) {
+        let k = self.m + 1;
+        for i in 0..self.n {
+            let mut s = format!("State {:2}: stay {:.3} ", i, self.prob[i * k]);
+            for j in 1..k {
+                s.push_str(&format!(
+                    "=>({:.3})={:<2}  ",
+                    self.prob[i * k + j],
+                    self.to[i * k + j]
+                ));
+            }
+            tracing::info!("{s}");
+        }
+    }
+}
+
+/// The write partitioning: for every task, the targets of all edges leaving its states (its
+/// own states included, through the stay edges), as merged ranges; overlapping between tasks. All ranges of a task share one allocation (mapping group 1) unless
+/// `compact`, where each range gets its own.
+fn write_partitioner(graph: std::sync::Arc<Graph>, read: Partitioning, o: Opts) -> Partitioner {
+    Partitioner::custom("markov2-write", move |ctx: &mut PartitionerCtx<'_>| {
+        let n = graph.n;
+        let k = graph.m + 1;
+        let group = if o.compact { 0 } else { 1 };
+        let mut mark = vec![false; if o.single { 0 } else { n }];
+        let mut list: Vec<u32> = Vec::new();
+        for task in 0..ctx.ntasks() {
+            let mut runs: Vec<(i64, i64)> = Vec::new();
+            let own: Vec<(i64, i64)> = read
+                .task_ranges(task)
+                .iter()
+                .map(|tr| (tr.range.from()[0], tr.range.to()[0]))
+                .collect();
+            if o.single {
+                // Single indexes, sorted and merged.
+                list.clear();
+                for &(a, b) in &own {
+                    for i in a..b {
+                        list.extend_from_slice(&graph.to[i as usize * k..(i as usize + 1) * k]);
+                    }
+                }
+                list.sort_unstable();
+                list.dedup();
+                for &x in &list {
+                    let x = i64::from(x);
+                    match runs.last_mut() {
+                        Some(r) if r.1 == x => r.1 = x + 1,
+                        _ => runs.push((x, x + 1)),
+                    }
+                }
+            } else {
+                mark.iter_mut().for_each(|b| *b = false);
+                for &(a, b) in &own {
+                    for i in a..b {
+                        for &s in &graph.to[i as usize * k..(i as usize + 1) * k] {
+                            mark[s as usize] = true;
+                        }
+                    }
+                }
+                let mut i = 0;
+                while i < n {
+                    if mark[i] {
+                        let start = i;
+                        while i < n && mark[i] {
+                            i += 1;
+                        }
+                        runs.push((start as i64, i as i64));
+                    } else {
+                        i += 1;
+                    }
+                }
+            }
+            for (a, b) in runs {
+                ctx.append(task, Range::new1(a, b), group)?;
+            }
+        }
+        Ok(())
+    })
+}
+
+struct Profile {
+    switch_s: f64,
+    compute_s: f64,
+}
+
+fn run(mut o: Opts) -> ferry::Result<()> {
+    let mut world = ferry::init()?;
+    let rank = world.rank();
+    let mut inst = Instance::new(rank, world.size())?;
+    let group = inst.world().clone();
+    let t = world.transport();
+    let mut text = String::new();
+    if o.n < 6 {
+        text.push_str("State count too small, set to 5\n");
+        o.n = 5;
+    }
+    if o.m >= o.n {
+        text.push_str(&format!(
+            "Fan-out of {} too high (state count: {}), set to {}\n",
+            o.m,
+            o.n,
+            o.n / 2
+        ));
+        o.m = o.n / 2;
+    }
+    if o.istate >= o.n {
+        o.istate = -1;
+    }
+    let (n, m) = (o.n as usize, o.m as usize);
+    if !matches!(n.checked_mul(m + 1), Some(e) if e <= 1 << 31) {
+        return Err(ferry::Error::invalid(
+            "markov2",
+            format!("{n} states with fan-out {m} exceed the supported graph size of 2^31 edges"),
+        ));
+    }
+    let k = m + 1;
+    text.push_str(&format!(
+        "Init Markov chain with {n} states, max fan-out {m}.\nRunning {} iterations.{}{}{}\n",
+        o.iters,
+        if o.single {
+            " Partitioner using single indexes."
+        } else {
+            ""
+        },
+        if o.compact {
+            " Using compact mapping."
+        } else {
+            ""
+        },
+        if o.indirection {
+            " Using indirection."
+        } else {
+            ""
+        },
+    ));
+    if o.istate >= 0 {
+        text.push_str(&format!(
+            "Initial values: all 0, just state {} set to 1.\n",
+            o.istate
+        ));
+    } else {
+        text.push_str(&format!(
+            "All initial values set to {:.6}.\n",
+            1.0 / n as f64
+        ));
+    }
+    if rank == 0 {
+        out(&text)?;
+    }
+
+    let graph = std::sync::Arc::new(Graph::new(n, m, o.fine));
+    if o.verbose {
+        graph.log();
+    }
+    let space = Space::new1(n as u64)?;
+    let pr = Partitioning::new(&space, &group, &Partitioner::block())?;
+    let pw = Partitioning::new(
+        &space,
+        &group,
+        &write_partitioner(graph.clone(), pr.clone(), o),
+    )?;
+    let master = Partitioning::new(&space, &group, &Partitioner::Master)?;
+    let sum = ReduceOp::Sum;
+    let mut a: Container<f64> = Container::new(&mut inst, "prob-a", &space);
+    let mut b: Container<f64> = Container::new(&mut inst, "prob-b", &space);
+    a.reserve(&[&pw, &pr, &master])?;
+    b.reserve(&[&pw, &pr, &master])?;
+
+    let own: Vec<(usize, usize)> = pr
+        .rank_ranges(rank)
+        .iter()
+        .map(|tr| (tr.range.from()[0] as usize, tr.range.to()[0] as usize))
+        .collect();
+
+    // Storage positions of the targets in the write layout: all of them (indirection) or the
+    // base of the single box mapping.
+    let mut indir: Vec<u32> = Vec::new();
+    let mut write_base = 0i64;
+    {
+        let layout = Layout::new(&pw, rank, &LayoutOrder::Lexicographic)?;
+        if o.indirection {
+            for &(s, e) in &own {
+                for i in s..e {
+                    for &dst in &graph.to[i * k..(i + 1) * k] {
+                        let (_, off) = layout.locate(&[i64::from(dst), 0, 0]).ok_or_else(|| {
+                            ferry::Error::invalid(
+                                "markov2",
+                                format!("target {dst} of state {i} not in the write part"),
+                            )
+                        })?;
+                        indir.push(off as u32);
+                    }
+                }
+            }
+        } else if let Some(mp) = layout.mappings.first() {
+            write_base = mp.range.from()[0];
+        }
+    }
+
+    let mut prof = Profile {
+        switch_s: 0.0,
+        compute_s: 0.0,
+    };
+    a.switch_to(t, &pr, DataFlow::None, None)?;
+    for no in 0..a.my_ranges().len() {
+        let r = a.my_ranges()[no];
+        let mi = a.layout().range_mapping[no];
+        let v = a.mapping_mut(mi)?;
+        let base = v.range.from()[0];
+        for i in r.from()[0]..r.to()[0] {
+            v.data[(i - base) as usize] = if o.istate >= 0 {
+                f64::from(u8::from(i == o.istate))
+            } else {
+                1.0 / n as f64
+            };
+        }
+    }
+    for _ in 0..o.iters {
+        let t0 = Instant::now();
+        b.switch_to(t, &pw, DataFlow::Init, Some(&sum))?;
+        let t1 = Instant::now();
+        {
+            let dst = b.local_data_mut();
+            let mut e = 0usize;
+            for (no, &(s, end)) in own.iter().enumerate() {
+                let (_, src) = a.range_mapping(no)?;
+                let sbase = src.range.from()[0] as usize;
+                for i in s..end {
+                    let x = src.data[i - sbase];
+                    let p = &graph.prob[i * k..(i + 1) * k];
+                    if o.indirection {
+                        for (off, pj) in indir[e..e + k].iter().zip(p) {
+                            dst[*off as usize] += x * pj;
+                        }
+                        e += k;
+                    } else {
+                        for (to, pj) in graph.to[i * k..(i + 1) * k].iter().zip(p) {
+                            dst[(i64::from(*to) - write_base) as usize] += x * pj;
+                        }
+                    }
+                }
+            }
+        }
+        let t2 = Instant::now();
+        b.switch_to(t, &pr, DataFlow::Preserve, Some(&sum))?;
+        prof.switch_s += (t1 - t0).as_secs_f64() + t2.elapsed().as_secs_f64();
+        prof.compute_s += (t2 - t1).as_secs_f64();
+        std::mem::swap(&mut a, &mut b);
+    }
+    let t0 = Instant::now();
+    a.switch_to(t, &master, DataFlow::Preserve, Some(&sum))?;
+    prof.switch_s += t0.elapsed().as_secs_f64();
+    if rank == 0 {
+        let d = a.local_data();
+        let total: f64 = d.iter().sum();
+        let p = |i: usize| d.get(i).copied().unwrap_or(0.0);
+        out(&format!(
+            "Result probs: p0 = {}, p1 = {}, p2 = {}, Sum: {total:.6}\n",
+            fmt_g(p(0)),
+            fmt_g(p(1)),
+            fmt_g(p(2))
+        ))?;
+    }
+    if o.profile {
+        let line = format!(
+            "markov2 rank {rank}/{}: {n} states, fan-out {m}, {} iterations: switches {:.6} s, compute {:.6} s\n",
+            group.size(),
+            o.iters,
+            prof.switch_s,
+            prof.compute_s
+        );
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open("markov2_profiling.txt")
+            .and_then(|mut f| f.write_all(line.as_bytes()))
+            .map_err(|e| ferry::Error::io("write markov2_profiling.txt", e))?;
+    }
+    world.finish()
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    match parse(&args) {
+        Err(text) => {
+            if std::env::var("FERRY_RANK").map_or(true, |r| r == "0") {
+                print!("{text}");
+            }
+            ExitCode::FAILURE
+        }
+        Ok(o) => {
+            if o.verbose && std::env::var_os("FERRY_LOG").is_none() {
+                // Before any thread exists: nothing else reads the environment concurrently.
+                std::env::set_var("FERRY_LOG", "info");
+            }
+            match run(o) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("markov2: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}
