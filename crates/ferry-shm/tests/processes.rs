@@ -124,19 +124,21 @@ fn launcher_mode_allreduce_and_no_leftovers() {
 /// allreduce-style ring loop finishes in reasonable time.
 #[test]
 fn eight_ranks_on_two_cores_finish() {
-    let job = unique("eight");
-    let start = Instant::now();
-    let outs = launcher_job(
-        &job,
-        8,
-        &["allreduce", "300", "256"],
-        Duration::from_secs(90),
-    );
-    assert_ok(&outs);
-    let took = start.elapsed();
-    eprintln!("8 ranks x 300 ring allreduces (7 steps each): {took:?}");
-    assert!(took < Duration::from_secs(60), "took {took:?}");
-    assert!(leftovers(&job).is_empty());
+    for (iters, bytes) in [("300", "256"), ("50", "200000")] {
+        let job = unique("eight");
+        let start = Instant::now();
+        let outs = launcher_job(
+            &job,
+            8,
+            &["allreduce", iters, bytes],
+            Duration::from_secs(90),
+        );
+        assert_ok(&outs);
+        let took = start.elapsed();
+        eprintln!("8 ranks x {iters} ring allreduces of {bytes} B (7 steps each): {took:?}");
+        assert!(took < Duration::from_secs(60), "took {took:?}");
+        assert!(leftovers(&job).is_empty());
+    }
 }
 
 /// R2b: ranks started by hand with only FERRY_SIZE and a job name number themselves through
