@@ -240,3 +240,41 @@ fn incomplete_job_times_out_and_cleans_up() {
     assert!(err.contains("missing ranks [1]"), "{err}");
     assert!(leftovers(&job).is_empty(), "{:?}", leftovers(&job));
 }
+
+/// S2 with processes: 4 ranks placed on 2 "nodes" by `FERRY_NODE`, rendezvous through a TCP
+/// store served by the test; every rank agrees on the node map and the allreduce (traffic
+/// within and across nodes) is right.
+#[test]
+fn hybrid_processes_on_two_nodes() {
+    use ferry_core::tcp_store::StoreServer;
+    let secret = "hybrid-test-secret";
+    let server = StoreServer::bind("127.0.0.1:0", secret).expect("store server");
+    let job = unique("hyb");
+    let size = 4;
+    let kids: Vec<Child> = (0..size)
+        .map(|r| {
+            let env = [
+                ("FERRY_JOB_ID", job.clone()),
+                ("FERRY_BACKEND", "hybrid".to_string()),
+                ("FERRY_RENDEZVOUS", server.local_addr().to_string()),
+                ("FERRY_SECRET", secret.to_string()),
+                ("FERRY_NODE", format!("node{}", r / 2)),
+            ];
+            spawn(&env, Some(r), size, &["allreduce", "40", "100000"])
+        })
+        .collect();
+    for (r, k) in kids.into_iter().enumerate() {
+        let o = wait_output(k, Duration::from_secs(60));
+        assert_ok(std::slice::from_ref(&o));
+        let s = String::from_utf8_lossy(&o.stdout);
+        let mut lines = s.lines();
+        assert_eq!(lines.next(), Some("nodes [0, 0, 1, 1]"), "rank {r}: {s}");
+        assert!(
+            lines
+                .next()
+                .is_some_and(|l| l.starts_with(&format!("rank {r} of 4 ok"))),
+            "rank {r}: {s}"
+        );
+    }
+    assert!(leftovers(&job).is_empty(), "{:?}", leftovers(&job));
+}
