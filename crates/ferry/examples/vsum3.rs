@@ -1,0 +1,184 @@
+//! vsum3: vector sum over a world that may change at resize points (examples.md §3).
+//!
+//! Usage: `vsum3 [maxiter [size]]`; maxiter default 10, size default 10000 (0 = default).
+//!
+//! The master fills `a[i] = i` in the Master partitioning. Every phase switches the array to
+//! equal blocks of the current world (preserving data), every process prints its local sum,
+//! the partial sums are reduced (Sum) to the master through a one-element container, and the
+//! master prints the total. Between phases the program sleeps one second and offers a resize
+//! point.
+//!
+//! Resize points: ferry's worlds do not grow or shrink yet (joining spares and removal
+//! requests belong to the fault-tolerance issue), so a resize point behaves like LAIK's single
+//! and MPI backends (examples.md §0.3): the processes synchronise (barrier), the world and its
+//! partitionings stay, the epoch stays 0 and the phase advances.
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use ferry::coll::Group;
+use ferry::data::{Container, DataFlow, Instance, Partitioner, Partitioning, ReduceOp, Space};
+
+/// atoi: optional sign and leading digits; anything else ends the number (0 if none).
+fn atoi(s: &str) -> i64 {
+    let s = s.trim_start();
+    let (neg, digits) = match s.as_bytes().first() {
+        Some(b'-') => (true, &s[1..]),
+        Some(b'+') => (false, &s[1..]),
+        _ => (false, s),
+    };
+    let mut v: i64 = 0;
+    for b in digits.bytes().take_while(u8::is_ascii_digit) {
+        v = v.saturating_mul(10).saturating_add(i64::from(b - b'0'));
+    }
+    if neg {
+        -v
+    } else {
+        v
+    }
+}
+
+fn out(text: &str) -> ferry::Result<()> {
+    let mut so = std::io::stdout().lock();
+    so.write_all(text.as_bytes())
+        .and_then(|_| so.flush())
+        .map_err(|e| ferry::Error::io("write stdout", e))
+}
+
+/// The world after a resize point: this process's index in it (None = removed) and the epoch.
+struct ResizedWorld {
+    group: Group,
+    me: Option<usize>,
+    epoch: u32,
+    changed: bool,
+}
+
+/// A resize point at `phase`: the world stays as it is (see the module docs).
+fn allow_world_resize(
+    t: &mut dyn ferry::Transport,
+    group: &Group,
+    epoch: u32,
+    phase: i64,
+) -> ferry::Result<ResizedWorld> {
+    ferry::coll::barrier(t, group)
+        .map_err(|e| e.context(format!("resize point of phase {phase}")))?;
+    Ok(ResizedWorld {
+        group: group.clone(),
+        me: group.index_of(t.rank()),
+        epoch,
+        changed: false,
+    })
+}
+
+/// The partitionings of one world: equal blocks for the array, All and Master for the
+/// one-element sum container.
+struct Parts {
+    block: Partitioning,
+    all: Partitioning,
+    master: Partitioning,
+}
+
+impl Parts {
+    fn new(space: &Space, sum_space: &Space, group: &Group) -> ferry::Result<Parts> {
+        Ok(Parts {
+            block: Partitioning::new(space, group, &Partitioner::block())?,
+            all: Partitioning::new(sum_space, group, &Partitioner::All)?,
+            master: Partitioning::new(sum_space, group, &Partitioner::Master)?,
+        })
+    }
+}
+
+fn run(args: &[String]) -> ferry::Result<()> {
+    let mut maxiter = args.get(1).map(|a| atoi(a)).unwrap_or(0);
+    if maxiter == 0 {
+        maxiter = 10;
+    }
+    let mut size = args.get(2).map(|a| atoi(a)).unwrap_or(0);
+    if size == 0 {
+        size = 10000;
+    }
+    if size < 0 {
+        return Err(ferry::Error::invalid(
+            "vsum3",
+            format!("vector size {size} must be positive"),
+        ));
+    }
+    let mut world = ferry::init()?;
+    let rank = world.rank();
+    let mut inst = Instance::new(rank, world.size())?;
+    let t = world.transport();
+    let mut current = ResizedWorld {
+        group: inst.world().clone(),
+        me: Some(rank),
+        epoch: 0,
+        changed: false,
+    };
+
+    let space = Space::new1(size as u64)?;
+    let sum_space = Space::new1(1)?;
+    let sum_op = ReduceOp::Sum;
+    let mut parts = Parts::new(&space, &sum_space, &current.group)?;
+    let mut a: Container<f64> = Container::new(&mut inst, "array", &space);
+    let mut s: Container<f64> = Container::new(&mut inst, "sum", &sum_space);
+
+    // Processes of the initial world: the master owns and fills everything.
+    let master = Partitioning::new(&space, &current.group, &Partitioner::Master)?;
+    a.switch_to(t, &master, DataFlow::None, None)?;
+    if rank == 0 {
+        for (i, v) in a.local_data_mut().iter_mut().enumerate() {
+            *v = i as f64;
+        }
+    }
+
+    let mut phase: i64 = 0;
+    loop {
+        a.switch_to(t, &parts.block, DataFlow::Preserve, None)?;
+        let Some(me) = current.me else { break };
+        let count = a.local_count();
+        let (first, last, sum) = match a.my_ranges().first() {
+            Some(r) => {
+                let local: f64 = a.local_data().iter().sum();
+                (r.from()[0], r.to()[0] - 1, local)
+            }
+            None => (0, -1, 0.0),
+        };
+        out(&format!(
+            "Phase {phase}, Epoch {}, Proc {me}/{}: sum of {count} values at {first} - {last} : {sum:.0}\n",
+            current.epoch,
+            current.group.size()
+        ))?;
+
+        s.switch_to(t, &parts.all, DataFlow::None, None)?;
+        s.fill(sum);
+        s.switch_to(t, &parts.master, DataFlow::Preserve, Some(&sum_op))?;
+        if me == 0 {
+            out(&format!(
+                "Phase {phase}: total sum: {:.0}\n",
+                s.local_data()[0]
+            ))?;
+        }
+
+        if phase >= maxiter {
+            break;
+        }
+        std::thread::sleep(Duration::from_secs(1));
+        phase += 1;
+        current = allow_world_resize(t, &current.group, current.epoch, phase)?;
+        if current.changed {
+            parts = Parts::new(&space, &sum_space, &current.group)?;
+        }
+    }
+    world.finish()
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("vsum3: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
