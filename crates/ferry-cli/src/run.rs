@@ -15,8 +15,10 @@ use crate::ctl::{Registration, STATUS_KEY};
 use crate::forward::{self, Output, Pipe, Tracker};
 use crate::{remote, signals, RunArgs};
 
-/// How often the launcher looks at its ranks and at received signals.
+/// Poll interval while ending ranks after a failed start.
 const TICK: Duration = Duration::from_millis(5);
+/// Longest sleep of the main loop without a signal (a safety net: SIGCHLD wakes it anyway).
+const IDLE: Duration = Duration::from_millis(500);
 /// How long the launcher waits for the ranks' last output once every rank is gone (a rank's
 /// own child may hold the pipes open).
 const DRAIN: Duration = Duration::from_secs(1);
@@ -234,8 +236,9 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
         None => format!("f{}-{}", std::process::id(), random_hex(4)?),
     };
 
-    signals::install().map_err(|e| Fatal {
-        msg: format!("cannot install signal handlers: {e}"),
+    // Before the store server and the output threads exist, so that they inherit the mask.
+    signals::block().map_err(|e| Fatal {
+        msg: format!("cannot block signals: {e}"),
         code: 1,
     })?;
     let nofile = raise_nofile();
@@ -415,7 +418,7 @@ fn supervise(ranks: &mut [Rank], args: &RunArgs, output: &Output, store: &dyn St
     let mut exit: Option<u8> = None;
     // When the job is being ended: since when, and whether SIGKILL went out already.
     let mut ending: Option<(Instant, bool)> = None;
-    let mut seen_signals = 0u32;
+    let mut stop: Option<i32> = None;
     let mut ended_by_us = 0usize;
     loop {
         let mut running = 0;
@@ -457,9 +460,7 @@ fn supervise(ranks: &mut [Rank], args: &RunArgs, output: &Output, store: &dyn St
         if running == 0 {
             break;
         }
-        let (sig, count) = signals::received();
-        if count > seen_signals {
-            seen_signals = count;
+        if let Some(sig) = stop.take() {
             if ending.is_none() {
                 output.message(&format!(
                     "ferry: received {}, ending {running} rank{}",
@@ -479,13 +480,20 @@ fn supervise(ranks: &mut [Rank], args: &RunArgs, output: &Output, store: &dyn St
             ending = Some((Instant::now(), false));
             ranks.iter().for_each(|r| r.signal(libc::SIGTERM));
         }
+        let mut sleep = IDLE;
         if let Some((since, killed)) = ending.as_mut() {
-            if !*killed && since.elapsed() >= grace {
+            let waited = since.elapsed();
+            if !*killed && waited >= grace {
                 *killed = true;
                 ranks.iter().for_each(|r| r.signal(libc::SIGKILL));
+            } else if !*killed {
+                sleep = sleep.min(grace - waited);
             }
         }
-        std::thread::sleep(TICK);
+        match signals::wait(sleep) {
+            signals::Event::Stop(sig) => stop = Some(sig),
+            signals::Event::Child | signals::Event::Timeout => {}
+        }
     }
     if ended_by_us > 0 {
         messages.push(format!(

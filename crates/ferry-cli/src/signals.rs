@@ -1,43 +1,62 @@
-//! Signals the launcher reacts to (SIGINT, SIGTERM, SIGHUP): the handler only records the
-//! signal; the main loop, which polls every few milliseconds, ends the ranks.
+//! Signals the launcher reacts to: SIGINT, SIGTERM and SIGHUP (end the job) and SIGCHLD (a
+//! rank ended). They are blocked in every thread of the launcher and taken synchronously by the
+//! main loop with `sigtimedwait`, so the launcher sleeps until something happens instead of
+//! polling (it shares the cores with the ranks) and reacts to a dead rank at once.
+//! Ranks start with an empty signal mask: the standard library resets it before exec.
 
-use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
+use std::time::Duration;
 
-static LAST_SIGNAL: AtomicI32 = AtomicI32::new(0);
-static COUNT: AtomicU32 = AtomicU32::new(0);
+const WATCHED: [i32; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGCHLD];
 
-extern "C" fn on_signal(sig: libc::c_int) {
-    // Only async-signal-safe work: two atomic stores.
-    LAST_SIGNAL.store(sig, Ordering::SeqCst);
-    COUNT.fetch_add(1, Ordering::SeqCst);
+fn watched_set() -> libc::sigset_t {
+    // SAFETY: sigemptyset/sigaddset initialise and fill a set we own.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for sig in WATCHED {
+            libc::sigaddset(&mut set, sig);
+        }
+        set
+    }
 }
 
-/// Installs the handler for SIGINT, SIGTERM and SIGHUP. Ranks start with default dispositions
-/// again, since exec resets caught signals.
-pub fn install() -> std::io::Result<()> {
-    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-        // SAFETY: a zeroed sigaction with a valid handler and an empty mask; the handler only
-        // touches atomics.
-        unsafe {
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = on_signal as *const () as libc::sighandler_t;
-            libc::sigemptyset(&mut sa.sa_mask);
-            // No SA_RESTART needed: the main loop never blocks for long.
-            sa.sa_flags = 0;
-            if libc::sigaction(sig, &sa, std::ptr::null_mut()) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-        }
+/// Blocks the watched signals in the calling thread and so in every thread it starts later.
+/// Must be called before the launcher starts any thread.
+pub fn block() -> std::io::Result<()> {
+    let set = watched_set();
+    // SAFETY: a valid set; the old mask is not needed.
+    let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+    if rc != 0 {
+        return Err(std::io::Error::from_raw_os_error(rc));
     }
     Ok(())
 }
 
-/// The last signal received and how many were received so far (0, 0 if none).
-pub fn received() -> (i32, u32) {
-    (
-        LAST_SIGNAL.load(Ordering::SeqCst),
-        COUNT.load(Ordering::SeqCst),
-    )
+/// What woke the main loop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// SIGINT, SIGTERM or SIGHUP: end the job.
+    Stop(i32),
+    /// SIGCHLD: some child changed state.
+    Child,
+    /// Nothing within the timeout (or an interrupted wait).
+    Timeout,
+}
+
+/// Waits up to `timeout` for one of the watched signals.
+pub fn wait(timeout: Duration) -> Event {
+    let set = watched_set();
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs().min(i64::MAX as u64) as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: valid set and timespec; no siginfo wanted.
+    let sig = unsafe { libc::sigtimedwait(&set, std::ptr::null_mut(), &ts) };
+    match sig {
+        libc::SIGCHLD => Event::Child,
+        s if s > 0 => Event::Stop(s),
+        _ => Event::Timeout,
+    }
 }
 
 /// Conventional name of a signal number, for messages.

@@ -313,7 +313,16 @@ impl StoreServer {
         self.shared.stop.store(true, Ordering::Relaxed);
         self.shared.changed.notify_all();
         if let Some(h) = self.accept.take() {
-            // The accept loop polls the stop flag; it never blocks for long.
+            // Wake the accept loop at once with a connection of our own; without it the loop
+            // still notices the flag within STOP_POLL.
+            let mut wake = self.addr;
+            if wake.ip().is_unspecified() {
+                wake.set_ip(match wake {
+                    SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+                    SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+                });
+            }
+            let _ = TcpStream::connect_timeout(&wake, STOP_POLL);
             let _ = h.join();
         }
     }
@@ -366,6 +375,10 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
                 continue;
             }
         };
+        if shared.stop.load(Ordering::Relaxed) {
+            // The wake-up connection of shutdown(), or a client arriving too late.
+            break;
+        }
         let open = shared.connections.fetch_add(1, Ordering::Relaxed);
         if open >= shared.limits.max_connections {
             shared.connections.fetch_sub(1, Ordering::Relaxed);
