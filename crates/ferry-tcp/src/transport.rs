@@ -762,7 +762,7 @@ impl TcpTransport {
             if c.phase == Phase::ClosingSent {
                 return;
             }
-            if c.quiescent() && victim.map_or(true, |(t, _)| c.last_used < t) {
+            if c.quiescent() && !matches!(victim, Some((t, _)) if c.last_used >= t) {
                 victim = Some((c.last_used, i));
             }
         }
@@ -1032,10 +1032,7 @@ impl TcpTransport {
     fn finish_connect(&mut self, conn: &mut Conn) -> Verdict {
         let peer = conn.peer.unwrap_or(0);
         let err = match conn.sock.take_error() {
-            Ok(None) => match conn.sock.peer_addr() {
-                Ok(_) => None,
-                Err(e) => Some(e),
-            },
+            Ok(None) => conn.sock.peer_addr().err(),
             Ok(Some(e)) | Err(e) => Some(e),
         };
         match err {
@@ -1603,7 +1600,7 @@ impl TcpTransport {
                 self.evict_one();
             }
         }
-        if self.tick % 64 == 0 {
+        if self.tick & 63 == 0 {
             self.expire_handshakes();
         }
         Ok(())
@@ -1869,7 +1866,7 @@ impl Transport for TcpTransport {
         self.tick += 1;
         self.start_sends(ex)?;
         self.match_recvs(ex)?;
-        if !self.own_part_complete(ex) || self.tick % 16 == 0 {
+        if !self.own_part_complete(ex) || self.tick & 15 == 0 {
             self.poll_io(ex, 0)?;
             if let Some(e) = self.pending_error.take() {
                 return Err(e);
