@@ -66,7 +66,7 @@ for p in osu_latency osu_bw osu_allreduce; do
 done
 cc -O2 -o "$BIN/tcp_pingpong" "$ROOT/bench/c/tcp_pingpong.c"
 cc -O2 -o "$BIN/shm_pingpong" "$ROOT/bench/c/shm_pingpong.c"
-(cd "$ROOT" && cargo build --release -q -p ferry-cli -p ferry \
+(cd "$ROOT" && cargo build --release -q -p ferry-cli --bin ferry -p ferry \
     --example osu_latency --example osu_bw --example osu_allreduce)
 FERRY="$ROOT/target/release/ferry"
 EX="$ROOT/target/release/examples"

@@ -20,7 +20,7 @@ while getopts "b:n:m:r:a:h" opt; do
         *) sed -n '2,6p' "$0"; exit 2 ;;
     esac
 done
-(cd "$ROOT" && cargo build --release -q -p ferry-cli -p ferry --example osu_allreduce)
+(cd "$ROOT" && cargo build --release -q -p ferry-cli --bin ferry -p ferry --example osu_allreduce)
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 PROG=("$ROOT/target/release/examples/osu_allreduce")
