@@ -2,7 +2,7 @@
 //! jobs started by `mpirun`/`srun` without `ferry run` (see [`crate::discovery`]), in the role
 //! PMI plays for MPI.
 //!
-//! Layout: one directory per job, `$FERRY_STORE_DIR/ferry-<uid>/<job id>/` (default base: the
+//! Layout: one directory per job, `$FERRY_STORE_DIR/ferry-<uid>/store/<job id>/` (default base: the
 //! temporary directory, `$TMPDIR` or `/tmp`; for jobs spanning hosts, point `FERRY_STORE_DIR` at
 //! a file system all hosts share). Each key is one file `k-<escaped key>`:
 //! - `set` writes a temporary file and renames it over the key file, so a reader sees either
@@ -113,7 +113,8 @@ impl FileStore {
         })
     }
 
-    /// The directory of job `job_id` under `base`: `base/ferry-<uid>/<job id>`.
+    /// The directory of job `job_id` under `base`: `base/ferry-<uid>/store/<job id>` (the
+    /// launcher keeps its job registry beside it in `ferry-<uid>/jobs`).
     pub fn job_dir(base: &Path, job_id: &str) -> PathBuf {
         // SAFETY: getuid has no preconditions and cannot fail.
         let uid = unsafe { libc::getuid() };
@@ -132,7 +133,7 @@ impl FileStore {
         } else {
             safe
         };
-        base.join(format!("ferry-{uid}")).join(safe)
+        base.join(format!("ferry-{uid}")).join("store").join(safe)
     }
 
     /// The store of job `job_id`: under `$FERRY_STORE_DIR` if set, else the temporary
@@ -143,7 +144,15 @@ impl FileStore {
             .map(PathBuf::from)
             .unwrap_or_else(std::env::temp_dir);
         let dir = FileStore::job_dir(&base, job_id);
-        if let Some(parent) = dir.parent() {
+        // The per-user directory `ferry-<uid>` and `store` below it.
+        for parent in dir
+            .ancestors()
+            .skip(1)
+            .take(2)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+        {
             create_private_dir(parent)?;
             check_owner(parent)?;
         }
