@@ -129,8 +129,9 @@ impl Conn {
             && matches!(self.rstate, ReadState::Header)
     }
 
-    /// Reads into the free part of the buffer; `Ok(0)` is end of stream.
-    pub fn fill(&mut self) -> io::Result<usize> {
+    /// Reads into the free part of the buffer; `Ok(0)` is end of stream. The flag says the
+    /// read came back short, i.e. the socket is drained for now (saves a futile `read`).
+    pub fn fill(&mut self) -> io::Result<(usize, bool)> {
         if self.rpos == self.rend {
             self.rpos = 0;
             self.rend = 0;
@@ -139,9 +140,10 @@ impl Conn {
             self.rend -= self.rpos;
             self.rpos = 0;
         }
+        let room = self.rbuf.len() - self.rend;
         let n = self.sock.read(&mut self.rbuf[self.rend..])?;
         self.rend += n;
-        Ok(n)
+        Ok((n, n < room))
     }
 
     /// Writes as much of the queue as the socket takes, header and payload of many frames in

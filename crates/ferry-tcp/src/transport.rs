@@ -974,6 +974,10 @@ impl TcpTransport {
         let Some(mut conn) = self.conns.get_mut(id).and_then(Option::take) else {
             return Ok(());
         };
+        if r.readable {
+            // Receiving counts as use: an incoming flow keeps its connection out of eviction.
+            conn.last_used = self.tick;
+        }
         let verdict = if let Phase::Connecting(_) = conn.phase {
             self.finish_connect(&mut conn)
         } else {
@@ -1032,7 +1036,12 @@ impl TcpTransport {
     fn finish_connect(&mut self, conn: &mut Conn) -> Verdict {
         let peer = conn.peer.unwrap_or(0);
         let err = match conn.sock.take_error() {
-            Ok(None) => conn.sock.peer_addr().err(),
+            Ok(None) => match conn.sock.peer_addr() {
+                Ok(_) => None,
+                // A stale readiness report (slot reused): still connecting.
+                Err(e) if e.kind() == io::ErrorKind::NotConnected => return Verdict::Keep,
+                Err(e) => Some(e),
+            },
             Ok(Some(e)) | Err(e) => Some(e),
         };
         match err {
@@ -1104,6 +1113,9 @@ impl TcpTransport {
     ) -> Result<Verdict> {
         let mut budget = READ_BUDGET;
         let mut frames = 0;
+        // Set after a short read: the socket has nothing more right now, so the next read
+        // would only return EAGAIN; level-triggered epoll reports it again when data comes.
+        let mut drained = false;
         loop {
             let state = std::mem::replace(&mut conn.rstate, ReadState::Header);
             match state {
@@ -1130,12 +1142,15 @@ impl TcpTransport {
                         }
                         continue;
                     }
-                    if budget == 0 {
+                    if budget == 0 || drained {
                         return Ok(Verdict::Keep);
                     }
                     match conn.fill() {
-                        Ok(0) => return Ok(self.eof_verdict(conn, None)),
-                        Ok(n) => budget = budget.saturating_sub(n),
+                        Ok((0, _)) => return Ok(self.eof_verdict(conn, None)),
+                        Ok((n, short)) => {
+                            budget = budget.saturating_sub(n);
+                            drained = short;
+                        }
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                             return Ok(Verdict::Keep)
                         }
@@ -1165,7 +1180,7 @@ impl TcpTransport {
                         }
                         continue;
                     }
-                    if budget == 0 {
+                    if budget == 0 || drained {
                         conn.rstate = ReadState::Payload {
                             header,
                             target,
@@ -1177,14 +1192,18 @@ impl TcpTransport {
                     let res = match (direct, target_slice(&mut target, ex, &header)) {
                         (true, Some(dst)) => {
                             use std::io::Read;
-                            conn.sock.read(&mut dst[done..total]).map(|n| (n, true))
+                            let want = total - done;
+                            conn.sock
+                                .read(&mut dst[done..total])
+                                .map(|n| (n, true, n < want))
                         }
-                        _ => conn.fill().map(|n| (n, false)),
+                        _ => conn.fill().map(|(n, short)| (n, false, short)),
                     };
                     match res {
-                        Ok((0, _)) => return Ok(self.eof_verdict(conn, None)),
-                        Ok((n, was_direct)) => {
+                        Ok((0, _, _)) => return Ok(self.eof_verdict(conn, None)),
+                        Ok((n, was_direct, short)) => {
                             budget = budget.saturating_sub(n);
+                            drained = short;
                             if was_direct {
                                 done += n;
                             }
@@ -1297,9 +1316,22 @@ impl TcpTransport {
         match h.ty {
             FrameType::Try | FrameType::Add | FrameType::Data => {
                 let len = h.len as usize;
+                if h.ty == FrameType::Add && len > ADD_MAX {
+                    return Ok(Verdict::Fault {
+                        cause: format!("ADD of {len} bytes, more than {ADD_MAX}"),
+                        peer_failed: false,
+                    });
+                }
                 if h.ty == FrameType::Data {
+                    // Only answers to our own GETs are taken: they are bounded by what this
+                    // rank asked for, so they may bypass the inbox cap.
+                    if self.remote.remove(&arrival) != Some(true) {
+                        return Ok(Verdict::Fault {
+                            cause: format!("DATA for {arrival:?} that was never requested"),
+                            peer_failed: false,
+                        });
+                    }
                     conn.outstanding = conn.outstanding.saturating_sub(1);
-                    self.remote.remove(&arrival);
                 }
                 let target = match find_posted(&ex.recvs, arrival) {
                     Some(i) => {
@@ -1500,6 +1532,10 @@ impl TcpTransport {
                 match handshake::check_hello_ack(&h, &secret, &self.secret, self.rank, peer) {
                     Ok(()) => {
                         conn.phase = Phase::Open;
+                        let p = &mut self.peers[peer];
+                        p.first_failure = None;
+                        p.retry_at = None;
+                        p.backoff = Duration::from_millis(5);
                         Ok(Verdict::Keep)
                     }
                     Err(e) => Ok(Verdict::Fault {
