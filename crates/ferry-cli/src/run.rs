@@ -407,7 +407,20 @@ struct Outcome {
     messages: Vec<String>,
 }
 
-/// Watches the ranks until all are gone; ends the job on the first failure (unless
+/// How long the launcher keeps collecting failures after the first one before it decides
+/// which rank to blame and ends the job. Ranks that die together are seen in an order that
+/// says little about which went first: a SIGKILLed rank becomes reapable only after its
+/// sockets closed, so its peers may report its death and exit before it does.
+const SETTLE: Duration = Duration::from_millis(150);
+
+/// A failed rank, as seen by the supervisor.
+struct Failure {
+    signaled: bool,
+    text: String,
+    code: u8,
+}
+
+/// Watches the ranks until all are gone; ends the job after the first failure (unless
 /// --keep-going) or on SIGINT/SIGTERM/SIGHUP.
 fn supervise(ranks: &mut [Rank], args: &RunArgs, output: &Output, store: &dyn Store) -> Outcome {
     let local_host = ferry_core::launch::hostname();
@@ -416,6 +429,9 @@ fn supervise(ranks: &mut [Rank], args: &RunArgs, output: &Output, store: &dyn St
     let grace = Duration::from_millis(args.grace_ms);
     let mut messages = Vec::new();
     let mut exit: Option<u8> = None;
+    // Failures seen before the blame was decided, and until when to keep collecting them.
+    let mut pending: Vec<Failure> = Vec::new();
+    let mut settle_until: Option<Instant> = None;
     // When the job is being ended: since when, and whether SIGKILL went out already.
     let mut ending: Option<(Instant, bool)> = None;
     let mut stop: Option<i32> = None;
@@ -431,7 +447,8 @@ fn supervise(ranks: &mut [Rank], args: &RunArgs, output: &Output, store: &dyn St
                 Ok(Some(status)) => {
                     rank.status = Some(status);
                     changed = true;
-                    states[r] = match describe(r, status) {
+                    let failure = describe(r, status);
+                    states[r] = match &failure {
                         None => "done".to_string(),
                         Some(_) if ending.is_some() => "ended by ferry".to_string(),
                         Some((text, _)) => text.replacen(&format!("rank {r} "), "", 1),
@@ -440,9 +457,18 @@ fn supervise(ranks: &mut [Rank], args: &RunArgs, output: &Output, store: &dyn St
                         ended_by_us += 1;
                         continue;
                     }
-                    if let Some((text, code)) = describe(r, status) {
-                        messages.push(format!("{text}{}", rank.where_()));
-                        exit.get_or_insert(code);
+                    if let Some((text, code)) = failure {
+                        let f = Failure {
+                            signaled: status.signal().is_some(),
+                            text: text + &rank.where_(),
+                            code,
+                        };
+                        if exit.is_some() {
+                            messages.push(f.text); // blame already decided (--keep-going)
+                        } else {
+                            settle_until.get_or_insert(Instant::now() + SETTLE);
+                            pending.push(f);
+                        }
                     }
                 }
                 Ok(None) => running += 1,
@@ -457,6 +483,14 @@ fn supervise(ranks: &mut [Rank], args: &RunArgs, output: &Output, store: &dyn St
         if changed {
             publish_status(store, ranks, &states, &local_host);
         }
+        let settled = settle_until.is_some_and(|t| running == 0 || Instant::now() >= t);
+        if settled && exit.is_none() {
+            // A rank killed by a signal is the likelier cause (its peers typically exit with
+            // an error about it): it is named first and gives the exit status.
+            pending.sort_by_key(|f| !f.signaled);
+            exit = pending.first().map(|f| f.code);
+            messages.extend(pending.drain(..).map(|f| f.text));
+        }
         if running == 0 {
             break;
         }
@@ -467,6 +501,8 @@ fn supervise(ranks: &mut [Rank], args: &RunArgs, output: &Output, store: &dyn St
                     signals::name(sig),
                     if running == 1 { "" } else { "s" }
                 ));
+                // Failures still settling are reported; the interrupt gives the status.
+                messages.extend(pending.drain(..).map(|f| f.text));
                 exit.get_or_insert((128 + sig).clamp(1, 255) as u8);
                 ending = Some((Instant::now(), false));
                 ranks.iter().for_each(|r| r.signal(libc::SIGTERM));
@@ -481,6 +517,11 @@ fn supervise(ranks: &mut [Rank], args: &RunArgs, output: &Output, store: &dyn St
             ranks.iter().for_each(|r| r.signal(libc::SIGTERM));
         }
         let mut sleep = IDLE;
+        if exit.is_none() {
+            if let Some(t) = settle_until {
+                sleep = sleep.min(t.saturating_duration_since(Instant::now()));
+            }
+        }
         if let Some((since, killed)) = ending.as_mut() {
             let waited = since.elapsed();
             if !*killed && waited >= grace {
