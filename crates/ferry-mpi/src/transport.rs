@@ -1,6 +1,6 @@
 //! [`MpiTransport`]: ferry's transport over nonblocking MPI point-to-point calls.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::ffi::{c_char, c_int, c_void};
 use std::ptr;
 use std::time::{Duration, Instant};
@@ -74,7 +74,10 @@ pub struct MpiTransport {
     early: HashMap<(usize, MsgKey), VecDeque<Vec<u8>>>,
     early_bytes: usize,
     early_messages: usize,
-    blocked: HashSet<(usize, i32)>,
+    /// Flows `(peer, MPI tag)` whose earliest pending receive has no message yet, rebuilt on
+    /// every progress call. A vector: exchanges have few receives, and a linear scan beats
+    /// hashing for them.
+    blocked: Vec<(usize, i32)>,
     pool: Vec<Vec<u8>>,
     stats: Stats,
     hashed_messages: u64,
@@ -161,7 +164,7 @@ impl MpiTransport {
             early: HashMap::new(),
             early_bytes: 0,
             early_messages: 0,
-            blocked: HashSet::new(),
+            blocked: Vec::new(),
             pool: Vec::new(),
             stats: Stats::new(0, 1, "mpi"),
             hashed_messages: 0,
@@ -478,6 +481,9 @@ impl MpiTransport {
     }
 
     fn take_early(&mut self, peer: usize, key: MsgKey) -> Option<Vec<u8>> {
+        if self.early_messages == 0 {
+            return None;
+        }
         let queue = self.early.get_mut(&(peer, key))?;
         let msg = queue.pop_front()?;
         if queue.is_empty() {
@@ -568,7 +574,7 @@ impl MpiTransport {
                             slot
                         }
                         None => {
-                            self.blocked.insert(flow);
+                            self.blocked.push(flow);
                             continue;
                         }
                     }
@@ -579,7 +585,7 @@ impl MpiTransport {
                     // In hashed mode the message may turn out to belong to another key, so
                     // later receives of the flow wait until this one is verified.
                     if wire.hashed {
-                        self.blocked.insert(flow);
+                        self.blocked.push(flow);
                     }
                 }
                 Some(mut msg) if wire.hashed => {
@@ -598,7 +604,7 @@ impl MpiTransport {
                     } else {
                         self.put_early(op.peer, key, msg)?;
                         op.state = OpState::New;
-                        self.blocked.insert(flow);
+                        self.blocked.push(flow);
                     }
                 }
                 Some(msg) => self.deliver(op, msg)?,
@@ -744,14 +750,23 @@ impl Transport for MpiTransport {
     /// timeout always fires (T5).
     fn exchange(&mut self, ex: &mut Exchange<'_>) -> Result<()> {
         self.stats.calls += 1;
+        // Most small exchanges complete on the first pass: no clock read for them.
+        if self.progress_exchange(ex)? {
+            return Ok(());
+        }
         let start = Instant::now();
         let mut polls: u32 = 0;
+        let mut elapsed = Duration::ZERO;
         loop {
             if self.progress_exchange(ex)? {
                 return Ok(());
             }
             polls = polls.wrapping_add(1);
-            let elapsed = start.elapsed();
+            // While spinning, read the clock every 8th poll only (a read costs as much as a
+            // poll); afterwards each poll is slow anyway.
+            if polls & 7 == 0 || elapsed >= self.policy.spin {
+                elapsed = start.elapsed();
+            }
             if elapsed >= self.policy.timeout {
                 let pending = ex.pending_peers();
                 let mut err = Error::new(ErrorKind::Timeout, "exchange")
