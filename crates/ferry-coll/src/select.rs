@@ -70,6 +70,11 @@ fn hierarchy<T: Element>(
     if opts.order == ReduceOrder::RankOrderedFold || c.size() <= 2 {
         return None;
     }
+    // The common single-node case without allocating (this runs on every small allreduce).
+    let first = t.node_of(c.ranks[0]);
+    if c.ranks.iter().all(|&r| t.node_of(r) == first) {
+        return None;
+    }
     let lay = Layout::of(t, c);
     let useful = lay.nodes() > 1 && lay.nodes() < c.size();
     (useful && (lay.contiguous || op.is_commutative())).then_some(lay)
