@@ -37,6 +37,11 @@ const POOL_MAX_CAPACITY: usize = 16 << 20;
 const YIELD_FOR: Duration = Duration::from_millis(2);
 const NAP: Duration = Duration::from_micros(50);
 
+/// Busy-polling time when this node has at least one core per rank: like MPI libraries, which
+/// poll without yielding unless oversubscribed, so that a message arriving during a long
+/// transfer or a short compute phase of the peer is seen at once.
+const SPIN_WHEN_NOT_OVERSUBSCRIBED: Duration = Duration::from_millis(10);
+
 /// A receive whose message MPI has matched (`MPI_Improbe`) and is filling (`MPI_Imrecv`) into a
 /// buffer owned by the backend.
 struct RecvSlot {
@@ -266,6 +271,14 @@ impl MpiTransport {
                 .iter()
                 .map(|l| distinct.binary_search(l).unwrap_or(0))
                 .collect();
+        }
+        let my_node = self.nodes.get(self.rank).copied().unwrap_or(0);
+        let local_ranks = self.nodes.iter().filter(|&&n| n == my_node).count();
+        let cores = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1);
+        if local_ranks <= cores {
+            self.policy.spin = self.policy.spin.max(SPIN_WHEN_NOT_OVERSUBSCRIBED);
         }
         tracing::debug!(
             rank = self.rank,
