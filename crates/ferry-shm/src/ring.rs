@@ -10,6 +10,8 @@
 //!
 //! The ring also carries the completion window of single-copy transfers: descriptor `s` is
 //! acknowledged by the consumer storing `s + 1` into slot `s % ACK_WINDOW` of the window.
+//! Before reading, the consumer claims the word by compare-and-swap; the producer may withdraw
+//! an unclaimed descriptor by compare-and-swap too, so exactly one of them wins.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -27,6 +29,13 @@ const R_ACKS: usize = 128;
 pub(crate) const T_INLINE: u8 = 1;
 pub(crate) const T_FRAG: u8 = 2;
 pub(crate) const T_CMA: u8 = 3;
+
+/// Completion-word state bit: the receiver took descriptor `seq` and is reading it (the word
+/// holds `(seq + 1) | ACK_CLAIMED`; `seq + 1` alone means done).
+pub(crate) const ACK_CLAIMED: u64 = 1 << 63;
+/// Completion-word state bit: the sender withdrew descriptor `seq` before the receiver claimed
+/// it; the message follows as fragments.
+pub(crate) const ACK_CANCELLED: u64 = 1 << 62;
 
 /// Bytes of a single-copy descriptor: pid, address, length, descriptor sequence.
 pub(crate) const CMA_DESC: usize = 32;

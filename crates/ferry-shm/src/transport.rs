@@ -30,8 +30,8 @@ use ferry_core::{
 use ferry_proto::{Arrival, EarlyArrivals, FlowTable};
 
 use crate::ring::{
-    decode_cma, encode_cma, CmaDesc, Consumer, Entry, Producer, RingRef, CMA_DESC, T_CMA, T_FRAG,
-    T_INLINE,
+    decode_cma, encode_cma, CmaDesc, Consumer, Entry, Producer, RingRef, ACK_CANCELLED,
+    ACK_CLAIMED, CMA_DESC, T_CMA, T_FRAG, T_INLINE,
 };
 use crate::segment::{
     segment_name, Layout, Segment, ACK_WINDOW, STATE_ATTACHED, STATE_EMPTY, STATE_FINISHED,
@@ -41,6 +41,8 @@ use crate::sys;
 
 /// How often a waiting rank checks that the peers it waits for still live.
 const LIVENESS_EVERY: Duration = Duration::from_millis(20);
+/// Flag in a send's progress: single copy was withdrawn, the message goes as fragments.
+const FORCED_FRAG: usize = 1 << (usize::BITS - 1);
 /// How long the lean receive path spins before it starts yielding the core.
 const PURE_SPIN: Duration = Duration::from_micros(5);
 /// Default job name of hand-started ranks (R2b) when `shm.job` / `FERRY_SHM_JOB` is unset.
@@ -93,6 +95,14 @@ pub struct ShmTransport {
     partial_bytes: usize,
     partial_count: usize,
     cma_next: Vec<u64>,
+    /// When each outstanding descriptor was posted, by (peer, seq % ACK_WINDOW).
+    posted_at: Vec<Instant>,
+    /// An unclaimed descriptor older than this is withdrawn and sent as fragments.
+    eager_wait: Duration,
+    /// The fragmented message currently streaming to each peer, by (key, serial).
+    frag_owner: Vec<Option<(MsgKey, u64)>>,
+    /// Single-copy reads claimed during a drain, performed after it: (recv index, desc).
+    to_read: Vec<(usize, CmaDesc)>,
     single_copy: bool,
     inline_cap: usize,
     threshold: usize,
@@ -352,6 +362,10 @@ impl ShmTransport {
             partial_bytes: 0,
             partial_count: 0,
             cma_next: vec![0; n],
+            posted_at: vec![Instant::now(); n * ACK_WINDOW as usize],
+            eager_wait: config.spin().max(Duration::from_micros(200)),
+            frag_owner: vec![None; n],
+            to_read: Vec::new(),
             single_copy,
             inline_cap,
             threshold: config.shm.single_copy_threshold.max(inline_cap + 1),
@@ -472,14 +486,13 @@ impl ShmTransport {
             self.want_space.push(l);
             return Ok(OpState::Active { serial, progress });
         }
-        if self.single_copy && len >= self.threshold {
+        let forced = progress & FORCED_FRAG != 0;
+        let progress = progress & !FORCED_FRAG;
+        if self.single_copy && len >= self.threshold && !forced {
             let mut progress = progress;
             if progress == 0 {
                 let seq = self.cma_next[l];
-                if seq >= ACK_WINDOW
-                    && tx.ring().ack(seq - ACK_WINDOW).load(Ordering::Acquire)
-                        != seq - ACK_WINDOW + 1
-                {
+                if !window_free(tx.ring(), seq) {
                     // Completion window full: wait for the oldest descriptor.
                     self.want_acks.push((l, seq - ACK_WINDOW));
                     return Ok(OpState::Active { serial, progress });
@@ -497,21 +510,60 @@ impl ShmTransport {
                     return Ok(OpState::Active { serial, progress });
                 }
                 self.cma_next[l] = seq + 1;
+                self.posted_at[l * ACK_WINDOW as usize + (seq % ACK_WINDOW) as usize] =
+                    Instant::now();
                 progress = seq as usize + 1;
                 self.wake(l);
             }
             let seq = progress as u64 - 1;
-            let tx = self.tx[l]
-                .as_ref()
-                .map(|t| t.ring().ack(seq).load(Ordering::Acquire));
-            if tx == Some(seq + 1) {
+            let Some(tx) = self.tx[l].as_ref() else {
+                return Err(self.err(ErrorKind::InvalidArgument, "send").with_peer(peer));
+            };
+            let word = tx.ring().ack(seq);
+            let v = word.load(Ordering::Acquire);
+            if v == seq + 1 {
                 self.stats.record_send(peer, len);
                 return Ok(OpState::Done);
+            }
+            let claimed = ack_seq(v) == seq + 1 && v & ACK_CLAIMED != 0;
+            let posted = self.posted_at[l * ACK_WINDOW as usize + (seq % ACK_WINDOW) as usize];
+            if !claimed && posted.elapsed() >= self.eager_wait {
+                // The receiver has not taken the descriptor: it has not posted the receive
+                // or is not running. Withdraw it (unless it claims it right now) and send the
+                // data through the ring instead, so a send never waits for its receive to be
+                // posted (eager semantics like the TCP backend; no send/send deadlock).
+                if word
+                    .compare_exchange(
+                        v,
+                        (seq + 1) | ACK_CANCELLED,
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    )
+                    .is_ok()
+                {
+                    self.stats.bump("shm_single_copy_withdrawn", 1);
+                    return self.progress_send(l, peer, key, serial, FORCED_FRAG, data);
+                }
             }
             self.want_acks.push((l, seq));
             return Ok(OpState::Active { serial, progress });
         }
-        // Fragments through the ring (2 copies).
+        // Fragments through the ring (2 copies). One fragmented message per ring at a time,
+        // so the receiver reassembles one stream per peer.
+        match self.frag_owner[l] {
+            Some(owner) if owner != (key, serial) => {
+                // Waits for the other stream, which a later op of this pass may be pushing:
+                // so the peer is not marked blocked.
+                return Ok(OpState::Active {
+                    serial,
+                    progress: progress | if forced { FORCED_FRAG } else { 0 },
+                });
+            }
+            _ => {}
+        }
+        let Some(tx) = self.tx[l].as_mut() else {
+            return Err(self.err(ErrorKind::InvalidArgument, "send").with_peer(peer));
+        };
         let cap = self.inline_cap;
         let mut off = progress;
         let mut pushed = 0u64;
@@ -534,14 +586,18 @@ impl ShmTransport {
             self.wake(l);
         }
         if off == len {
+            self.frag_owner[l] = None;
             self.stats.record_send(peer, len);
             return Ok(OpState::Done);
+        }
+        if off > 0 {
+            self.frag_owner[l] = Some((key, serial));
         }
         self.blocked[l] = true;
         self.want_space.push(l);
         Ok(OpState::Active {
             serial,
-            progress: off,
+            progress: off | if forced { FORCED_FRAG } else { 0 },
         })
     }
 
@@ -583,7 +639,27 @@ impl ShmTransport {
         .with_peer(peer)
     }
 
-    /// Reads a single-copy message into `buf` and completes the descriptor.
+    /// Takes descriptor `seq` from `l` for reading; false if the sender withdrew it (its
+    /// fragments follow in the ring).
+    fn claim(&self, l: usize, seq: u64) -> bool {
+        let Some(rx) = self.rx[l].as_ref() else {
+            return false;
+        };
+        let w = rx.ring().ack(seq);
+        let v = w.load(Ordering::Acquire);
+        if ack_seq(v) == seq + 1 {
+            return false;
+        }
+        w.compare_exchange(
+            v,
+            (seq + 1) | ACK_CLAIMED,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        )
+        .is_ok()
+    }
+
+    /// Reads a claimed single-copy message into `buf` and completes the descriptor.
     fn cma_into(&mut self, l: usize, peer: usize, d: CmaDesc, buf: &mut RecvBuf<'_>) -> Result<()> {
         let len = d.len as usize;
         let result = match buf.prepare(len) {
@@ -626,11 +702,26 @@ impl ShmTransport {
     fn drain(&mut self, l: usize, ex: &mut Exchange<'_>) -> Result<()> {
         let peer = self.global_of[l];
         let mut popped = 0usize;
-        let result = self.drain_inner(l, peer, ex, &mut popped);
+        let mut result = self.drain_inner(l, peer, ex, &mut popped);
         if popped > 0 {
             // The sender may wait for room.
             self.wake(l);
         }
+        // Descriptors were claimed as they came (so the sender does not withdraw them while
+        // earlier ones are read); read them now. Claimed ones are always completed.
+        let mut reads = std::mem::take(&mut self.to_read);
+        for (i, d) in reads.drain(..) {
+            let r = &mut ex.recvs[i];
+            match self.cma_into(l, peer, d, &mut r.buf) {
+                Ok(()) => r.state = OpState::Done,
+                Err(e) => {
+                    if result.is_ok() {
+                        result = Err(e);
+                    }
+                }
+            }
+        }
+        self.to_read = reads;
         result
     }
 
@@ -652,6 +743,10 @@ impl ShmTransport {
                 serial: e.serial,
             };
             let total = e.total_len as usize;
+            if e.typ != T_CMA && !self.pending_cma.is_empty() {
+                // The same message as a withdrawn descriptor kept earlier: forget that.
+                self.pending_cma.remove(&arrival);
+            }
             match e.typ {
                 T_INLINE => {
                     if total > cap {
@@ -788,11 +883,9 @@ impl ShmTransport {
                     }
                     match Self::find_recv(ex, peer, &arrival) {
                         Some(i) => {
-                            let r = &mut ex.recvs[i];
-                            *popped += 1;
-                            self.cma_into(l, peer, d, &mut r.buf)?;
-                            r.state = OpState::Done;
-                            continue;
+                            if self.claim(l, d.seq) {
+                                self.to_read.push((i, d));
+                            }
                         }
                         None => {
                             self.pending_cma.insert(arrival, d);
@@ -859,9 +952,12 @@ impl ShmTransport {
             }
             if !self.pending_cma.is_empty() {
                 if let Some(d) = self.pending_cma.remove(&arrival) {
-                    let peer = r.peer;
-                    self.cma_into(l, peer, d, &mut r.buf)?;
-                    r.state = OpState::Done;
+                    // A withdrawn descriptor is dropped: its fragments follow.
+                    if self.claim(l, d.seq) {
+                        let peer = r.peer;
+                        self.cma_into(l, peer, d, &mut r.buf)?;
+                        r.state = OpState::Done;
+                    }
                 }
             }
         }
@@ -1054,6 +1150,21 @@ impl ShmTransport {
     }
 }
 
+/// The descriptor sequence an acknowledgement word refers to (+1), without state bits.
+fn ack_seq(v: u64) -> u64 {
+    v & !(ACK_CLAIMED | ACK_CANCELLED)
+}
+
+/// Whether descriptor `seq` may use its completion word: the word's previous user
+/// (`seq - ACK_WINDOW`) is completed or withdrawn.
+fn window_free(ring: &RingRef, seq: u64) -> bool {
+    if seq < ACK_WINDOW {
+        return true;
+    }
+    let v = ring.ack(seq - ACK_WINDOW).load(Ordering::Acquire);
+    ack_seq(v) == seq - ACK_WINDOW + 1 && v & ACK_CLAIMED == 0
+}
+
 /// Claims rank block `r` for this process and publishes its probe word.
 fn attach_block(seg: &Segment, r: usize) -> Result<Box<u64>> {
     let pid = sys::my_pid() as u64;
@@ -1231,7 +1342,13 @@ impl Transport for ShmTransport {
         fence(Ordering::SeqCst);
         if !self.input_ready() {
             self.stats.bump("shm_sleeps", 1);
-            sys::futex_wait(self.seg.bell(me), bell, timeout.min(LIVENESS_EVERY));
+            // Unclaimed descriptors may have to be withdrawn after eager_wait.
+            let cap = if self.want_acks.is_empty() {
+                LIVENESS_EVERY
+            } else {
+                self.eager_wait
+            };
+            sys::futex_wait(self.seg.bell(me), bell, timeout.min(cap));
         }
         self.seg.sleeping(me).store(0, Ordering::Relaxed);
         Ok(())
