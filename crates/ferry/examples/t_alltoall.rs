@@ -2,12 +2,16 @@
 //! distinct message to every other rank in each of ROUNDS rounds (one batched exchange per
 //! round) and checks what it receives. Rank 0 prints `alltoall ok: N ranks, ROUNDS rounds,
 //! backend B`. With `KILL_RANK`, that rank SIGKILLs itself in the middle of round ROUNDS/2,
-//! and every other rank prints the error it gets (which must name the dead rank) and exits 1.
+//! and every other rank prints the error it gets (which must name the dead rank) and exits 1
+//! after lingering for a second.
 //! Usage: `t_alltoall [ROUNDS [BYTES [KILL_RANK]]]`.
 
 use std::process::{Command, ExitCode};
 
 use ferry::{Exchange, MsgKey};
+
+/// How long a rank whose exchange failed stays before it leaves (see `run`).
+const LINGER_MS: u64 = 1000;
 
 fn payload(src: usize, dst: usize, round: usize, bytes: usize) -> Vec<u8> {
     (0..bytes)
@@ -41,7 +45,14 @@ fn run(rounds: usize, bytes: usize, kill_rank: Option<usize>) -> ferry::Result<(
                 ex.recv(src, key, buf);
             }
         }
-        world.transport().exchange(&mut ex)?;
+        if let Err(e) = world.transport().exchange(&mut ex) {
+            // Stay in the job a moment before leaving: a rank that leaves at once makes its
+            // peers fail on *it* (a cascade), hiding whether they detected the first failure
+            // themselves, which is what this program shows.
+            drop(ex);
+            std::thread::sleep(std::time::Duration::from_millis(LINGER_MS));
+            return Err(e);
+        }
         drop(ex);
         for (src, buf) in bufs.iter().enumerate() {
             if src != rank && *buf != payload(src, rank, round, bytes) {
