@@ -1,0 +1,149 @@
+//! R2c under `mpirun`: the `ferry` facade's examples started by Open MPI's `mpirun` without
+//! `ferry run`, with `FERRY_BACKEND=tcp|shm|hybrid` (rank and size from `OMPI_COMM_WORLD_*`,
+//! rendezvous through the per-job file store) and `FERRY_BACKEND=mpi` (when the examples were
+//! built with `--features ferry/mpi`), must print the conformance outputs.
+//!
+//! Skips with a message when `mpirun`, the examples (`cargo build --workspace --examples`) or
+//! the conformance data (`../shared/conformance`) are missing.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    let dir = exe.parent().and_then(Path::parent).expect("target dir");
+    dir.join("examples").join(name)
+}
+
+fn is_open_mpi() -> Option<bool> {
+    let out = Command::new("mpirun").arg("--version").output().ok()?;
+    Some(String::from_utf8_lossy(&out.stdout).contains("Open MPI"))
+}
+
+/// Compares like the conformance tool: `exact`, or `sorted` (lines sorted bytewise).
+fn matches(mode: &str, got: &str, expected: &str) -> bool {
+    match mode {
+        "exact" => got == expected,
+        _ => {
+            let mut lines: Vec<&str> = got.lines().collect();
+            lines.sort_unstable();
+            let mut joined = lines.join("\n");
+            if !lines.is_empty() {
+                joined.push('\n');
+            }
+            joined == expected
+        }
+    }
+}
+
+/// Runs `n` ranks of `prog args` under mpirun with `backend`; `None` if the backend is not
+/// compiled into the example.
+fn run(prog: &Path, n: usize, args: &[&str], backend: &str) -> Option<(bool, String, String)> {
+    let mut cmd = Command::new("mpirun");
+    if is_open_mpi() == Some(true) {
+        cmd.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+            .arg("--oversubscribe");
+    }
+    cmd.arg("-n")
+        .arg(n.to_string())
+        .arg(prog)
+        .args(args)
+        .env("FERRY_BACKEND", backend)
+        // Variables of an enclosing `ferry run` would take precedence over discovery.
+        .env_remove("FERRY_RANK")
+        .env_remove("FERRY_SIZE")
+        .env_remove("FERRY_RENDEZVOUS")
+        .env_remove("FERRY_JOB_ID")
+        .env_remove("FERRY_SECRET")
+        .env_remove("FERRY_CONFIG");
+    let out = cmd.output().expect("run mpirun");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    if stderr.contains("is not available in this build") {
+        return None;
+    }
+    Some((
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr,
+    ))
+}
+
+/// The file-store job directories of Open MPI jobs that exist now.
+fn job_dirs() -> std::collections::BTreeSet<PathBuf> {
+    let base = std::env::var_os("FERRY_STORE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
+    std::fs::read_dir(&base)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("ferry-"))
+        .flat_map(|e| {
+            std::fs::read_dir(e.path().join("store"))
+                .into_iter()
+                .flatten()
+                .flatten()
+        })
+        .filter(|e| e.file_name().to_string_lossy().starts_with("ompi-"))
+        .map(|e| e.path())
+        .collect()
+}
+
+#[test]
+fn examples_under_mpirun_print_the_conformance_output() {
+    if is_open_mpi().is_none() {
+        return eprintln!("skipping: no `mpirun` on PATH (install openmpi-bin)");
+    }
+    let data = repo().join("../shared/conformance");
+    if !data.join("cases.tsv").exists() {
+        return eprintln!("skipping: no conformance data in {}", data.display());
+    }
+    // (example, ranks, args, expected file, compare mode)
+    let cases = [
+        ("vsum", 4, vec!["100"], "vsum-100-4.expected", "sorted"),
+        (
+            "jac2d",
+            4,
+            vec!["-s", "100"],
+            "jac2d-s-100-4.expected",
+            "exact",
+        ),
+    ];
+    let mut ran = 0;
+    let before = job_dirs();
+    for (name, n, args, expected, mode) in cases {
+        let prog = example(name);
+        if !prog.exists() {
+            eprintln!("skipping {name}: {} not built", prog.display());
+            continue;
+        }
+        let expected = std::fs::read_to_string(data.join(expected)).expect("expected output");
+        for backend in ["tcp", "shm", "hybrid", "mpi"] {
+            let Some((ok, out, err)) = run(&prog, n, &args, backend) else {
+                eprintln!("skipping {name} on {backend}: not compiled into the example");
+                continue;
+            };
+            assert!(
+                ok,
+                "{name} {args:?} on {backend} under mpirun failed:\n{out}\n{err}"
+            );
+            assert!(
+                matches(mode, &out, &expected),
+                "{name} {args:?} on {backend} under mpirun printed:\n{out}\nexpected:\n{expected}\nstderr:\n{err}"
+            );
+            ran += 1;
+        }
+    }
+    eprintln!("{ran} example runs under mpirun matched");
+    // The job directories of the file store are removed by the last rank of each job.
+    let left: Vec<_> = job_dirs().difference(&before).cloned().collect();
+    assert!(
+        left.is_empty(),
+        "file-store job directories left behind: {left:?}"
+    );
+}
