@@ -107,14 +107,15 @@ pub enum SingleCopy {
 pub struct Shm {
     /// Slots per ring (one ring per ordered pair of ranks).
     pub ring_slots: usize,
-    /// Bytes per slot; messages up to this size travel inline.
+    /// Bytes per slot; messages up to this size minus a 40-byte header travel inline.
     pub slot_bytes: usize,
     /// Messages at least this large use the single-copy path.
     pub single_copy_threshold: usize,
     /// Single-copy mode.
     pub single_copy: SingleCopy,
     /// Job name for hand-started ranks (R2b); ranks of different names never meet. Unset:
-    /// `default` (the segment is `/dev/shm/ferry-<uid>-default` while ranks gather).
+    /// `default` (the segment is `/dev/shm/ferry-<uid>-hdefault` while ranks gather; launcher
+    /// jobs use `ferry-<uid>-j<FERRY_JOB_ID>`, so the two kinds never meet either).
     pub job: Option<String>,
     /// Cap in bytes of messages kept before their receive is posted (early arrivals); beyond
     /// it the receiver leaves messages in its rings and the senders wait (back-pressure).
