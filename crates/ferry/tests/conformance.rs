@@ -349,11 +349,13 @@ impl Runner {
         if r.stderr.contains("is not available in this build") {
             return Outcome::Skip(format!("backend {backend} not built"));
         }
-        let last_err = r
-            .stderr
-            .lines()
-            .filter(|l| !l.trim().is_empty())
-            .last()
+        // The ranks' own first complaint says more than the launcher's summary line.
+        let lines: Vec<&str> = r.stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+        let last_err = lines
+            .iter()
+            .find(|l| !l.starts_with("ferry: ") && !l.contains(" DEBUG ") && !l.contains(" INFO "))
+            .or(lines.last())
+            .copied()
             .unwrap_or("")
             .to_string();
         if r.timed_out {
