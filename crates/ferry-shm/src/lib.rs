@@ -22,5 +22,5 @@ mod sys;
 mod transport;
 
 pub use hybrid::HybridTransport;
-pub use segment::segment_name;
+pub use segment::{remove_job_segments, segment_name};
 pub use transport::{ShmTransport, DEFAULT_JOB};

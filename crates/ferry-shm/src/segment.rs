@@ -395,6 +395,41 @@ pub fn segment_name(job: &str, node: Option<usize>) -> String {
     }
 }
 
+/// Removes every shared-memory name a launcher job `job_id` may have left: the segment of a
+/// shm job and the node segments of a hybrid job. Names are removed by the ranks themselves
+/// once all have attached; this closes the remaining window (every rank killed while the job
+/// was still gathering) and is meant for the launcher after the last rank ended. Returns how
+/// many names it removed.
+pub fn remove_job_segments(job_id: &str) -> usize {
+    let base = segment_name(&format!("j{job_id}"), None);
+    let file = base.trim_start_matches('/');
+    let node_prefix = format!("{file}-n");
+    let Ok(dir) = std::fs::read_dir("/dev/shm") else {
+        return 0;
+    };
+    let mut removed = 0;
+    for entry in dir.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let ours = name == file
+            || name
+                .strip_prefix(&node_prefix)
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+        if !ours {
+            continue;
+        }
+        if let Ok(c) = CString::new(format!("/{name}")) {
+            if sys::shm_unlink(&c).is_ok() {
+                tracing::warn!(
+                    segment = name,
+                    "shm: removed a segment left by job {job_id}"
+                );
+                removed += 1;
+            }
+        }
+    }
+    removed
+}
+
 fn fnv1a(bytes: &[u8]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for &b in bytes {
@@ -419,6 +454,23 @@ mod tests {
         let long = segment_name(&"x".repeat(1000), Some(3));
         assert!(long.len() < 255, "{}", long.len());
         assert!(long.ends_with("-n3"));
+    }
+
+    #[test]
+    fn leftover_names_of_a_job_are_removed() {
+        let job = format!("leftover{}", std::process::id());
+        let want = Layout::new(2, 4, 256).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let a =
+            Segment::open_named(&segment_name(&format!("j{job}"), None), want, deadline).unwrap();
+        let b = Segment::open_named(&segment_name(&format!("j{job}"), Some(1)), want, deadline)
+            .unwrap();
+        let other =
+            Segment::open_named(&segment_name(&format!("j{job}x"), None), want, deadline).unwrap();
+        assert_eq!(remove_job_segments(&job), 2);
+        assert_eq!(remove_job_segments(&job), 0);
+        other.unlink();
+        drop((a, b, other));
     }
 
     #[test]
