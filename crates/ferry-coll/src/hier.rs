@@ -36,6 +36,8 @@ pub(crate) struct Layout {
     pub leaders: Vec<usize>,
     /// Whether every node holds a contiguous range of group indices.
     pub contiguous: bool,
+    /// Number of participants per node, nodes in order of their first member.
+    pub counts: Vec<usize>,
 }
 
 impl Layout {
@@ -52,14 +54,22 @@ impl Layout {
             .collect();
         let my_local = local.iter().position(|&r| r == c.ranks[c.me]).unwrap_or(0);
         let mut seen: Vec<usize> = Vec::new();
+        let mut counts: Vec<usize> = Vec::new();
         let mut leaders = Vec::new();
         let mut contiguous = true;
         for (i, &n) in nodes.iter().enumerate() {
-            if !seen.contains(&n) {
-                seen.push(n);
-                leaders.push(c.ranks[i]);
-            } else if nodes[i - 1] != n {
-                contiguous = false;
+            match seen.iter().position(|&s| s == n) {
+                None => {
+                    seen.push(n);
+                    counts.push(1);
+                    leaders.push(c.ranks[i]);
+                }
+                Some(k) => {
+                    counts[k] += 1;
+                    if nodes[i - 1] != n {
+                        contiguous = false;
+                    }
+                }
             }
         }
         Layout {
@@ -67,6 +77,7 @@ impl Layout {
             my_local,
             leaders,
             contiguous,
+            counts,
         }
     }
 

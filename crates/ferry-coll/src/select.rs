@@ -25,8 +25,11 @@ use crate::{linear, rdouble, ring, tree, Algorithm, CollOptions, ReduceOrder};
 pub const DIRECT_MAX_BYTES: usize = 1024;
 /// Largest group for the direct strategy (its message count grows with `p^2`).
 pub const DIRECT_MAX_P: usize = 4;
-/// Allreduce from this many bytes up: ring (commutative) or pipeline (otherwise).
+/// Allreduce from this many bytes up (3 or more members): ring (commutative) or pipeline.
 pub const RING_MIN_BYTES: usize = 64 * 1024;
+/// The same crossover for 2 members, where recursive doubling is a single exchange and the
+/// ring only wins once splitting the reduction work between the two pays.
+pub const RING_MIN_BYTES_2: usize = 256 * 1024;
 /// Rank-ordered allreduce/reduce from this many bytes up: pipelined chain instead of master.
 pub const PIPELINE_MIN_BYTES: usize = 64 * 1024;
 /// Broadcast of a slice from this many bytes up (and more than 2 members): pipelined chain.
@@ -59,25 +62,48 @@ fn segment(opts: &CollOptions) -> usize {
     }
 }
 
-/// Whether the node-aware path applies: several nodes with several members on at least one,
-/// and an order it can keep.
-fn hierarchy<T: Element>(
+/// What the node layout asks of an automatic choice.
+enum NodePlan {
+    /// One node (or no useful grouping): the plain size-based choice.
+    Flat,
+    /// Equal contiguous blocks of a power-of-two size: recursive doubling's first rounds stay
+    /// inside the nodes, so it *is* node-aware; the one-round direct strategy is avoided
+    /// because it sends `p-1` messages per member across nodes.
+    Aligned,
+    /// Any other multi-node layout: reduce inside nodes first.
+    Hierarchical(Layout),
+}
+
+/// Classifies the node layout of the participants (node-aware choice, S2/X7).
+fn node_plan<T: Element>(
     t: &dyn Transport,
     c: &Ctx<'_>,
     op: &ReduceOp<T>,
     opts: &CollOptions,
-) -> Option<Layout> {
+) -> NodePlan {
     if opts.order == ReduceOrder::RankOrderedFold || c.size() <= 2 {
-        return None;
+        return NodePlan::Flat;
     }
     // The common single-node case without allocating (this runs on every small allreduce).
     let first = t.node_of(c.ranks[0]);
     if c.ranks.iter().all(|&r| t.node_of(r) == first) {
-        return None;
+        return NodePlan::Flat;
     }
     let lay = Layout::of(t, c);
-    let useful = lay.nodes() > 1 && lay.nodes() < c.size();
-    (useful && (lay.contiguous || op.is_commutative())).then_some(lay)
+    if lay.nodes() >= c.size() {
+        return NodePlan::Flat;
+    }
+    // Decided from the whole layout, which every member computes alike.
+    let block = lay.counts[0];
+    let equal = lay.counts.iter().all(|&n| n == block);
+    if lay.contiguous && equal && block.is_power_of_two() && lay.nodes().is_power_of_two() {
+        return NodePlan::Aligned;
+    }
+    if lay.contiguous || op.is_commutative() {
+        NodePlan::Hierarchical(lay)
+    } else {
+        NodePlan::Flat
+    }
 }
 
 /// Barrier: dissemination by default.
@@ -135,7 +161,7 @@ pub(crate) fn reduce<T: Element>(
             }
         }
         Algorithm::Auto => {
-            if let Some(lay) = hierarchy(t, c, op, opts) {
+            if let NodePlan::Hierarchical(lay) = node_plan(t, c, op, opts) {
                 return crate::hier::reduce(t, c, &lay, root, data, op);
             }
             if bytes >= PIPELINE_MIN_BYTES && !op.is_commutative() {
@@ -194,9 +220,14 @@ pub fn allreduce_choice(
             Algorithm::Master
         };
     }
+    let ring_min = if p == 2 {
+        RING_MIN_BYTES_2
+    } else {
+        RING_MIN_BYTES
+    };
     if bytes <= DIRECT_MAX_BYTES && p <= DIRECT_MAX_P {
         Algorithm::Direct
-    } else if bytes < RING_MIN_BYTES {
+    } else if bytes < ring_min {
         Algorithm::RecursiveDoubling
     } else if commutative {
         Algorithm::Ring
@@ -217,12 +248,16 @@ pub(crate) fn allreduce<T: Element>(
     let bytes = std::mem::size_of_val(data);
     let ordered = opts.order == ReduceOrder::RankOrderedFold;
     let alg = match opts.algorithm {
-        Algorithm::Auto => {
-            if let Some(lay) = hierarchy(t, c, op, opts) {
-                return crate::hier::allreduce(t, c, &lay, data, op);
+        Algorithm::Auto => match node_plan(t, c, op, opts) {
+            NodePlan::Hierarchical(lay) => return crate::hier::allreduce(t, c, &lay, data, op),
+            NodePlan::Aligned => {
+                match allreduce_choice(p, bytes, op.is_commutative(), opts.order) {
+                    Algorithm::Direct => Algorithm::RecursiveDoubling,
+                    a => a,
+                }
             }
-            allreduce_choice(p, bytes, op.is_commutative(), opts.order)
-        }
+            NodePlan::Flat => allreduce_choice(p, bytes, op.is_commutative(), opts.order),
+        },
         a => a,
     };
     if ordered
