@@ -94,6 +94,8 @@ enum OutState {
     Sent,
     /// Refused; waiting for GET.
     Refused,
+    /// DATA written in answer to GET; waiting for its ACCEPT.
+    Served,
 }
 
 struct OutMsg {
@@ -1400,15 +1402,18 @@ impl TcpTransport {
             FrameType::Get => {
                 self.count.gets_served += 1;
                 let key = (p, h.key, h.serial);
-                match self.outbox.remove(&key) {
+                match self.outbox.get_mut(&key) {
                     Some(m) => {
-                        self.outbox_bytes -= m.data.len();
+                        // The entry stays until the receiver ACCEPTs the DATA: finish() must
+                        // not say BYE (on another connection, possibly overtaking it) before.
+                        m.state = OutState::Served;
                         let d = Header {
                             ty: FrameType::Data,
                             len: m.data.len() as u64,
                             ..h
                         };
-                        conn.wq.push_back(OutFrame::new(&d, Some(m.data)));
+                        conn.wq.push_back(OutFrame::new(&d, Some(m.data.clone())));
+                        conn.outstanding += 1;
                         self.dirty.push(id);
                     }
                     None => self.queue_control(id, conn, FrameType::Miss, &h),
@@ -1587,6 +1592,7 @@ impl TcpTransport {
                             self.rank
                         );
                     }
+                    self.queue_control(id, conn, FrameType::Accept, &h);
                 } else if refuse {
                     self.count.refusals_sent += 1;
                     self.remote.insert(arrival, false);
