@@ -68,7 +68,7 @@ fn fmt_g(v: f64) -> String {
     }
     if !v.is_finite() {
         return if v.is_nan() {
-            "nan".to_string()
+            if v.is_sign_negative() { "-nan" } else { "nan" }.to_string()
         } else if v > 0.0 {
             "inf".to_string()
         } else {
@@ -95,6 +95,17 @@ fn fmt_g(v: f64) -> String {
             x.abs()
         )
     }
+}
+
+/// C's `%.<prec>f`, with glibc's spelling of non-finite values (`nan`, `-nan`, `inf`, `-inf`).
+fn fmt_f(v: f64, prec: usize) -> String {
+    if v.is_nan() {
+        return if v.is_sign_negative() { "-nan" } else { "nan" }.to_string();
+    }
+    if v.is_infinite() {
+        return if v < 0.0 { "-inf" } else { "inf" }.to_string();
+    }
+    format!("{v:.prec$}")
 }
 
 fn out(text: &str) -> ferry::Result<()> {
@@ -446,10 +457,11 @@ fn run(mut o: Opts) -> ferry::Result<()> {
         let total: f64 = d.iter().sum();
         let p = |i: usize| d.get(i).copied().unwrap_or(0.0);
         out(&format!(
-            "Result probs: p0 = {}, p1 = {}, p2 = {}, Sum: {total:.6}\n",
+            "Result probs: p0 = {}, p1 = {}, p2 = {}, Sum: {}\n",
             fmt_g(p(0)),
             fmt_g(p(1)),
-            fmt_g(p(2))
+            fmt_g(p(2)),
+            fmt_f(total, 6)
         ))?;
     }
     if o.profile {

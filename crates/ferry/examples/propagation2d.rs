@@ -44,6 +44,17 @@ fn atoi(s: &str) -> i64 {
     }
 }
 
+/// C's `%.<prec>f`, with glibc's spelling of non-finite values (`nan`, `-nan`, `inf`, `-inf`).
+fn fmt_f(v: f64, prec: usize) -> String {
+    if v.is_nan() {
+        return if v.is_sign_negative() { "-nan" } else { "nan" }.to_string();
+    }
+    if v.is_infinite() {
+        return if v < 0.0 { "-inf" } else { "inf" }.to_string();
+    }
+    format!("{v:.prec$}")
+}
+
 fn out(text: &str) -> ferry::Result<()> {
     let mut so = std::io::stdout().lock();
     so.write_all(text.as_bytes())
@@ -307,9 +318,9 @@ fn run(derived: bool, size: usize, maxiter: i64) -> ferry::Result<()> {
     let norm = (mesh.lx * mesh.ly) as f64 * 2f64.powi(maxiter as i32 - 1);
     if rank == 0 {
         out(&format!(
-            "expected : {:.6}\ncalculated: {:.6}\n",
-            1.0,
-            total[0] / norm
+            "expected : {}\ncalculated: {}\n",
+            fmt_f(1.0, 6),
+            fmt_f(total[0] / norm, 6)
         ))?;
     }
     world.finish()

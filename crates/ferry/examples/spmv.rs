@@ -39,6 +39,17 @@ fn atoi(s: &str) -> i64 {
     }
 }
 
+/// C's `%.<prec>f`, with glibc's spelling of non-finite values (`nan`, `-nan`, `inf`, `-inf`).
+fn fmt_f(v: f64, prec: usize) -> String {
+    if v.is_nan() {
+        return if v.is_sign_negative() { "-nan" } else { "nan" }.to_string();
+    }
+    if v.is_infinite() {
+        return if v < 0.0 { "-inf" } else { "inf" }.to_string();
+    }
+    format!("{v:.prec$}")
+}
+
 fn out(text: &str) -> ferry::Result<()> {
     let mut so = std::io::stdout().lock();
     so.write_all(text.as_bytes())
@@ -141,7 +152,7 @@ fn run(args: &[String]) -> ferry::Result<()> {
     res.switch_to(t, &master, DataFlow::Preserve, None)?;
     if rank == 0 {
         let total: f64 = res.local_data().iter().sum();
-        out(&format!("Res sum (regular): {total:.6}\n"))?;
+        out(&format!("Res sum (regular): {}\n", fmt_f(total, 6)))?;
     }
 
     // 2. Every process adds its rows into a zeroed full copy; the copies are summed at the
@@ -159,7 +170,7 @@ fn run(args: &[String]) -> ferry::Result<()> {
     res.switch_to(t, &master, DataFlow::Preserve, Some(&sum))?;
     if rank == 0 {
         let total: f64 = res.local_data().iter().sum();
-        out(&format!("Res sum (reduce): {total:.6}\n"))?;
+        out(&format!("Res sum (reduce): {}\n", fmt_f(total, 6)))?;
     }
     world.finish()
 }

@@ -58,6 +58,17 @@ fn atoi(s: &str) -> i64 {
     }
 }
 
+/// C's `%.<prec>f`, with glibc's spelling of non-finite values (`nan`, `-nan`, `inf`, `-inf`).
+fn fmt_f(v: f64, prec: usize) -> String {
+    if v.is_nan() {
+        return if v.is_sign_negative() { "-nan" } else { "nan" }.to_string();
+    }
+    if v.is_infinite() {
+        return if v < 0.0 { "-inf" } else { "inf" }.to_string();
+    }
+    format!("{v:.prec$}")
+}
+
 fn out(text: &str) -> ferry::Result<()> {
     let mut so = std::io::stdout().lock();
     so.write_all(text.as_bytes())
@@ -102,7 +113,8 @@ fn parse(args: &[String]) -> Parsed {
             b't' => {
                 i += 1;
                 match args.get(i) {
-                    Some(a) => o.remove_task = atoi(a),
+                    Some(a) if atoi(a) >= 0 => o.remove_task = atoi(a),
+                    Some(_) => return fail("-t: task must not be negative"),
                     None => return fail("-t: no parameter"),
                 }
             }
@@ -328,7 +340,7 @@ fn run(o: Opts) -> ferry::Result<()> {
         ferry::coll::allreduce_with(t, &group, &mut s, &sum_op, &fold)?;
         let sum = s[0];
         if group.index_of(rank) == Some(0) {
-            out(&format!("Sum at iter {iter:2}: {sum:.6}\n"))?;
+            out(&format!("Sum at iter {iter:2}: {}\n", fmt_f(sum, 6)))?;
         }
 
         // New input vector = result / sum, replicated again.
@@ -373,7 +385,9 @@ fn run(o: Opts) -> ferry::Result<()> {
             let rsum: f64 = res.local_data().iter().sum();
             let isum: f64 = inp.mapping(0)?.data.iter().sum();
             out(&format!(
-                "Result sum: {rsum:.6} (should be same as last iter sum)\nInput sum: {isum:.6} (should be 1.0)\n"
+                "Result sum: {} (should be same as last iter sum)\nInput sum: {} (should be 1.0)\n",
+                fmt_f(rsum, 6),
+                fmt_f(isum, 6)
             ))?;
         }
     }

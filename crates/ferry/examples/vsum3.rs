@@ -39,6 +39,17 @@ fn atoi(s: &str) -> i64 {
     }
 }
 
+/// C's `%.<prec>f`, with glibc's spelling of non-finite values (`nan`, `-nan`, `inf`, `-inf`).
+fn fmt_f(v: f64, prec: usize) -> String {
+    if v.is_nan() {
+        return if v.is_sign_negative() { "-nan" } else { "nan" }.to_string();
+    }
+    if v.is_infinite() {
+        return if v < 0.0 { "-inf" } else { "inf" }.to_string();
+    }
+    format!("{v:.prec$}")
+}
+
 fn out(text: &str) -> ferry::Result<()> {
     let mut so = std::io::stdout().lock();
     so.write_all(text.as_bytes())
@@ -144,9 +155,10 @@ fn run(args: &[String]) -> ferry::Result<()> {
             None => (0, -1, 0.0),
         };
         out(&format!(
-            "Phase {phase}, Epoch {}, Proc {me}/{}: sum of {count} values at {first} - {last} : {sum:.0}\n",
+            "Phase {phase}, Epoch {}, Proc {me}/{}: sum of {count} values at {first} - {last} : {}\n",
             current.epoch,
-            current.group.size()
+            current.group.size(),
+            fmt_f(sum, 0)
         ))?;
 
         s.switch_to(t, &parts.all, DataFlow::None, None)?;
@@ -154,8 +166,8 @@ fn run(args: &[String]) -> ferry::Result<()> {
         s.switch_to(t, &parts.master, DataFlow::Preserve, Some(&sum_op))?;
         if me == 0 {
             out(&format!(
-                "Phase {phase}: total sum: {:.0}\n",
-                s.local_data()[0]
+                "Phase {phase}: total sum: {}\n",
+                fmt_f(s.local_data()[0], 0)
             ))?;
         }
 
