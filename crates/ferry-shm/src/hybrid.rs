@@ -222,7 +222,11 @@ impl Transport for HybridTransport {
         match (self.pending.local, self.pending.remote) {
             (true, false) => self.shm.wait_for_input(timeout),
             (false, true) => self.tcp.wait_for_input(timeout),
-            _ => self.tcp.wait_for_input(timeout.min(MIXED_WAIT_SLICE)),
+            _ => {
+                self.tcp.wait_for_input(timeout.min(MIXED_WAIT_SLICE))?;
+                // Node-local peers are not watched while blocked in TCP's poll.
+                self.shm.check_liveness_if_due()
+            }
         }
     }
 

@@ -1023,6 +1023,15 @@ impl ShmTransport {
         None
     }
 
+    /// Runs the liveness check when it is due (every `LIVENESS_EVERY`); for callers that wait
+    /// elsewhere (the hybrid backend blocked in TCP's poll).
+    pub(crate) fn check_liveness_if_due(&mut self) -> Result<()> {
+        if self.last_liveness.elapsed() >= LIVENESS_EVERY {
+            self.check_liveness()?;
+        }
+        Ok(())
+    }
+
     /// Fails if a rank this rank waits for died or finished (T5).
     fn check_liveness(&mut self) -> Result<()> {
         self.last_liveness = Instant::now();
@@ -1333,9 +1342,7 @@ impl Transport for ShmTransport {
     }
 
     fn wait_for_input(&mut self, timeout: Duration) -> Result<()> {
-        if self.last_liveness.elapsed() >= LIVENESS_EVERY {
-            self.check_liveness()?;
-        }
+        self.check_liveness_if_due()?;
         let me = self.me;
         let bell = self.seg.bell(me).load(Ordering::Acquire);
         self.seg.sleeping(me).store(1, Ordering::SeqCst);
