@@ -20,7 +20,7 @@ use crate::transition::{FoldSource, Transition};
 
 /// Position of a box in some buffer: element offset of its origin and its strides.
 #[derive(Clone, Copy, Debug)]
-struct Place {
+pub(crate) struct Place {
     off: usize,
     st: [usize; MAX_DIMS],
 }
@@ -78,6 +78,11 @@ pub struct ActionSeq<T: Element> {
     row_b: Vec<T>,
     parts: Option<Parts>,
     runs: u64,
+    /// Old and new placement coincide for everything this rank keeps: the switch runs in
+    /// place (only received cells are written), without the second buffer.
+    pub(crate) inplace: bool,
+    /// Layout generation of the container it was bound to.
+    pub(crate) epoch: u64,
 }
 
 fn ext_of(r: &Range) -> [usize; MAX_DIMS] {
@@ -92,7 +97,7 @@ fn dense(off: usize, ext: [usize; MAX_DIMS]) -> Place {
     }
 }
 
-fn place_in(layout: &Layout, range_no: usize, region: &Range) -> Result<Place> {
+pub(crate) fn place_in(layout: &Layout, range_no: usize, region: &Range) -> Result<Place> {
     let m: &Mapping = layout
         .range_mapping
         .get(range_no)
@@ -208,7 +213,14 @@ impl<T: Element> ActionSeq<T> {
             }
             folds.push(FoldOp { dst, ext, srcs });
         }
+        let inplace = folds.is_empty()
+            && old_layout.mappings == new_layout.mappings
+            && local
+                .iter()
+                .all(|c| c.src.off == c.dst.off && c.src.st == c.dst.st);
         Ok(ActionSeq {
+            inplace,
+            epoch: 0,
             send_peers: t.sends.iter().map(|p| p.peer).collect(),
             recv_peers: t.recvs.iter().map(|p| p.peer).collect(),
             transition: t,
@@ -233,6 +245,12 @@ impl<T: Element> ActionSeq<T> {
     /// The transition this sequence executes.
     pub fn transition(&self) -> &Arc<Transition> {
         &self.transition
+    }
+
+    /// Whether it runs in place (retained values do not move; see
+    /// [`crate::Container::share_layout`]).
+    pub fn in_place(&self) -> bool {
+        self.inplace
     }
 
     /// How often it ran.
@@ -266,37 +284,16 @@ impl<T: Element> ActionSeq<T> {
             .on_rank(rank));
         }
         let generic = self.generic;
-        for (i, c) in &self.pack {
-            copy_box(old, c.src, &mut self.send_bufs[*i], c.dst, c.ext, generic);
-        }
-        let comm = !self.send_peers.is_empty() || !self.recv_peers.is_empty();
-        if comm {
-            let (s, r) = self.parts.take().unwrap_or_default();
-            let mut ex = Exchange::from_parts(s, r);
-            for (peer, buf) in self.send_peers.iter().zip(&self.send_bufs) {
-                ex.send(*peer, self.key, as_bytes(buf));
-            }
-            for (peer, buf) in self.recv_peers.iter().zip(self.recv_bufs.iter_mut()) {
-                ex.recv_into(*peer, self.key, as_bytes_mut(buf));
-            }
-            let done = t
-                .progress_exchange(&mut ex)
-                .map_err(|e| e.context("switch"))?;
-            for c in &self.local {
+        self.pack_from(old);
+        let local = std::mem::take(&mut self.local);
+        let res = self.communicate(t, || {
+            for c in &local {
                 copy_box(old, c.src, new, c.dst, c.ext, generic);
             }
-            if !done {
-                t.exchange(&mut ex).map_err(|e| e.context("switch"))?;
-            }
-            self.parts = Some(ex.into_parts());
-        } else {
-            for c in &self.local {
-                copy_box(old, c.src, new, c.dst, c.ext, generic);
-            }
-        }
-        for (i, c) in &self.unpack {
-            copy_box(&self.recv_bufs[*i], c.src, new, c.dst, c.ext, generic);
-        }
+        });
+        self.local = local;
+        res?;
+        self.unpack_into(new);
         if let Some(op) = op {
             for f in &self.folds {
                 fold_box(
@@ -313,11 +310,73 @@ impl<T: Element> ActionSeq<T> {
         self.runs += 1;
         Ok(())
     }
+
+    /// Executes an in-place switch (`self.inplace`): kept cells stay where they are, so only
+    /// the packing of outgoing and the unpacking of incoming cells touch `data`.
+    pub(crate) fn execute_inplace(&mut self, t: &mut dyn Transport, data: &mut [T]) -> Result<()> {
+        if !self.inplace || data.len() < self.new_layout.total {
+            return Err(Error::invalid(
+                "switch",
+                "action sequence cannot run in place on this storage",
+            )
+            .on_rank(t.rank()));
+        }
+        self.pack_from(data);
+        self.communicate(t, || {})?;
+        self.unpack_into(data);
+        self.runs += 1;
+        Ok(())
+    }
+
+    fn pack_from(&mut self, old: &[T]) {
+        for (i, c) in &self.pack {
+            copy_box(
+                old,
+                c.src,
+                &mut self.send_bufs[*i],
+                c.dst,
+                c.ext,
+                self.generic,
+            );
+        }
+    }
+
+    fn unpack_into(&mut self, new: &mut [T]) {
+        for (i, c) in &self.unpack {
+            copy_box(&self.recv_bufs[*i], c.src, new, c.dst, c.ext, self.generic);
+        }
+    }
+
+    /// One batched exchange: one message per peer each way. `overlap` runs after the sends
+    /// were started and before waiting for the receives (local copies hide latency there).
+    fn communicate(&mut self, t: &mut dyn Transport, overlap: impl FnOnce()) -> Result<()> {
+        if self.send_peers.is_empty() && self.recv_peers.is_empty() {
+            overlap();
+            return Ok(());
+        }
+        let (s, r) = self.parts.take().unwrap_or_default();
+        let mut ex = Exchange::from_parts(s, r);
+        for (peer, buf) in self.send_peers.iter().zip(&self.send_bufs) {
+            ex.send(*peer, self.key, as_bytes(buf));
+        }
+        for (peer, buf) in self.recv_peers.iter().zip(self.recv_bufs.iter_mut()) {
+            ex.recv_into(*peer, self.key, as_bytes_mut(buf));
+        }
+        let done = t
+            .progress_exchange(&mut ex)
+            .map_err(|e| e.context("switch"))?;
+        overlap();
+        if !done {
+            t.exchange(&mut ex).map_err(|e| e.context("switch"))?;
+        }
+        self.parts = Some(ex.into_parts());
+        Ok(())
+    }
 }
 
 /// Copies a box between two buffers. Rows contiguous in both (x stride 1) are copied as
 /// slices unless `generic` forces the element-wise path (`FERRY_LAYOUT_GENERIC`).
-fn copy_box<T: Element>(
+pub(crate) fn copy_box<T: Element>(
     src: &[T],
     s: Place,
     dst: &mut [T],

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use ferry_coll::ReduceOp;
 use ferry_core::{Element, Error, Result, Transport};
 
-use crate::action::ActionSeq;
+use crate::action::{copy_box, place_in, ActionSeq};
 use crate::partitioning::{Layout, LayoutOrder, Mapping, Partitioning};
 use crate::reduce;
 use crate::space::{Index, Range, Space, MAX_DIMS};
@@ -22,7 +22,9 @@ const CACHE_SLOTS: usize = 8;
 /// (z-z0)*strides[2]]` with `(x0, y0, z0) = range.from()`.
 #[derive(Debug)]
 pub struct MapView<'a, T> {
-    /// Global indexes covered (bounding box of the ranges stored here).
+    /// Global indexes allocated: the bounding box of the ranges stored here, or a larger box
+    /// shared with another partitioning ([`Container::share_layout`]). The owned indexes are
+    /// [`Container::my_ranges`].
     pub range: Range,
     /// Element strides of x, y, z.
     pub strides: [usize; MAX_DIMS],
@@ -33,7 +35,7 @@ pub struct MapView<'a, T> {
 /// A mutable view of one mapping; see [`MapView`].
 #[derive(Debug)]
 pub struct MapViewMut<'a, T> {
-    /// Global indexes covered.
+    /// Global indexes allocated (see [`MapView::range`]).
     pub range: Range,
     /// Element strides of x, y, z.
     pub strides: [usize; MAX_DIMS],
@@ -60,6 +62,12 @@ pub struct Container<T: Element> {
     storage: Vec<T>,
     spare: Vec<T>,
     cache: Vec<(u64, u64, ActionSeq<T>)>,
+    /// Two partitionings laid out over shared boxes (ids and boxes), see
+    /// [`Container::share_layout`].
+    envelope: Option<(u64, u64, Vec<Range>)>,
+    /// Layout generation: bumped whenever placements change, so stale action sequences are
+    /// refused instead of writing to wrong offsets.
+    epoch: u64,
 }
 
 impl<T: Element> Container<T> {
@@ -78,6 +86,8 @@ impl<T: Element> Container<T> {
             storage: Vec::new(),
             spare: Vec::new(),
             cache: Vec::new(),
+            envelope: None,
+            epoch: 0,
         }
     }
 
@@ -226,13 +236,62 @@ impl<T: Element> Container<T> {
         self.local_data_mut().fill(v);
     }
 
+    /// The layout this container uses for `p` on this rank.
+    fn layout_for(&self, p: &Partitioning) -> Result<Layout> {
+        let env = match &self.envelope {
+            Some((a, b, boxes)) if *a == p.id() || *b == p.id() => Some(&boxes[..]),
+            _ => None,
+        };
+        Layout::with_envelope(p, self.rank, &self.order, env)
+    }
+
+    /// Lays out `a` and `b` over shared boxes (per mapping, the union of both placements), so
+    /// that switching between them keeps every retained value in place: the switch only
+    /// writes received cells and needs no second buffer (D6). Used automatically for a
+    /// partitioning and its own halo; call it explicitly for other pairs. Returns whether the
+    /// shared layout applies (both must give this rank the same number of mappings). Current
+    /// values are kept (moved once if their placement changes); previously bound action
+    /// sequences of this container become invalid.
+    pub fn share_layout(&mut self, a: &Partitioning, b: &Partitioning) -> Result<bool> {
+        let la = Layout::new(a, self.rank, &self.order)?;
+        let lb = Layout::new(b, self.rank, &self.order)?;
+        if la.mappings.len() != lb.mappings.len() || la.mappings.is_empty() {
+            return Ok(false);
+        }
+        let boxes: Vec<Range> = la
+            .mappings
+            .iter()
+            .zip(&lb.mappings)
+            .map(|(x, y)| x.range.union_box(&y.range))
+            .collect();
+        self.envelope = Some((a.id(), b.id(), boxes));
+        self.epoch += 1;
+        self.cache.clear();
+        if let Some(cur) = self.part.clone() {
+            let new = Arc::new(self.layout_for(&cur)?);
+            if new.mappings != self.layout.mappings {
+                resize_keep(&mut self.spare, new.total);
+                for (no, r) in self.layout.ranges.iter().enumerate() {
+                    let src = place_in(&self.layout, no, r)?;
+                    let dst = place_in(&new, no, r)?;
+                    let e = r.extents();
+                    let ext = [e[0] as usize, e[1] as usize, e[2] as usize];
+                    copy_box(&self.storage, src, &mut self.spare, dst, ext, self.generic);
+                }
+                std::mem::swap(&mut self.storage, &mut self.spare);
+                self.layout = new;
+            }
+        }
+        Ok(true)
+    }
+
     /// Sizes both storage buffers for the largest of `parts` (D6): afterwards, switching
     /// among them allocates no element memory. Also binds nothing; transitions between them
     /// are bound on first use (or with [`Container::prepare`]).
     pub fn reserve(&mut self, parts: &[&Partitioning]) -> Result<()> {
         let mut max = self.layout.total;
         for p in parts {
-            max = max.max(Layout::new(p, self.rank, &self.order)?.total);
+            max = max.max(self.layout_for(p)?.total);
         }
         self.storage.reserve(max.saturating_sub(self.storage.len()));
         self.spare.reserve(max.saturating_sub(self.spare.len()));
@@ -266,10 +325,12 @@ impl<T: Element> Container<T> {
         let old = if self.part.as_ref().map(|p| p.id()) == Some(t.from().id()) {
             self.layout.clone()
         } else {
-            Arc::new(Layout::new(t.from(), self.rank, &self.order)?)
+            Arc::new(self.layout_for(t.from())?)
         };
-        let new = Arc::new(Layout::new(t.to(), self.rank, &self.order)?);
-        ActionSeq::bind(t, old, new, self.id, self.generic)
+        let new = Arc::new(self.layout_for(t.to())?);
+        let mut seq = ActionSeq::bind(t, old, new, self.id, self.generic)?;
+        seq.epoch = self.epoch;
+        Ok(seq)
     }
 
     /// Runs a bound switch (D5). The container must currently be in the transition's source
@@ -280,7 +341,7 @@ impl<T: Element> Container<T> {
         seq: &mut ActionSeq<T>,
         op: Option<&ReduceOp<T>>,
     ) -> Result<()> {
-        if seq.data_id != self.id {
+        if seq.data_id != self.id || seq.epoch != self.epoch {
             return Err(Error::invalid(
                 "switch",
                 format!(
@@ -314,15 +375,21 @@ impl<T: Element> Container<T> {
         op: Option<&ReduceOp<T>>,
     ) -> Result<()> {
         let total = seq.new_layout.total;
-        resize_keep(&mut self.spare, total);
-        seq.execute(
-            t,
-            &self.storage[..self.layout.total],
-            &mut self.spare[..total],
-            op,
-        )
-        .map_err(|e| e.or_rank(self.rank))?;
-        std::mem::swap(&mut self.storage, &mut self.spare);
+        if seq.inplace {
+            resize_keep(&mut self.storage, total);
+            seq.execute_inplace(t, &mut self.storage[..total])
+                .map_err(|e| e.or_rank(self.rank))?;
+        } else {
+            resize_keep(&mut self.spare, total);
+            seq.execute(
+                t,
+                &self.storage[..self.layout.total],
+                &mut self.spare[..total],
+                op,
+            )
+            .map_err(|e| e.or_rank(self.rank))?;
+            std::mem::swap(&mut self.storage, &mut self.spare);
+        }
         self.layout = seq.new_layout.clone();
         self.part = Some(seq.transition().to().clone());
         Ok(())
@@ -367,6 +434,16 @@ impl<T: Element> Container<T> {
                 }) {
                     Some(i) => i,
                     None => {
+                        let covered = self.envelope.as_ref().is_some_and(|(a, b, _)| {
+                            [*a, *b].contains(&from_id) && [*a, *b].contains(&to.id())
+                        });
+                        if !covered {
+                            if let Some(from) = self.part.clone() {
+                                if from.is_halo_pair(to) {
+                                    self.share_layout(&from, to)?;
+                                }
+                            }
+                        }
                         let seq = self.prepare(to, DataFlow::Preserve, op.is_some())?;
                         if self.cache.len() >= CACHE_SLOTS {
                             self.cache.remove(0);
@@ -386,7 +463,7 @@ impl<T: Element> Container<T> {
                 let layout = if same {
                     self.layout.clone()
                 } else {
-                    Arc::new(Layout::new(to, self.rank, &self.order)?)
+                    Arc::new(self.layout_for(to)?)
                 };
                 resize_keep(&mut self.storage, layout.total);
                 if flow == DataFlow::Init {

@@ -15,12 +15,15 @@
 //! generation, so a divergent program fails with a timeout naming the rank, never with
 //! silently mixed-up data. Library code returns errors; it does not panic on bad input.
 
+#![warn(missing_docs)]
+
 pub mod action;
 pub mod container;
 pub mod kvs;
 pub mod partitioner;
 pub mod partitioning;
 pub mod reduce;
+pub mod resize;
 pub mod space;
 pub mod space_store;
 pub mod transition;
@@ -100,6 +103,15 @@ impl Instance {
         let id = self.next_data;
         self.next_data = self.next_data.wrapping_add(1);
         id
+    }
+
+    /// Ends this rank's data-layer work: waits until every rank of the world got here, so no
+    /// peer can still be pulling data this rank sent in its last switches when it shuts down
+    /// (with bounded inboxes a receiver may fetch a large message from the sender's outbox
+    /// late, 000 §4.4). Call it once, by every rank, before `World::finish`.
+    pub fn finalize(&self, t: &mut dyn ferry_core::Transport) -> Result<()> {
+        ferry_coll::barrier(t, &self.world)
+            .map_err(|e| e.context("data finalize").or_rank(self.rank))
     }
 
     /// A group of `parent` without the members at group indexes `removed` (D2, examples.md

@@ -29,6 +29,8 @@ struct Inner {
     ranges: Vec<TaskRange>,
     /// `starts[t]..starts[t+1]` are the ranges of task t.
     starts: Vec<usize>,
+    /// Id of the base partitioning if this one is its (corner) halo.
+    halo_of: Option<u64>,
 }
 
 impl fmt::Debug for Partitioning {
@@ -57,7 +59,24 @@ impl Partitioning {
     ) -> Result<Partitioning> {
         let group = base.group();
         let ranges = partitioner.run(space, group.size(), Some((&base.0.space, &base.0.ranges)))?;
-        Partitioning::from_ranges(space, group, partitioner.name(), ranges)
+        let mut p = Partitioning::from_ranges(space, group, partitioner.name(), ranges)?;
+        if matches!(
+            partitioner,
+            Partitioner::Halo { .. } | Partitioner::CornerHalo { .. }
+        ) && space == base.space()
+        {
+            if let Some(inner) = Arc::get_mut(&mut p.0) {
+                inner.halo_of = Some(base.id());
+            }
+        }
+        Ok(p)
+    }
+
+    /// Whether `self` and `other` are a partitioning and its own (corner) halo, in either
+    /// order. Containers switching between such a pair lay both out in one shared box so the
+    /// switch moves only halo cells (see [`crate::Container`]).
+    pub fn is_halo_pair(&self, other: &Partitioning) -> bool {
+        self.0.halo_of == Some(other.id()) || other.0.halo_of == Some(self.id())
     }
 
     /// A partitioning from explicit ranges (checked: tasks in range, ranges inside the space).
@@ -102,6 +121,7 @@ impl Partitioning {
             group: group.clone(),
             ranges,
             starts,
+            halo_of: None,
         })))
     }
 
@@ -250,6 +270,18 @@ pub struct Layout {
 impl Layout {
     /// The layout of world rank `rank`'s part of `p` in `order`.
     pub fn new(p: &Partitioning, rank: usize, order: &LayoutOrder) -> Result<Layout> {
+        Layout::with_envelope(p, rank, order, None)
+    }
+
+    /// Like [`Layout::new`], but if the part has exactly `envelope.len()` mappings and each
+    /// mapping's box lies inside the corresponding envelope box, the mappings are allocated
+    /// over the envelope boxes instead: several partitionings then share one placement.
+    pub fn with_envelope(
+        p: &Partitioning,
+        rank: usize,
+        order: &LayoutOrder,
+        envelope: Option<&[Range]>,
+    ) -> Result<Layout> {
         let own = p.rank_ranges(rank);
         let mut mappings: Vec<Mapping> = Vec::new();
         let mut groups: Vec<(u32, usize)> = Vec::new();
@@ -276,6 +308,18 @@ impl Layout {
                         strides: [0; MAX_DIMS],
                         len: 0,
                     });
+                }
+            }
+        }
+        if let Some(env) = envelope {
+            if env.len() == mappings.len()
+                && mappings
+                    .iter()
+                    .zip(env)
+                    .all(|(m, e)| e.contains_range(&m.range))
+            {
+                for (m, e) in mappings.iter_mut().zip(env) {
+                    m.range = *e;
                 }
             }
         }

@@ -398,3 +398,52 @@ proptest! {
         prop_assert!(res.iter().all(|&ok| ok));
     }
 }
+
+/// A partitioning and its halo share one placement: the switch between them runs in place,
+/// values survive, and a pair that is not a halo pair keeps the double-buffered path.
+#[test]
+fn halo_pairs_switch_in_place() {
+    MemTransport::run(3, |mut t| {
+        let mut inst = Instance::for_transport(&t).unwrap();
+        let w = inst.world().clone();
+        let s = Space::new2(12, 9).unwrap();
+        let write = Partitioning::new(&s, &w, &Partitioner::Bisection).unwrap();
+        let read =
+            Partitioning::derived(&s, &Partitioner::CornerHalo { depth: 1 }, &write).unwrap();
+        let all = Partitioning::new(&s, &w, &Partitioner::All).unwrap();
+        let mut c = Container::<f64>::new(&mut inst, "ip", &s);
+        c.switch_to(&mut t, &write, DataFlow::None, None).unwrap();
+        let own = c.my_ranges()[0];
+        for y in own.from()[1]..own.to()[1] {
+            for x in own.from()[0]..own.to()[0] {
+                c.set(&[x, y, 0], (x * 100 + y) as f64).unwrap();
+            }
+        }
+        assert!(c.share_layout(&write, &read).unwrap());
+        // values moved once into the shared placement
+        assert_eq!(
+            c.get(&[own.from()[0], own.from()[1], 0]).unwrap(),
+            (own.from()[0] * 100 + own.from()[1]) as f64
+        );
+        let mut seq = c.prepare(&read, DataFlow::Preserve, false).unwrap();
+        assert!(seq.in_place());
+        c.run(&mut t, &mut seq, None).unwrap();
+        for r in c.my_ranges().to_vec() {
+            for y in r.from()[1]..r.to()[1] {
+                for x in r.from()[0]..r.to()[0] {
+                    assert_eq!(c.get(&[x, y, 0]).unwrap(), (x * 100 + y) as f64);
+                }
+            }
+        }
+        assert!(!c
+            .prepare(&all, DataFlow::Preserve, false)
+            .unwrap()
+            .in_place());
+        // an action sequence bound before a layout change is refused, not misused
+        c.switch_to(&mut t, &write, DataFlow::Preserve, None)
+            .unwrap();
+        let mut stale = c.prepare(&read, DataFlow::Preserve, false).unwrap();
+        assert!(c.share_layout(&write, &all).unwrap());
+        assert!(c.run(&mut t, &mut stale, None).is_err());
+    });
+}

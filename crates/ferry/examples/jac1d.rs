@@ -96,11 +96,11 @@ fn run() -> ferry::Result<()> {
     // Initial values on the write partitioning; `rd` holds the last written values.
     rd.switch_to(t, &pwrite, DataFlow::None, None)?;
     if rd.num_mappings() > 0 {
+        let own = rd.my_ranges()[0];
         let v = rd.mapping_mut(0)?;
-        let from = v.range.from()[0];
-        for (k, x) in v.data.iter_mut().enumerate() {
-            let g = from + k as i64;
-            *x = if g == 0 {
+        let base = v.range.from()[0];
+        for g in own.from()[0]..own.to()[0] {
+            v.data[(g - base) as usize] = if g == 0 {
                 -5.0
             } else if g == size - 1 {
                 10.0
@@ -117,13 +117,15 @@ fn run() -> ferry::Result<()> {
         let with_res = iter % 10 == 0;
         let mut res = 0.0f64;
         if wr.num_mappings() > 0 {
+            let own = wr.my_ranges()[0];
             let r = rd.mapping(0)?;
             let w = wr.mapping_mut(0)?;
-            let (wf, wt) = (w.range.from()[0], w.range.to()[0]);
+            let (wf, wt) = (own.from()[0], own.to()[0]);
+            let wb = w.range.from()[0];
             let rb = r.range.from()[0];
             let (rdat, wdat) = (r.data, w.data);
             for g in wf..wt {
-                let wi = (g - wf) as usize;
+                let wi = (g - wb) as usize;
                 if g == 0 {
                     wdat[wi] = -5.0;
                 } else if g == size - 1 {
@@ -176,5 +178,6 @@ fn run() -> ferry::Result<()> {
     if rank == 0 {
         println!("Global value sum after {iter} iterations: {total:.6}");
     }
+    inst.finalize(world.transport())?;
     world.finish()
 }

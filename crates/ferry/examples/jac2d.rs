@@ -97,10 +97,12 @@ fn set_boundary(c: &mut Container<f64>, size: i64) -> ferry::Result<()> {
     if c.num_mappings() == 0 {
         return Ok(());
     }
+    let own = c.my_ranges()[0];
     let m = c.mapping_mut(0)?;
-    let (f, t) = (m.range.from(), m.range.to());
+    let (f, t) = (own.from(), own.to());
+    let b = m.range.from();
     let sy = m.strides[1];
-    let at = |x: i64, y: i64| (x - f[0]) as usize + (y - f[1]) as usize * sy;
+    let at = |x: i64, y: i64| (x - b[0]) as usize + (y - b[1]) as usize * sy;
     let row = |y: i64, v: f64, d: &mut [f64]| {
         if f[1] <= y && y < t[1] {
             for x in f[0]..t[0] {
@@ -174,6 +176,8 @@ fn run(o: Opts) -> ferry::Result<()> {
         to_read: None,
     };
     for b in [&mut rd, &mut wr] {
+        // Write and read partitionings share one placement: the switch only moves halos.
+        b.c.share_layout(&pwrite, &pread)?;
         if o.reserve {
             b.c.reserve(&[&pwrite, &pread])?;
         }
@@ -198,11 +202,12 @@ fn run(o: Opts) -> ferry::Result<()> {
 
     // Initial values into the buffer read first.
     if rd.c.num_mappings() > 0 {
+        let own = rd.c.my_ranges()[0];
         let m = rd.c.mapping_mut(0)?;
-        let (f, tt) = (m.range.from(), m.range.to());
+        let (f, tt, b) = (own.from(), own.to(), m.range.from());
         for y in f[1]..tt[1] {
             for x in f[0]..tt[0] {
-                m.data[(x - f[0]) as usize + (y - f[1]) as usize * m.strides[1]] =
+                m.data[(x - b[0]) as usize + (y - b[1]) as usize * m.strides[1]] =
                     ((x + y) & 6) as f64;
             }
         }
@@ -223,9 +228,10 @@ fn run(o: Opts) -> ferry::Result<()> {
         let with_res = iter % 10 == 0;
         let mut res = 0.0f64;
         if wr.c.num_mappings() > 0 {
+            let own = wr.c.my_ranges()[0];
             let r = rd.c.mapping(0)?;
             let w = wr.c.mapping_mut(0)?;
-            let (wf, wt) = (w.range.from(), w.range.to());
+            let (wf, wt, wb) = (own.from(), own.to(), w.range.from());
             let rf = r.range.from();
             let (rsy, wsy) = (r.strides[1], w.strides[1]);
             let (x0, x1) = (wf[0].max(1), wt[0].min(size - 1));
@@ -237,7 +243,7 @@ fn run(o: Opts) -> ferry::Result<()> {
                     let up = &r.data[rc - rsy..rc - rsy + n];
                     let mid = &r.data[rc - 1..rc + n + 1];
                     let down = &r.data[rc + rsy..rc + rsy + n];
-                    let wc = (y - wf[1]) as usize * wsy + (x0 - wf[0]) as usize;
+                    let wc = (y - wb[1]) as usize * wsy + (x0 - wb[0]) as usize;
                     let out = &mut w.data[wc..wc + n];
                     if with_res {
                         for k in 0..n {
@@ -286,6 +292,7 @@ fn run(o: Opts) -> ferry::Result<()> {
     if o.profile {
         write_profile(rank, iter, start.elapsed(), comm_time)?;
     }
+    inst.finalize(world.transport())?;
     world.finish()
 }
 

@@ -188,6 +188,8 @@ fn bind_switches(
 ) -> ferry::Result<()> {
     for b in [&mut *rd, &mut *wr] {
         b.to_read = None;
+        // Write and read partitionings share one placement: the switch only moves halos.
+        b.c.share_layout(&p.write, &p.read)?;
         if o.reserve {
             b.c.reserve(&[&p.write, &p.read])?;
         }
@@ -222,8 +224,9 @@ fn set_boundary(c: &mut Container<f64>, size: i64) -> ferry::Result<()> {
     if c.num_mappings() == 0 {
         return Ok(());
     }
+    let own = c.my_ranges()[0];
     let m = c.mapping_mut(0)?;
-    let (f, t, st) = (m.range.from(), m.range.to(), m.strides);
+    let (f, t, st, b) = (own.from(), own.to(), m.strides, m.range.from());
     let planes = [
         (2, 0, -20.0),
         (2, size - 1, 15.0),
@@ -242,9 +245,9 @@ fn set_boundary(c: &mut Container<f64>, size: i64) -> ferry::Result<()> {
         for z in lo[2]..hi[2] {
             for y in lo[1]..hi[1] {
                 for x in lo[0]..hi[0] {
-                    let off = (x - f[0]) as usize * st[0]
-                        + (y - f[1]) as usize * st[1]
-                        + (z - f[2]) as usize * st[2];
+                    let off = (x - b[0]) as usize * st[0]
+                        + (y - b[1]) as usize * st[1]
+                        + (z - b[2]) as usize * st[2];
                     m.data[off] = v;
                 }
             }
@@ -272,6 +275,7 @@ fn sweep(
     if wr.num_mappings() == 0 {
         return Ok(res);
     }
+    let own = wr.my_ranges()[0];
     let r = rd.mapping(0)?;
     let w = wr.mapping_mut(0)?;
     if r.strides[0] != 1 || w.strides[0] != 1 {
@@ -280,7 +284,7 @@ fn sweep(
             "the stencil needs unit x strides",
         ));
     }
-    let (wf, wt) = (w.range.from(), w.range.to());
+    let (wf, wt, wb) = (own.from(), own.to(), w.range.from());
     let rf = r.range.from();
     let (rsy, rsz) = (r.strides[1], r.strides[2]);
     let (wsy, wsz) = (w.strides[1], w.strides[2]);
@@ -305,7 +309,7 @@ fn sweep(
             let yp = &r.data[rc + rsy..rc + rsy + n];
             let mid = &r.data[rc - 1..rc + n + 1];
             let wc =
-                (z - wf[2]) as usize * wsz + (y - wf[1]) as usize * wsy + (lo[0] - wf[0]) as usize;
+                (z - wb[2]) as usize * wsz + (y - wb[1]) as usize * wsy + (lo[0] - wb[0]) as usize;
             let out = &mut w.data[wc..wc + n];
             if with_res {
                 for k in 0..n {
@@ -383,14 +387,15 @@ fn run(o: Opts) -> ferry::Result<()> {
     bind_switches(&mut rd, &mut wr, &parts, rank, &o)?;
 
     if rd.c.num_mappings() > 0 {
+        let own = rd.c.my_ranges()[0];
         let m = rd.c.mapping_mut(0)?;
-        let (f, tt, st) = (m.range.from(), m.range.to(), m.strides);
+        let (f, tt, st, b) = (own.from(), own.to(), m.strides, m.range.from());
         for z in f[2]..tt[2] {
             for y in f[1]..tt[1] {
                 for x in f[0]..tt[0] {
-                    let off = (x - f[0]) as usize * st[0]
-                        + (y - f[1]) as usize * st[1]
-                        + (z - f[2]) as usize * st[2];
+                    let off = (x - b[0]) as usize * st[0]
+                        + (y - b[1]) as usize * st[1]
+                        + (z - b[2]) as usize * st[2];
                     m.data[off] = ((x + y + z) & 6) as f64;
                 }
             }
@@ -463,6 +468,7 @@ fn run(o: Opts) -> ferry::Result<()> {
     if o.profile {
         write_profile(rank, iter, start.elapsed(), comm_time)?;
     }
+    inst.finalize(world.transport())?;
     world.finish()
 }
 

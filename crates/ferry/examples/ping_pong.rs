@@ -174,5 +174,6 @@ fn run(o: Opts, size: i64, iters: i64) -> ferry::Result<()> {
         );
         println!("GB/s: {:.6}", 16.0 * it * size as f64 / dt / 1e9);
     }
+    inst.finalize(world.transport())?;
     world.finish()
 }

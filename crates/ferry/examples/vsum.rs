@@ -114,6 +114,7 @@ fn run() -> ferry::Result<()> {
             v[0], v[1], v[2], v[3]
         );
     }
+    inst.finalize(world.transport())?;
     world.finish()
 }
 
