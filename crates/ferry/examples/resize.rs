@@ -4,17 +4,17 @@
 //! of the world prints `Epoch E / Phase P: Hello from process R of N`; the loop stops after
 //! phase `max`; between phases the program sleeps one second and offers a resize point.
 //!
-//! Resize points: ferry's worlds do not grow or shrink yet (joining spares and removal requests
-//! are part of the fault-tolerance issue). A resize point therefore behaves as LAIK's single
-//! and MPI backends do (examples.md §0.3): every process synchronises with the others (a
-//! barrier, so that all agree the phase was reached), the world stays unchanged and the epoch
-//! stays 0, while the phase advances because the application passes it.
+//! Resize points go through [`ferry::data::resize::allow_world_resize`]; ferry's worlds do not
+//! grow or shrink yet, so the world stays unchanged and the epoch stays 0 (as with LAIK's
+//! single and MPI backends, examples.md §0.3) while the phase advances because the application
+//! passes it.
 
 use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use ferry::coll::Group;
+use ferry::data::resize::{allow_world_resize, Resized};
+use ferry::data::Group;
 
 /// atoi: leading whitespace, optional sign, digits; anything else ends the number (0 if none).
 fn atoi(s: &str) -> i64 {
@@ -35,49 +35,29 @@ fn atoi(s: &str) -> i64 {
     }
 }
 
-/// The world after a resize point: this process's id in it (None = removed), its size, and
-/// the epoch (number of changes so far).
-struct ResizedWorld {
-    id: Option<usize>,
-    size: usize,
-    epoch: u32,
-}
-
-/// A resize point at `phase`: the world stays as it is (see the module docs).
-fn allow_world_resize(
-    world: &mut ferry::World,
-    group: &Group,
-    epoch: u32,
-    phase: i64,
-) -> ferry::Result<ResizedWorld> {
-    ferry::coll::barrier(world.transport(), group)
-        .map_err(|e| e.context(format!("resize point of phase {phase}")))?;
-    Ok(ResizedWorld {
-        id: group.index_of(world.rank()),
-        size: group.size(),
-        epoch,
-    })
-}
-
 fn run(args: &[String]) -> ferry::Result<()> {
     let mut max = args.get(1).map(|a| atoi(a)).unwrap_or(0);
     if max <= 0 {
         max = 10;
     }
     let mut world = ferry::init()?;
-    let group = Group::world(world.size());
-    let mut current = ResizedWorld {
-        id: Some(world.rank()),
-        size: world.size(),
+    let t = world.transport();
+    let mut current = Resized {
+        group: Group::world(t.size()),
+        my_index: Some(t.rank()),
         epoch: 0,
+        changed: false,
     };
     // Processes started with the job begin at phase 0 (joiners would start at the resize
     // point's phase).
     let mut phase: i64 = 0;
-    while let Some(id) = current.id {
+    while let Some(id) = current.my_index {
         let line = format!(
             "Epoch {} / Phase {}: Hello from process {} of {}\n",
-            current.epoch, phase, id, current.size
+            current.epoch,
+            phase,
+            id,
+            current.group.size()
         );
         let mut so = std::io::stdout().lock();
         so.write_all(line.as_bytes())
@@ -89,7 +69,7 @@ fn run(args: &[String]) -> ferry::Result<()> {
         }
         std::thread::sleep(Duration::from_secs(1));
         phase += 1;
-        current = allow_world_resize(&mut world, &group, current.epoch, phase)?;
+        current = allow_world_resize(t, &current.group, current.epoch, phase)?;
     }
     world.finish()
 }

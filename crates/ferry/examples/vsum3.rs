@@ -8,17 +8,19 @@
 //! master prints the total. Between phases the program sleeps one second and offers a resize
 //! point.
 //!
-//! Resize points: ferry's worlds do not grow or shrink yet (joining spares and removal
-//! requests belong to the fault-tolerance issue), so a resize point behaves like LAIK's single
-//! and MPI backends (examples.md §0.3): the processes synchronise (barrier), the world and its
-//! partitionings stay, the epoch stays 0 and the phase advances.
+//! Resize points go through [`ferry::data::resize::allow_world_resize`]; on a changed world
+//! the partitionings are re-created. ferry's worlds do not grow or shrink yet, so today the
+//! world and its partitionings stay, the epoch stays 0 and the phase advances (as with LAIK's
+//! single and MPI backends, examples.md §0.3).
 
 use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use ferry::coll::Group;
-use ferry::data::{Container, DataFlow, Instance, Partitioner, Partitioning, ReduceOp, Space};
+use ferry::data::resize::{allow_world_resize, Resized};
+use ferry::data::{
+    Container, DataFlow, Group, Instance, Partitioner, Partitioning, ReduceOp, Space,
+};
 
 /// atoi: optional sign and leading digits; anything else ends the number (0 if none).
 fn atoi(s: &str) -> i64 {
@@ -55,31 +57,6 @@ fn out(text: &str) -> ferry::Result<()> {
     so.write_all(text.as_bytes())
         .and_then(|_| so.flush())
         .map_err(|e| ferry::Error::io("write stdout", e))
-}
-
-/// The world after a resize point: this process's index in it (None = removed) and the epoch.
-struct ResizedWorld {
-    group: Group,
-    me: Option<usize>,
-    epoch: u32,
-    changed: bool,
-}
-
-/// A resize point at `phase`: the world stays as it is (see the module docs).
-fn allow_world_resize(
-    t: &mut dyn ferry::Transport,
-    group: &Group,
-    epoch: u32,
-    phase: i64,
-) -> ferry::Result<ResizedWorld> {
-    ferry::coll::barrier(t, group)
-        .map_err(|e| e.context(format!("resize point of phase {phase}")))?;
-    Ok(ResizedWorld {
-        group: group.clone(),
-        me: group.index_of(t.rank()),
-        epoch,
-        changed: false,
-    })
 }
 
 /// The partitionings of one world: equal blocks for the array, All and Master for the
@@ -119,9 +96,9 @@ fn run(args: &[String]) -> ferry::Result<()> {
     let rank = world.rank();
     let mut inst = Instance::new(rank, world.size())?;
     let t = world.transport();
-    let mut current = ResizedWorld {
+    let mut current = Resized {
         group: inst.world().clone(),
-        me: Some(rank),
+        my_index: Some(rank),
         epoch: 0,
         changed: false,
     };
@@ -145,7 +122,9 @@ fn run(args: &[String]) -> ferry::Result<()> {
     let mut phase: i64 = 0;
     loop {
         a.switch_to(t, &parts.block, DataFlow::Preserve, None)?;
-        let Some(me) = current.me else { break };
+        let Some(me) = current.my_index else {
+            break;
+        };
         let count = a.local_count();
         let (first, last, sum) = match a.my_ranges().first() {
             Some(r) => {
