@@ -597,6 +597,27 @@ mod tests {
             prop_assert!(count_cover(&s, &m).iter().all(|&c| c == 1));
         }
 
+        /// The copy partitioner hands every task of a 1d base its range as a full-width slab
+        /// of a 2d space: each index of the 2d space is covered as often as its row is in
+        /// the base.
+        #[test]
+        fn copy_spreads_base_over_other_dimensions(n in 1u64..60, m in 1u64..9, p in 1usize..6) {
+            let s1 = Space::new1(n).unwrap();
+            let base = Partitioner::block().run(&s1, p, None).unwrap();
+            let s2 = Space::new2(m, n).unwrap();
+            let c = Partitioner::Copy { from_dim: 0, to_dim: 1 }
+                .run(&s2, p, Some((&s1, &base)))
+                .unwrap();
+            prop_assert_eq!(c.len(), base.len());
+            for (b, r) in base.iter().zip(&c) {
+                prop_assert_eq!(b.task, r.task);
+                prop_assert_eq!(r.range, Range::new2(0, m as i64, b.range.from()[0], b.range.to()[0]));
+            }
+            prop_assert!(count_cover(&s2, &c).iter().all(|&k| k == 1));
+            let bad = Partitioner::Copy { from_dim: 1, to_dim: 0 };
+            prop_assert!(bad.run(&s2, p, Some((&s1, &base))).is_err());
+        }
+
         #[test]
         fn halo_covers_own_plus_neighbourhood(
             nx in 2u64..16, ny in 2u64..16, p in 1usize..7,
