@@ -59,12 +59,12 @@ pub(crate) enum ReadState {
 /// A frame waiting to be written; `off` bytes of header + payload are already out.
 pub(crate) struct OutFrame {
     pub header: [u8; HEADER_LEN],
-    pub payload: Option<Arc<[u8]>>,
+    pub payload: Option<Arc<Vec<u8>>>,
     pub off: usize,
 }
 
 impl OutFrame {
-    pub fn new(h: &Header, payload: Option<Arc<[u8]>>) -> OutFrame {
+    pub fn new(h: &Header, payload: Option<Arc<Vec<u8>>>) -> OutFrame {
         OutFrame {
             header: h.encode(),
             payload,
