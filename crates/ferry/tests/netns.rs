@@ -285,3 +285,60 @@ fn killed_rank_is_reported_within_the_timeout() {
     );
     eprintln!("job ended {took:?} after the kill of pid {victim}; stderr:\n{err}");
 }
+
+/// R2a across hosts: four processes started by hand, two per namespace, each taking the rank of
+/// the first address of the configuration file it can bind in its namespace.
+#[test]
+fn jac2d_hand_started_from_an_address_file() {
+    let _one = BED.lock().unwrap_or_else(|p| p.into_inner());
+    let t = match tools() {
+        Ok(t) => t,
+        Err(why) => return eprintln!("skipping: {why}"),
+    };
+    let _bed = Bed::up(None).expect("plain setup has no netem");
+    let dir = std::env::temp_dir().join(format!("ferry-netns-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    let config = dir.join("ferry.toml");
+    std::fs::write(
+        &config,
+        "[tcp]\naddresses = [\"10.231.0.1:17101\", \"10.231.0.1:17102\", \
+         \"10.231.0.2:17101\", \"10.231.0.2:17102\"]\nsecret = \"netns-test\"\n",
+    )
+    .expect("write config");
+    let exec_sh = repo().join("tests/netns/exec.sh");
+    let children: Vec<Child> = [NS1, NS1, NS2, NS2]
+        .iter()
+        .map(|ns| {
+            Command::new(&exec_sh)
+                .arg(ns)
+                .arg(&t.jac2d)
+                .args(["-s", "100"])
+                .env("FERRY_BACKEND", "tcp")
+                .env("FERRY_CONFIG", &config)
+                .env("FERRY_GENERAL_TIMEOUT_MS", "30000")
+                .env_remove("FERRY_RANK")
+                .env_remove("FERRY_SIZE")
+                .env_remove("FERRY_RENDEZVOUS")
+                .env_remove("FERRY_JOB_ID")
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("start a rank")
+        })
+        .collect();
+    let mut stdout = String::new();
+    let mut failures = Vec::new();
+    for child in children {
+        let (out, _) = wait_bounded(child, Duration::from_secs(120));
+        let out = out.expect("hand-started rank did not finish within 120 s");
+        if !out.status.success() {
+            failures.push(format!("{:?}: {}", out.status, text(&out.stderr)));
+        }
+        stdout.push_str(&text(&out.stdout));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(failures.is_empty(), "ranks failed: {failures:#?}");
+    // Only rank 0 prints.
+    assert_eq!(stdout, t.expected, "hand-started jac2d output differs");
+}
