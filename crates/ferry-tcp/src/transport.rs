@@ -569,12 +569,14 @@ impl TcpTransport {
             serial,
             len: len as u64,
         };
+        let Some(conn) = self.conns.get_mut(c).and_then(Option::as_mut) else {
+            return Ok(false);
+        };
         let payload = (ty != FrameType::Announce).then(|| msg.data.clone());
         msg.state = OutState::Sent;
         if ty == FrameType::Announce {
             self.count.announced += 1;
         }
-        let conn = self.conns[c].as_mut().expect("get_conn returns live slots");
         if ty != FrameType::Announce {
             conn.outstanding += 1;
         }
@@ -900,7 +902,9 @@ impl TcpTransport {
                         self.rank as u32,
                         serial,
                     );
-                    let conn = self.conns[c].as_mut().expect("live slot");
+                    let Some(conn) = self.conns.get_mut(c).and_then(Option::as_mut) else {
+                        continue;
+                    };
                     conn.wq.push_back(OutFrame::new(&h, None));
                     conn.outstanding += 1;
                     self.remote.insert(arrival, true);
