@@ -147,3 +147,57 @@ fn examples_under_mpirun_print_the_conformance_output() {
         "file-store job directories left behind: {left:?}"
     );
 }
+
+/// The hybrid backend over two "nodes" under one mpirun (MPMD syntax gives ranks 0-1 and 2-3
+/// different `FERRY_NODE`s): shared memory inside each pair, TCP between them, addresses
+/// through the file store.
+#[test]
+fn hybrid_over_two_nodes_under_mpirun() {
+    if is_open_mpi().is_none() {
+        return eprintln!("skipping: no `mpirun` on PATH (install openmpi-bin)");
+    }
+    let expected = repo().join("../shared/conformance/jac2d-s-100-4.expected");
+    let Ok(expected) = std::fs::read_to_string(&expected) else {
+        return eprintln!("skipping: no {}", expected.display());
+    };
+    let prog = example("jac2d");
+    if !prog.exists() {
+        return eprintln!("skipping: {} not built", prog.display());
+    }
+    let mut cmd = Command::new("mpirun");
+    if is_open_mpi() == Some(true) {
+        cmd.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+            .arg("--oversubscribe");
+    }
+    for node in ["node-a", "node-b"] {
+        if node == "node-b" {
+            cmd.arg(":");
+        }
+        cmd.args(["-n", "2", "env"])
+            .arg(format!("FERRY_NODE={node}"))
+            .arg(&prog)
+            .args(["-s", "100"]);
+    }
+    let out = cmd
+        .env("FERRY_BACKEND", "hybrid")
+        .env("FERRY_STATS", "1")
+        .env_remove("FERRY_RANK")
+        .env_remove("FERRY_SIZE")
+        .env_remove("FERRY_RENDEZVOUS")
+        .env_remove("FERRY_JOB_ID")
+        .env_remove("FERRY_NODE")
+        .output()
+        .expect("run mpirun");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(stdout, expected, "stderr:\n{stderr}");
+    // Ranks of different nodes talked over TCP.
+    assert!(
+        stderr.contains("tcp connections opened"),
+        "no TCP statistics from the hybrid backend:\n{stderr}"
+    );
+}
