@@ -113,6 +113,18 @@ pub(crate) fn place_in(layout: &Layout, range_no: usize, region: &Range) -> Resu
     Ok(Place { off, st: m.strides })
 }
 
+/// A message buffer of `n` elements; running out of memory is an error, not an abort.
+fn buffer<T: Element>(n: usize) -> Result<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|e| {
+        Error::new(ferry_core::ErrorKind::ResourceExhausted, "prepare")
+            .with_detail(format!("message buffer of {n} elements of {}", T::NAME))
+            .with_source(e)
+    })?;
+    v.resize(n, T::default());
+    Ok(v)
+}
+
 fn check_fits(p: &Place, ext: [usize; MAX_DIMS], len: usize) -> Result<()> {
     if p.last(ext) >= len {
         return Err(Error::invalid(
@@ -164,7 +176,7 @@ impl<T: Element> ActionSeq<T> {
                 ));
                 at += s.region.size() as usize;
             }
-            send_bufs.push(vec![T::default(); p.elems]);
+            send_bufs.push(buffer(p.elems)?);
         }
         let mut unpack = Vec::new();
         let mut recv_bufs = Vec::with_capacity(t.recvs.len());
@@ -186,7 +198,7 @@ impl<T: Element> ActionSeq<T> {
                 }
                 at += s.region.size() as usize;
             }
-            recv_bufs.push(vec![T::default(); p.elems]);
+            recv_bufs.push(buffer(p.elems)?);
         }
         let mut folds = Vec::with_capacity(t.folds.len());
         let mut max_row = 0usize;

@@ -270,7 +270,7 @@ impl<T: Element> Container<T> {
         if let Some(cur) = self.part.clone() {
             let new = Arc::new(self.layout_for(&cur)?);
             if new.mappings != self.layout.mappings {
-                resize_keep(&mut self.spare, new.total);
+                resize_keep(&mut self.spare, new.total, self.rank)?;
                 for (no, r) in self.layout.ranges.iter().enumerate() {
                     let src = place_in(&self.layout, no, r)?;
                     let dst = place_in(&new, no, r)?;
@@ -293,8 +293,15 @@ impl<T: Element> Container<T> {
         for p in parts {
             max = max.max(self.layout_for(p)?.total);
         }
-        self.storage.reserve(max.saturating_sub(self.storage.len()));
-        self.spare.reserve(max.saturating_sub(self.spare.len()));
+        for v in [&mut self.storage, &mut self.spare] {
+            let more = max.saturating_sub(v.len());
+            v.try_reserve_exact(more).map_err(|e| {
+                Error::new(ferry_core::ErrorKind::ResourceExhausted, "reserve")
+                    .on_rank(self.rank)
+                    .with_detail(format!("{max} elements of {}", T::NAME))
+                    .with_source(e)
+            })?;
+        }
         Ok(())
     }
 
@@ -376,11 +383,11 @@ impl<T: Element> Container<T> {
     ) -> Result<()> {
         let total = seq.new_layout.total;
         if seq.inplace {
-            resize_keep(&mut self.storage, total);
+            resize_keep(&mut self.storage, total, self.rank)?;
             seq.execute_inplace(t, &mut self.storage[..total])
                 .map_err(|e| e.or_rank(self.rank))?;
         } else {
-            resize_keep(&mut self.spare, total);
+            resize_keep(&mut self.spare, total, self.rank)?;
             seq.execute(
                 t,
                 &self.storage[..self.layout.total],
@@ -465,7 +472,7 @@ impl<T: Element> Container<T> {
                 } else {
                     Arc::new(self.layout_for(to)?)
                 };
-                resize_keep(&mut self.storage, layout.total);
+                resize_keep(&mut self.storage, layout.total, self.rank)?;
                 if flow == DataFlow::Init {
                     let op = op.ok_or_else(|| {
                         Error::invalid("switch", "the Init data flow needs a reduction")
@@ -483,11 +490,23 @@ impl<T: Element> Container<T> {
 }
 
 /// Sets the length to `n`, reusing capacity: shrinking truncates, growing fills with default
-/// values (new contents of a switch are unspecified unless written).
-fn resize_keep<T: Element>(v: &mut Vec<T>, n: usize) {
+/// values (new contents of a switch are unspecified unless written). Running out of memory is
+/// an error naming the size, not an abort.
+fn resize_keep<T: Element>(v: &mut Vec<T>, n: usize, rank: usize) -> Result<()> {
     if v.len() >= n {
         v.truncate(n);
-    } else {
-        v.resize(n, T::default());
+        return Ok(());
     }
+    v.try_reserve_exact(n - v.len()).map_err(|e| {
+        Error::new(ferry_core::ErrorKind::ResourceExhausted, "allocate")
+            .on_rank(rank)
+            .with_detail(format!(
+                "{n} elements of {} ({} bytes) for a container's local part",
+                T::NAME,
+                n.saturating_mul(std::mem::size_of::<T>())
+            ))
+            .with_source(e)
+    })?;
+    v.resize(n, T::default());
+    Ok(())
 }
