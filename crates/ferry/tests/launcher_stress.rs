@@ -1,0 +1,173 @@
+//! Slow launcher stress runs, only with `FERRY_STRESS=1`: many jobs in a row that lose a
+//! random rank to SIGKILL at a random moment (the launcher must name it, end the others and
+//! leave no process behind), and heavy output from many ranks at once (whole lines only).
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn stress_enabled() -> bool {
+    if std::env::var("FERRY_STRESS").as_deref() == Ok("1") {
+        return true;
+    }
+    eprintln!("skipping: launcher stress runs need FERRY_STRESS=1");
+    false
+}
+
+fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    exe.parent()
+        .and_then(|d| d.parent())
+        .expect("profile dir")
+        .to_path_buf()
+}
+
+fn tool(rel: &str) -> Option<PathBuf> {
+    let p = target_dir().join(rel);
+    if p.exists() {
+        Some(p)
+    } else {
+        eprintln!("skipping: {} not built", p.display());
+        None
+    }
+}
+
+fn run_limited(cmd: &mut Command, limit: Duration) -> Output {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let start = Instant::now();
+    let mut child = cmd.spawn().expect("spawn");
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let t_out = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        out.read_to_end(&mut v).unwrap();
+        v
+    });
+    let t_err = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        err.read_to_end(&mut v).unwrap();
+        v
+    });
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{cmd:?} did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    Output {
+        status,
+        stdout: t_out.join().unwrap(),
+        stderr: t_err.join().unwrap(),
+    }
+}
+
+fn is_dead(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, r)| r.trim_start().chars().next())
+            .is_some_and(|c| c == 'Z' || c == 'X'),
+    }
+}
+
+/// A small deterministic generator, so a failing iteration can be replayed from its number.
+fn mix(mut x: u64) -> u64 {
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    x ^= x >> 33;
+    x
+}
+
+#[test]
+fn random_rank_killed_at_random_times() {
+    if !stress_enabled() {
+        return;
+    }
+    let (Some(ferry), Some(t_fail)) = (tool("ferry"), tool("examples/t_fail")) else {
+        return;
+    };
+    for i in 0..40u64 {
+        let ranks = 2 + (mix(i) % 15) as usize;
+        let victim = (mix(i + 1000) % ranks as u64) as usize;
+        let delay = mix(i + 2000) % 400;
+        let mode = if i % 2 == 0 { "kill" } else { "exit3" };
+        let start = Instant::now();
+        let out = run_limited(
+            Command::new(&ferry)
+                .args(["run", "-n", &ranks.to_string()])
+                .arg(&t_fail)
+                .args([victim.to_string(), mode.to_string(), delay.to_string()]),
+            Duration::from_secs(60),
+        );
+        let elapsed = start.elapsed();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let want = if mode == "kill" {
+            format!("ferry: rank {victim} was killed by signal 9 (SIGKILL)")
+        } else {
+            format!("ferry: rank {victim} exited with code 3")
+        };
+        assert!(stderr.contains(&want), "iteration {i}: {stderr}");
+        assert_eq!(
+            out.status.code(),
+            Some(if mode == "kill" { 137 } else { 3 }),
+            "iteration {i}"
+        );
+        assert!(
+            elapsed < Duration::from_secs(20),
+            "iteration {i}: {elapsed:?}"
+        );
+        let pids: Vec<u32> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| {
+                l.split_once(" pid ")
+                    .and_then(|(_, p)| p.trim().parse().ok())
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(50));
+        for p in pids {
+            assert!(is_dead(p), "iteration {i}: pid {p} survived the job");
+        }
+    }
+}
+
+#[test]
+fn many_ranks_heavy_output() {
+    if !stress_enabled() {
+        return;
+    }
+    let (Some(ferry), Some(t_print)) = (tool("ferry"), tool("examples/t_print_lines")) else {
+        return;
+    };
+    let (ranks, lines) = (32usize, 50_000usize);
+    let out = run_limited(
+        Command::new(&ferry)
+            .args(["run", "-n", &ranks.to_string()])
+            .arg(&t_print)
+            .arg(lines.to_string()),
+        Duration::from_secs(300),
+    );
+    assert!(out.status.success());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let mut next = vec![0usize; ranks];
+    for line in stdout.lines() {
+        let w: Vec<&str> = line.splitn(5, ' ').collect();
+        assert!(
+            w.len() >= 4 && w[0] == "rank" && w[2] == "line",
+            "mangled `{line}`"
+        );
+        let r: usize = w[1].parse().expect("rank number");
+        let i: usize = w[3].parse().expect("line number");
+        assert_eq!(i, next[r], "rank {r}: lines lost or reordered");
+        next[r] += 1;
+    }
+    assert!(next.iter().all(|&n| n == lines), "{next:?}");
+}
