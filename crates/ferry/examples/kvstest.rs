@@ -61,6 +61,8 @@ fn run() -> ferry::Result<()> {
             .and_then(|_| so.flush())
             .map_err(|e| ferry::Error::io("write stdout", e))?;
     }
+    // Nobody may still be pulling this rank's part of the last sync when it shuts down.
+    ferry::coll::barrier(world.transport(), &group)?;
     world.finish()
 }
 

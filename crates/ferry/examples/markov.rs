@@ -473,6 +473,8 @@ fn run(o: Opts) -> ferry::Result<()> {
             .and_then(|mut f| f.write_all(line.as_bytes()))
             .map_err(|e| ferry::Error::io("write markov_profiling.txt", e))?;
     }
+    // Nobody may still be pulling this rank's last large messages when it shuts down.
+    inst.finalize(t)?;
     world.finish()
 }
 

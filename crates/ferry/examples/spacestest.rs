@@ -60,6 +60,8 @@ fn run() -> ferry::Result<()> {
     }
     store.sync(world.transport(), &group)?;
     print(&store, rank)?;
+    // Nobody may still be pulling this rank's part of the last sync when it shuts down.
+    ferry::coll::barrier(world.transport(), &group)?;
     world.finish()
 }
 

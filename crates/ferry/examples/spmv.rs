@@ -172,6 +172,8 @@ fn run(args: &[String]) -> ferry::Result<()> {
         let total: f64 = res.local_data().iter().sum();
         out(&format!("Res sum (reduce): {}\n", fmt_f(total, 6)))?;
     }
+    // Nobody may still be pulling this rank's last large messages when it shuts down.
+    inst.finalize(t)?;
     world.finish()
 }
 

@@ -391,6 +391,8 @@ fn run(o: Opts) -> ferry::Result<()> {
             ))?;
         }
     }
+    // Nobody may still be pulling this rank's last large messages when it shuts down.
+    inst.finalize(t)?;
     world.finish()
 }
 

@@ -160,6 +160,8 @@ fn run(args: &[String]) -> ferry::Result<()> {
             parts = Parts::new(&space, &sum_space, &current.group)?;
         }
     }
+    // Nobody may still be pulling this rank's last large messages when it shuts down.
+    inst.finalize(t)?;
     world.finish()
 }
 

@@ -39,6 +39,15 @@ const PARALLEL: usize = 2;
 const HYBRID2_WRAPPER: &str =
     r#"FERRY_NODE=node$((FERRY_RANK / ((FERRY_SIZE + 1) / 2))) exec "$0" "$@""#;
 
+/// Writes to the process's stderr directly: unlike `eprintln!`, this is not captured by the
+/// test harness, so skips and the summary show even when the test passes.
+macro_rules! note {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 #[derive(Debug, Clone)]
 struct Case {
     set: String,
@@ -410,7 +419,7 @@ fn conformance_cases() {
                 Ok(c) => cases.extend(c),
                 Err(e) => panic!("{e}"),
             },
-            Err(_) => eprintln!(
+            Err(_) => note!(
                 "conformance: {} absent, cases of {} skipped",
                 tsv.display(),
                 dir.display()
@@ -418,20 +427,20 @@ fn conformance_cases() {
         }
     }
     if cases.is_empty() {
-        eprintln!("conformance: SKIPPED, no conformance data found (expected ../shared/conformance next to the workspace)");
+        note!("conformance: SKIPPED, no conformance data found (expected ../shared/conformance next to the workspace)");
         return;
     }
     if let Ok(only) = std::env::var("FERRY_CONFORMANCE_ONLY") {
         cases.retain(|c| c.id.contains(&only) || c.example == only);
     }
     let Some(profile) = profile_dir() else {
-        eprintln!("conformance: SKIPPED, cannot locate target/<profile> from the test binary");
+        note!("conformance: SKIPPED, cannot locate target/<profile> from the test binary");
         return;
     };
     let ferry = profile.join("ferry");
     let ferry = ferry.exists().then_some(ferry);
     if ferry.is_none() {
-        eprintln!(
+        note!(
             "conformance: launcher {} not built (cargo build -p ferry-cli); multi-rank cases \
              skipped, one-rank cases run directly on the single backend",
             profile.join("ferry").display()
@@ -536,12 +545,12 @@ fn conformance_cases() {
             }
         }
     }
-    eprintln!("conformance summary (pass/fail/skip):");
+    note!("conformance summary (pass/fail/skip):");
     for ((set, backend), [p, f, s]) in &per {
-        eprintln!("  {set:<16} {backend:<8} {p:>3} pass {f:>3} fail {s:>3} skipped");
+        note!("  {set:<16} {backend:<8} {p:>3} pass {f:>3} fail {s:>3} skipped");
     }
     for why in &skip_reasons {
-        eprintln!("  skipped: {why}");
+        note!("  skipped: {why}");
     }
     failures.sort();
     assert!(
