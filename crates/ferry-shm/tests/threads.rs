@@ -310,3 +310,48 @@ fn withdrawal_races_with_claim() {
     })
     .unwrap();
 }
+
+/// Stress (FERRY_STRESS=1): 8 ranks, many rounds of random all-to-all exchanges with random
+/// sizes across every path, on small rings, with single copy on and off.
+#[test]
+fn stress_random_alltoall() {
+    if std::env::var("FERRY_STRESS").as_deref() != Ok("1") {
+        eprintln!("stress_random_alltoall skipped: set FERRY_STRESS=1 to run it");
+        return;
+    }
+    for mode in [SingleCopy::Auto, SingleCopy::Off] {
+        let cfg = config(mode, 4, 512);
+        ShmTransport::run_threads(8, &cfg, |mut t| {
+            let (r, n) = (t.rank(), t.size());
+            let size_of = |round: usize, from: usize, to: usize| {
+                let x = (round * 7919 + from * 104_729 + to * 1299) % 1000;
+                match x % 4 {
+                    0 => x % 400,
+                    1 => 400 + x * 3,
+                    2 => 5000 + x * 40,
+                    _ => 0,
+                }
+            };
+            for round in 0..300usize {
+                let outs: Vec<Vec<u8>> = (0..n)
+                    .map(|p| pattern(size_of(round, r, p), round + r * 31 + p))
+                    .collect();
+                let mut bufs = vec![Vec::new(); n];
+                let mut ex = Exchange::new();
+                for (p, o) in outs.iter().enumerate() {
+                    ex.send(p, MsgKey::user((round % 5) as u32), o);
+                }
+                for (p, b) in bufs.iter_mut().enumerate().rev() {
+                    ex.recv(p, MsgKey::user((round % 5) as u32), b);
+                }
+                t.exchange(&mut ex).unwrap();
+                drop(ex);
+                for (p, b) in bufs.iter().enumerate() {
+                    assert_eq!(*b, pattern(size_of(round, p, r), round + p * 31 + r));
+                }
+            }
+            t.finish().unwrap();
+        })
+        .unwrap();
+    }
+}
