@@ -165,7 +165,7 @@ fn split_lines(s: &str) -> Vec<&str> {
 }
 
 /// `^\d+\.\d{n}` followed by `rest`; returns the remainder after the number.
-fn eat_fixed<'a>(s: &'a str, decimals: usize) -> Option<&'a str> {
+fn eat_fixed(s: &str, decimals: usize) -> Option<&str> {
     let int_len = s.bytes().take_while(u8::is_ascii_digit).count();
     if int_len == 0 {
         return None;
