@@ -103,6 +103,9 @@ pub struct ShmTransport {
     frag_owner: Vec<Option<(MsgKey, u64)>>,
     /// Single-copy reads claimed during a drain, performed after it: (recv index, desc).
     to_read: Vec<(usize, CmaDesc)>,
+    /// Operation vectors reused by the single-message paths.
+    spare_sends: Vec<SendOp<'static>>,
+    spare_recvs: Vec<RecvOp<'static>>,
     single_copy: bool,
     inline_cap: usize,
     threshold: usize,
@@ -366,6 +369,8 @@ impl ShmTransport {
             eager_wait: config.spin().max(Duration::from_micros(200)),
             frag_owner: vec![None; n],
             to_read: Vec::new(),
+            spare_sends: Vec::new(),
+            spare_recvs: Vec::new(),
             single_copy,
             inline_cap,
             threshold: config.shm.single_copy_threshold.max(inline_cap + 1),
@@ -1388,7 +1393,11 @@ impl Transport for ShmTransport {
                 }
             }
         }
-        let mut ex = Exchange::new();
+        // The general path, over recycled operation vectors (no allocation per message).
+        let mut ex = Exchange::from_parts(
+            std::mem::take(&mut self.spare_sends),
+            std::mem::take(&mut self.spare_recvs),
+        );
         ex.sends.push(SendOp {
             peer,
             key,
@@ -1398,7 +1407,9 @@ impl Transport for ShmTransport {
                 progress: 0,
             },
         });
-        drive_exchange(self, &mut ex)
+        let result = drive_exchange(self, &mut ex);
+        (self.spare_sends, self.spare_recvs) = ex.into_parts();
+        result
     }
 
     fn recv(&mut self, peer: usize, key: MsgKey, buf: &mut Vec<u8>) -> Result<()> {
@@ -1428,7 +1439,10 @@ impl Transport for ShmTransport {
                 }
             }
         }
-        let mut ex = Exchange::new();
+        let mut ex = Exchange::from_parts(
+            std::mem::take(&mut self.spare_sends),
+            std::mem::take(&mut self.spare_recvs),
+        );
         ex.recvs.push(RecvOp {
             peer,
             key,
@@ -1438,7 +1452,9 @@ impl Transport for ShmTransport {
                 progress: 0,
             },
         });
-        drive_exchange(self, &mut ex)
+        let result = drive_exchange(self, &mut ex);
+        (self.spare_sends, self.spare_recvs) = ex.into_parts();
+        result
     }
 
     fn stats(&self) -> Stats {
