@@ -31,6 +31,8 @@ struct Inner {
     starts: Vec<usize>,
     /// Id of the base partitioning if this one is its (corner) halo.
     halo_of: Option<u64>,
+    /// Every task owns exactly the whole space in one range (the All partitioning).
+    replicated: bool,
 }
 
 impl fmt::Debug for Partitioning {
@@ -70,6 +72,11 @@ impl Partitioning {
             }
         }
         Ok(p)
+    }
+
+    /// Whether every task owns the whole space in one range (the All partitioning).
+    pub fn is_replicated(&self) -> bool {
+        self.0.replicated
     }
 
     /// Whether `self` and `other` are a partitioning and its own (corner) halo, in either
@@ -114,6 +121,8 @@ impl Partitioning {
         for t in 0..n {
             starts[t + 1] += starts[t];
         }
+        let replicated = (0..n)
+            .all(|t| starts[t + 1] - starts[t] == 1 && ranges[starts[t]].range == space.range());
         Ok(Partitioning(Arc::new(Inner {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             name: name.to_string(),
@@ -122,6 +131,7 @@ impl Partitioning {
             ranges,
             starts,
             halo_of: None,
+            replicated,
         })))
     }
 

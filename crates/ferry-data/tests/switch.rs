@@ -447,3 +447,46 @@ fn halo_pairs_switch_in_place() {
         assert!(c.run(&mut t, &mut stale, None).is_err());
     });
 }
+
+/// An All -> All reduction runs as `ferry-coll`'s all-reduce (switch_to) or as a transition
+/// (prepare/run); both must give the same bits, for small and large arrays (where the
+/// collective picks other algorithms) and several rank counts.
+#[test]
+fn allreduce_path_matches_transition_fold_bitwise() {
+    for n in [2usize, 3, 5] {
+        for len in [7u64, 40_000] {
+            let out = MemTransport::run(n, |mut t| {
+                let mut inst = Instance::for_transport(&t).unwrap();
+                let w = inst.world().clone();
+                let s = Space::new1(len).unwrap();
+                let all = Partitioning::new(&s, &w, &Partitioner::All).unwrap();
+                let all2 = Partitioning::new(&s, &w, &Partitioner::All).unwrap();
+                let init = |c: &mut Container<f64>, r: usize| {
+                    for (i, v) in c.local_data_mut().iter_mut().enumerate() {
+                        // magnitudes spread so that the summation order shows in the bits
+                        *v = ((i * 7919 + r * 104_729) % 1000) as f64
+                            * 10f64.powi((r as i32 * 5) % 17 - 8);
+                    }
+                };
+                let mut a = Container::<f64>::new(&mut inst, "coll", &s);
+                a.switch_to(&mut t, &all, DataFlow::None, None).unwrap();
+                init(&mut a, t.rank());
+                a.switch_to(&mut t, &all2, DataFlow::Preserve, Some(&ReduceOp::Sum))
+                    .unwrap();
+                let mut b = Container::<f64>::new(&mut inst, "trans", &s);
+                b.switch_to(&mut t, &all, DataFlow::None, None).unwrap();
+                init(&mut b, t.rank());
+                let mut seq = b.prepare(&all2, DataFlow::Preserve, true).unwrap();
+                b.run(&mut t, &mut seq, Some(&ReduceOp::Sum)).unwrap();
+                let same = a
+                    .local_data()
+                    .iter()
+                    .zip(b.local_data())
+                    .all(|(x, y)| x.to_bits() == y.to_bits());
+                (same, a.local_data()[..3].to_vec())
+            });
+            assert!(out.iter().all(|o| o.0), "{n} ranks, {len} elements");
+            assert!(out.windows(2).all(|w| w[0].1 == w[1].1));
+        }
+    }
+}
