@@ -212,10 +212,13 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
         ));
     }
     let backend = match &args.backend {
-        Some(b) => Some(
-            b.parse::<BackendKind>()
-                .map_err(|e| Fatal::usage(format!("--backend: {e}")))?,
-        ),
+        Some(b) => Some(b.parse::<BackendKind>().map_err(|_| {
+            let known: Vec<&str> = BackendKind::ALL.iter().map(|k| k.name()).collect();
+            Fatal::usage(format!(
+                "--backend `{b}` is not a backend (known: {})",
+                known.join(", ")
+            ))
+        })?),
         None => None,
     };
     if let Some(name) = &args.job_name {
