@@ -301,6 +301,9 @@ fn run(o: Opts) -> ferry::Result<()> {
             let gsize = group.size() as i64;
             if iter + 1 < iters && gsize > 1 && gsize >= o.remove_task {
                 let removed = o.remove_task.max(0) as usize;
+                // Once every member of the old group got here, nobody needs anything from the
+                // leaving process any more: it may exit without waiting for the others' end.
+                ferry::coll::barrier(t, &group)?;
                 let new_group = inst.shrink(&group, &[removed])?;
                 if new_group.index_of(rank).is_none() {
                     member = false;
@@ -390,9 +393,10 @@ fn run(o: Opts) -> ferry::Result<()> {
                 fmt_f(isum, 6)
             ))?;
         }
+        // Nobody of the final group may still be pulling this rank's last large messages
+        // when it shuts down (processes removed earlier left after the shrink's barrier).
+        ferry::coll::barrier(t, &group)?;
     }
-    // Nobody may still be pulling this rank's last large messages when it shuts down.
-    inst.finalize(t)?;
     world.finish()
 }
 
