@@ -167,9 +167,12 @@ impl Producer {
             std::ptr::copy_nonoverlapping(payload.as_ptr(), slot.add(SLOT_HEADER), payload.len());
         }
         self.tail += 1;
+        // Publishing with a sequentially consistent read-modify-write (one locked instruction on
+        // x86) is what lets the doorbell check that follows skip a separate fence (see
+        // `ShmTransport::wake`).
         self.ring
             .seq(self.tail - 1)
-            .store(self.tail, Ordering::Release);
+            .swap(self.tail, Ordering::SeqCst);
         true
     }
 }
@@ -236,7 +239,8 @@ impl Consumer {
     #[inline]
     pub(crate) fn pop(&mut self) {
         self.head += 1;
-        self.ring.head().store(self.head, Ordering::Release);
+        // SeqCst read-modify-write for the same reason as in `Producer::push`.
+        self.ring.head().swap(self.head, Ordering::SeqCst);
     }
 }
 

@@ -431,12 +431,15 @@ impl ShmTransport {
     }
 
     /// Rings `l`'s doorbell if it advertised that it sleeps.
+    ///
+    /// Callers have just published what `l` may wait for (a slot, a head, a completion word)
+    /// with a SeqCst read-modify-write; this SeqCst load of the flag then pairs with the
+    /// sleeper's SeqCst store of the flag and SeqCst fence before its last check: in the single
+    /// total order either our publication comes before its fence (it sees the change and does
+    /// not sleep) or its flag store comes before our load (we see the flag and wake it).
     #[inline]
     fn wake(&self, l: usize) {
-        // Pairs with the fence in wait_for_input: either the sleeper sees our write before it
-        // sleeps, or we see its flag and wake it.
-        fence(Ordering::SeqCst);
-        if self.seg.sleeping(l).load(Ordering::Relaxed) != 0 {
+        if self.seg.sleeping(l).load(Ordering::SeqCst) != 0 {
             self.seg.bell(l).fetch_add(1, Ordering::Release);
             sys::futex_wake(self.seg.bell(l));
         }
@@ -685,7 +688,7 @@ impl ShmTransport {
         // Complete the descriptor even on failure so the sender does not wait forever; the
         // error surfaces here.
         if let Some(rx) = self.rx[l].as_ref() {
-            rx.ring().ack(d.seq).store(d.seq + 1, Ordering::Release);
+            rx.ring().ack(d.seq).swap(d.seq + 1, Ordering::SeqCst);
         }
         self.wake(l);
         result?;
