@@ -599,3 +599,39 @@ fn pids_sorted_by_rank(status: &str) -> Vec<u32> {
         })
         .collect()
 }
+
+#[test]
+fn ranks_die_with_a_sigkilled_launcher() {
+    let Some((ferry, ex)) = tools(&["t_fail"]) else {
+        return;
+    };
+    let ranks = 3;
+    let mut child: Child = Command::new(&ferry)
+        .args(["run", "-n", &ranks.to_string()])
+        .arg(&ex[0])
+        .args(["0", "none"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut reader = BufReader::new(child.stdout.take().unwrap());
+    let mut pids = Vec::new();
+    let mut line = String::new();
+    while pids.len() < ranks {
+        line.clear();
+        assert!(
+            reader.read_line(&mut line).unwrap() > 0,
+            "launcher ended early"
+        );
+        pids.extend(pids_in(&line));
+    }
+    // No chance to clean up: the ranks' parent-death signal must end them.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(
+        wait_dead(&pids, Duration::from_secs(5)),
+        Vec::<u32>::new(),
+        "ranks outlived a SIGKILLed launcher"
+    );
+}
