@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use ferry_core::error::{Error, ErrorKind, Result};
 use ferry_core::stats::Stats;
 use ferry_core::transport::{check_peer, Exchange, OpState, RecvBuf, RecvOp, WaitPolicy};
-use ferry_core::{Config, MsgKey, Transport};
+use ferry_core::{Config, LaunchInfo, MsgKey, Transport};
 use mpi::environment::{Threading, Universe};
 use mpi::ffi;
 
@@ -177,6 +177,32 @@ impl MpiTransport {
             finished: false,
         };
         t.setup()?;
+        Ok(t)
+    }
+
+    /// Like [`MpiTransport::init`], and checks that MPI's view of the job agrees with the
+    /// launch environment: a program started by `ferry run` (which sets `FERRY_SIZE`) instead
+    /// of `mpirun` would otherwise run as several independent one-rank MPI jobs.
+    pub fn init_for(config: &Config, launch: &LaunchInfo) -> Result<MpiTransport> {
+        let t = MpiTransport::init(config)?;
+        let mismatch = |what: &str, ours: usize, theirs: usize| {
+            Error::new(ErrorKind::Config, "mpi init")
+                .on_rank(t.rank)
+                .with_detail(format!(
+                    "MPI reports {what} {ours} but the launch environment says {theirs}: \
+                     start the mpi backend with mpirun/srun, not with `ferry run`"
+                ))
+        };
+        if let Some(n) = launch.size {
+            if n != t.size {
+                return Err(mismatch("size", t.size, n));
+            }
+        }
+        if let Some(r) = launch.rank {
+            if r != t.rank {
+                return Err(mismatch("rank", t.rank, r));
+            }
+        }
         Ok(t)
     }
 

@@ -41,7 +41,7 @@ pub fn init_with(config: Config, launch: LaunchInfo) -> Result<World> {
         }
         // MPI backend (R3): rank and size come from MPI itself, not from LaunchInfo.
         #[cfg(feature = "mpi")]
-        BackendKind::Mpi => Box::new(ferry_mpi::MpiTransport::init(&config)?),
+        BackendKind::Mpi => Box::new(ferry_mpi::MpiTransport::init_for(&config, &launch)?),
         other => {
             return Err(Error::new(ErrorKind::Unsupported, "init")
                 .with_detail(format!("backend `{other}` is not available in this build")))
