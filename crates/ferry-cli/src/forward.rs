@@ -131,12 +131,14 @@ pub enum Pipe {
     Err(ChildStderr),
 }
 
-/// Starts a thread that forwards `pipe` until end of file.
+/// Starts a thread that forwards `pipe` until end of file; with `tag`, every line is
+/// prefixed with it (`--tag-output`).
 pub fn spawn(
     pipe: Pipe,
     output: Arc<Output>,
     tracker: Arc<Tracker>,
     rank: usize,
+    tag: Option<String>,
 ) -> std::io::Result<JoinHandle<()>> {
     tracker.start();
     let t = tracker.clone();
@@ -145,9 +147,19 @@ pub fn spawn(
         .name(name)
         .stack_size(256 * 1024)
         .spawn(move || {
-            match pipe {
-                Pipe::Out(r) => pump(r, |b| output.write_lines(Sink::Stdout, b)),
-                Pipe::Err(r) => pump(r, |b| output.write_lines(Sink::Stderr, b)),
+            let (reader, sink): (Box<dyn Read>, Sink) = match pipe {
+                Pipe::Out(r) => (Box::new(r), Sink::Stdout),
+                Pipe::Err(r) => (Box::new(r), Sink::Stderr),
+            };
+            match tag {
+                None => pump(reader, |b| output.write_lines(sink, b)),
+                Some(tag) => {
+                    let mut tagged = Vec::new();
+                    pump(reader, |b| {
+                        tag_lines(tag.as_bytes(), b, &mut tagged);
+                        output.write_lines(sink, &tagged);
+                    })
+                }
             }
             t.finish();
         });
@@ -155,6 +167,15 @@ pub fn spawn(
         tracker.finish();
     }
     spawned
+}
+
+/// Writes `lines` (complete lines) into `out` with `tag` before each one.
+fn tag_lines(tag: &[u8], lines: &[u8], out: &mut Vec<u8>) {
+    out.clear();
+    for line in lines.split_inclusive(|&b| b == b'\n') {
+        out.extend_from_slice(tag);
+        out.extend_from_slice(line);
+    }
 }
 
 /// Copies `reader` to `write` in runs of whole lines (see the module documentation).
@@ -215,6 +236,13 @@ mod tests {
         assert!(writes
             .iter()
             .any(|w| w == b"beta gamma\n" || w.ends_with(b"beta gamma\n")));
+    }
+
+    #[test]
+    fn tags_every_line() {
+        let mut out = Vec::new();
+        tag_lines(b"[3] ", b"a\nbc\n\n", &mut out);
+        assert_eq!(out, b"[3] a\n[3] bc\n[3] \n");
     }
 
     #[test]

@@ -110,6 +110,10 @@ pub struct RunArgs {
     #[arg(long)]
     pub keep_going: bool,
 
+    /// Prefix every forwarded line with `[R] `, R being the rank that printed it.
+    #[arg(long)]
+    pub tag_output: bool,
+
     /// Time ranks get between SIGTERM and SIGKILL when the job is ended, in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 1000)]
     pub grace_ms: u64,

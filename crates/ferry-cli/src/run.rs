@@ -382,7 +382,8 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
             status: None,
         });
         for p in pipes.into_iter().flatten() {
-            if let Err(e) = forward::spawn(p, output.clone(), tracker.clone(), r) {
+            let tag = args.tag_output.then(|| format!("[{r}] "));
+            if let Err(e) = forward::spawn(p, output.clone(), tracker.clone(), r, tag) {
                 end_all(&mut ranks, args.grace_ms);
                 return Err(Fatal {
                     msg: format!("cannot start output thread for rank {r}: {e}"),
