@@ -317,6 +317,19 @@ impl<T: Element> Container<T> {
             .on_rank(self.rank)
         })?;
         let t = Arc::new(Transition::new(from, to, self.rank, flow, reduce)?);
+        tracing::debug!(
+            "rank {}: `{}` {} -> {}: send {} elems to {} peers, receive {} from {}, copy {} locally, {} folds",
+            self.rank,
+            self.name,
+            from.name(),
+            to.name(),
+            t.sent_elems(),
+            t.sends.len(),
+            t.received_elems(),
+            t.recvs.len(),
+            t.local_elems(),
+            t.folds.len()
+        );
         self.bind(t)
     }
 
