@@ -6,6 +6,8 @@
 //! `mpirun -n N mpi_selftest timeout`  rank 0 waits for a message that never comes and must get a
 //!                                     timeout error (set `FERRY_GENERAL_TIMEOUT_MS`).
 //! `mpirun -n 2 mpi_selftest bench`    ping-pong latency (8 B) and bandwidth (1 MiB) figures.
+//! `mpirun -n N mpi_selftest stress [ROUNDS]`  random all-to-all rounds (sizes, keys incl.
+//!                                     colliding hashed ones, receive order), every byte checked.
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -151,6 +153,155 @@ fn check(t: &mut MpiTransport) -> Result<(), String> {
     Ok(())
 }
 
+/// The messages still to be received on one flow (source, key index), in order.
+type FlowQueue = ((usize, usize), std::collections::VecDeque<Vec<u8>>);
+
+/// A small deterministic generator (SplitMix64), the same on every rank.
+fn mix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+/// Messages rank `src` sends to `dst` in `round`: (key index, length) in send order.
+fn schedule(round: u64, src: usize, dst: usize) -> Vec<(usize, usize)> {
+    let h = mix(round << 32 ^ (src as u64) << 16 ^ dst as u64);
+    let count = (h % 4) as usize; // 0..3 messages
+    (0..count)
+        .map(|j| {
+            let g = mix(h ^ j as u64);
+            let len = match g % 5 {
+                0 => 0,
+                1 => (g >> 8) as usize % 64,
+                2 => (g >> 8) as usize % 4096,
+                3 => (g >> 8) as usize % 65536,
+                _ => (g >> 8) as usize % 300_000,
+            };
+            (((g >> 40) % 4) as usize, len)
+        })
+        .collect()
+}
+
+fn payload(round: u64, src: usize, dst: usize, j: usize, len: usize) -> Vec<u8> {
+    let seed = mix(round ^ (src as u64) << 20 ^ (dst as u64) << 40 ^ j as u64);
+    (0..len)
+        .map(|i| (seed >> (8 * (i % 8))) as u8 ^ i as u8)
+        .collect()
+}
+
+/// Random all-to-all rounds: 0-3 messages per ordered pair (self included), 0 B to 300 KB,
+/// keys from a set with two exact and two hashed keys that share one MPI tag; receives are
+/// posted in a random interleaving of the flows and half of them with a fixed length. Checks
+/// every byte and the per-flow order (M2).
+fn stress(t: &mut MpiTransport, rounds: u64) -> Result<(), String> {
+    let (rank, size) = (t.rank(), t.size());
+    let map = t.tag_map();
+    let mut seen = std::collections::HashMap::new();
+    let mut hashed = None;
+    for i in 0..1_000_000u32 {
+        let k = MsgKey::new(7000, MsgKind::COLLECTIVE, i);
+        if let Some(&other) = seen.get(&map.wire(k).tag) {
+            hashed = Some((other, k));
+            break;
+        }
+        seen.insert(map.wire(k).tag, k);
+    }
+    let (h1, h2) = hashed.ok_or("no colliding hashed keys found")?;
+    let keys = [MsgKey::user(11), MsgKey::new(3, MsgKind::DATA, 12), h1, h2];
+    for round in 0..rounds {
+        // What to send, and what to receive in which order.
+        let outgoing: Vec<(usize, usize, Vec<u8>)> = (0..size)
+            .flat_map(|dst| {
+                schedule(round, rank, dst)
+                    .into_iter()
+                    .enumerate()
+                    .map(move |(j, (k, len))| (dst, k, payload(round, rank, dst, j, len)))
+            })
+            .collect();
+        // Per source: the messages of each flow in send order.
+        let mut incoming: Vec<(usize, usize, Vec<u8>)> = Vec::new();
+        for src in 0..size {
+            for (j, (k, len)) in schedule(round, src, rank).into_iter().enumerate() {
+                incoming.push((src, k, payload(round, src, rank, j, len)));
+            }
+        }
+        // Interleave the flows randomly, keeping each flow's order: repeatedly pick a random
+        // flow and take its next message.
+        let mut queues: Vec<FlowQueue> = Vec::new();
+        for (src, k, p) in incoming {
+            match queues.iter_mut().find(|(f, _)| *f == (src, k)) {
+                Some((_, q)) => q.push_back(p),
+                None => queues.push(((src, k), std::collections::VecDeque::from([p]))),
+            }
+        }
+        let mut order: Vec<(usize, usize, Vec<u8>)> = Vec::new();
+        let mut pick = mix(round ^ (rank as u64) << 50);
+        while !queues.is_empty() {
+            pick = mix(pick);
+            let i = (pick % queues.len() as u64) as usize;
+            let (flow, q) = &mut queues[i];
+            let flow = *flow;
+            if let Some(p) = q.pop_front() {
+                order.push((flow.0, flow.1, p));
+            }
+            if q.is_empty() {
+                queues.swap_remove(i);
+            }
+        }
+        let mut vec_bufs: Vec<Vec<u8>> = vec![Vec::new(); order.len()];
+        let mut fixed_bufs: Vec<Vec<u8>> =
+            order.iter().map(|(_, _, p)| vec![0u8; p.len()]).collect();
+        {
+            let mut ex = Exchange::new();
+            for (dst, k, p) in &outgoing {
+                ex.send(*dst, keys[*k], p);
+            }
+            for (i, ((src, k, _), (v, f))) in order
+                .iter()
+                .zip(vec_bufs.iter_mut().zip(fixed_bufs.iter_mut()))
+                .enumerate()
+            {
+                if i % 2 == 0 {
+                    ex.recv(*src, keys[*k], v);
+                } else {
+                    ex.recv_into(*src, keys[*k], f);
+                }
+            }
+            t.exchange(&mut ex)
+                .map_err(|e| format!("round {round}: {e}"))?;
+        }
+        for (i, (src, k, want)) in order.iter().enumerate() {
+            let got = if i % 2 == 0 {
+                &vec_bufs[i]
+            } else {
+                &fixed_bufs[i]
+            };
+            if got != want {
+                return Err(format!(
+                    "round {round}: receive {i} from rank {src} key {:?}: {} bytes differ \
+                     (got {} bytes, want {})",
+                    keys[*k],
+                    got.iter().zip(want).filter(|(a, b)| a != b).count(),
+                    got.len(),
+                    want.len()
+                ));
+            }
+        }
+    }
+    let st = t.stats();
+    let received: u64 = st.received.iter().map(|r| r.messages).sum();
+    let bytes: u64 = st.received.iter().map(|r| r.bytes).sum();
+    let extra = |name: &str| st.extra.iter().find(|(n, _)| *n == name).map_or(0, |e| e.1);
+    println!(
+        "ok stress {rounds} rounds: {received} messages, {bytes} bytes received, {} sent with \
+         a key header, {} kept aside for a later receive",
+        extra("mpi_hashed_tag_messages"),
+        extra("mpi_kept_aside_total")
+    );
+    Ok(())
+}
+
 fn bench(t: &mut MpiTransport) -> Result<(), String> {
     if t.size() < 2 || t.rank() > 1 {
         return Ok(());
@@ -209,6 +360,13 @@ fn main() -> ExitCode {
     let result = match mode.as_str() {
         "check" => check(&mut t),
         "bench" => bench(&mut t),
+        "stress" => {
+            let rounds = std::env::args()
+                .nth(2)
+                .and_then(|a| a.parse().ok())
+                .unwrap_or(200);
+            stress(&mut t, rounds)
+        }
         "timeout" => {
             if rank == 0 {
                 let mut buf = Vec::new();

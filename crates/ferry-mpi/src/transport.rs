@@ -86,6 +86,7 @@ pub struct MpiTransport {
     pool: Vec<Vec<u8>>,
     stats: Stats,
     hashed_messages: u64,
+    kept_aside_total: u64,
     universe: Option<Universe>,
     finished: bool,
 }
@@ -173,6 +174,7 @@ impl MpiTransport {
             pool: Vec::new(),
             stats: Stats::new(0, 1, "mpi"),
             hashed_messages: 0,
+            kept_aside_total: 0,
             universe,
             finished: false,
         };
@@ -548,6 +550,7 @@ impl MpiTransport {
         }
         self.early_bytes += msg.len();
         self.early_messages += 1;
+        self.kept_aside_total += 1;
         self.early.entry((peer, key)).or_default().push_back(msg);
         Ok(())
     }
@@ -836,7 +839,9 @@ impl Transport for MpiTransport {
         s.extra
             .push(("mpi_hashed_tag_messages", self.hashed_messages));
         s.extra
-            .push(("mpi_kept_aside_messages", self.early_messages as u64));
+            .push(("mpi_kept_aside_now", self.early_messages as u64));
+        s.extra
+            .push(("mpi_kept_aside_total", self.kept_aside_total));
         s
     }
 

@@ -77,3 +77,38 @@ fn missing_message_times_out_instead_of_hanging() {
     assert!(out.contains("ok timeout"), "{out}\n{err}");
     assert!(out.contains("rank 0") && out.contains("rank 1"), "{out}");
 }
+
+#[test]
+fn random_all_to_all_rounds_keep_every_byte_and_flow_order() {
+    let stress = std::env::var("FERRY_STRESS").is_ok_and(|v| v == "1");
+    let rounds = if stress { "5000" } else { "100" };
+    if !stress {
+        eprintln!("FERRY_STRESS=1 runs 5000 rounds instead of 100");
+    }
+    for n in [3, 4] {
+        let Some(mut cmd) = mpirun() else {
+            return;
+        };
+        let out = cmd
+            .arg("-n")
+            .arg(n.to_string())
+            .arg(selftest())
+            .args(["stress", rounds])
+            .output()
+            .expect("run mpirun");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{n} ranks:\n{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            stdout
+                .lines()
+                .filter(|l| l.starts_with("ok stress"))
+                .count(),
+            n,
+            "{stdout}"
+        );
+    }
+}
