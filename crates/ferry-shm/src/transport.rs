@@ -345,7 +345,7 @@ impl ShmTransport {
             .collect();
         let inline_cap = l.slot_bytes - crate::ring::SLOT_HEADER;
         let mut stats = Stats::new(rank, size, "shm");
-        stats.bump("shm_single_copy", single_copy as u64);
+        stats.bump("shm single copy enabled", single_copy as u64);
         Ok(ShmTransport {
             seg,
             rank,
@@ -549,7 +549,7 @@ impl ShmTransport {
                     )
                     .is_ok()
                 {
-                    self.stats.bump("shm_single_copy_withdrawn", 1);
+                    self.stats.bump("shm single copies withdrawn", 1);
                     return self.progress_send(l, peer, key, serial, FORCED_FRAG, data);
                 }
             }
@@ -590,7 +590,7 @@ impl ShmTransport {
             off += chunk;
         }
         if pushed > 0 {
-            self.stats.bump("shm_fragments", pushed);
+            self.stats.bump("shm fragments sent", pushed);
             self.wake(l);
         }
         if off == len {
@@ -692,7 +692,7 @@ impl ShmTransport {
         }
         self.wake(l);
         result?;
-        self.stats.bump("shm_single_copy_reads", 1);
+        self.stats.bump("shm single-copy reads", 1);
         self.stats.record_recv(peer, len);
         Ok(())
     }
@@ -780,7 +780,7 @@ impl ShmTransport {
                         }
                         None => {
                             if !self.room_for(total) {
-                                self.stats.bump("shm_backpressure", 1);
+                                self.stats.bump("shm inbox full stops", 1);
                                 return Ok(());
                             }
                             let Some(rx) = self.rx[l].as_mut() else {
@@ -806,7 +806,7 @@ impl ShmTransport {
                             }
                             None => {
                                 if !self.room_for(total) {
-                                    self.stats.bump("shm_backpressure", 1);
+                                    self.stats.bump("shm inbox full stops", 1);
                                     return Ok(());
                                 }
                                 self.partial_bytes += total;
@@ -1356,7 +1356,7 @@ impl Transport for ShmTransport {
         self.seg.sleeping(me).store(1, Ordering::SeqCst);
         fence(Ordering::SeqCst);
         if !self.input_ready() {
-            self.stats.bump("shm_sleeps", 1);
+            self.stats.bump("shm sleeps", 1);
             // Unclaimed descriptors may have to be withdrawn after eager_wait.
             let cap = if self.want_acks.is_empty() {
                 LIVENESS_EVERY

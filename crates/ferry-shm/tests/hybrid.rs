@@ -98,7 +98,7 @@ fn two_nodes_of_two_ranks() {
         // Read by the receiver (counted there) or withdrawn by the sender when the receiving
         // thread was not scheduled in time (counted there).
         single_copy +=
-            extra(stats, "shm_single_copy_reads") + extra(stats, "shm_single_copy_withdrawn");
+            extra(stats, "shm single-copy reads") + extra(stats, "shm single copies withdrawn");
     }
     // The four node-local 100 kB messages (0<->1, 2<->3) took shm's single-copy protocol; the
     // cross-node ones went over TCP.

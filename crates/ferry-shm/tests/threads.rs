@@ -278,7 +278,7 @@ fn blocking_large_sends_do_not_wait_for_receives() {
     let withdrawn: u64 = stats
         .iter()
         .flat_map(|s| s.extra.iter())
-        .filter(|(n, _)| *n == "shm_single_copy_withdrawn")
+        .filter(|(n, _)| *n == "shm single copies withdrawn")
         .map(|(_, v)| *v)
         .sum();
     assert!(withdrawn >= 1, "{stats:?}");
