@@ -7,6 +7,7 @@ use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::Instant;
 
+use ferry_core::{MsgKey, OpState, SendOp};
 use ferry_proto::frame::{Header, HEADER_LEN};
 
 /// Bytes of the per-connection read buffer. Payloads larger than what is buffered are read
@@ -56,10 +57,31 @@ pub(crate) enum ReadState {
     },
 }
 
+/// Send op progress: announced, waiting for the receiver's GET (payload still borrowed).
+pub(crate) const SEND_ANNOUNCED: usize = 1;
+/// Send op progress: DATA being written straight from the op's borrowed payload.
+pub(crate) const SEND_STREAMING: usize = 2;
+
+/// What follows a frame header.
+pub(crate) enum Payload {
+    /// Nothing.
+    None,
+    /// Bytes owned by the backend (outbox copy, handshake secret).
+    Shared(Arc<Vec<u8>>),
+    /// The payload of `ex.sends[op]`, written without a copy (zero-copy rendezvous, T4). Only a
+    /// flush that is handed the exchange can write it; the op completes when it is out.
+    Borrowed {
+        op: usize,
+        key: MsgKey,
+        serial: u64,
+        len: usize,
+    },
+}
+
 /// A frame waiting to be written; `off` bytes of header + payload are already out.
 pub(crate) struct OutFrame {
     pub header: [u8; HEADER_LEN],
-    pub payload: Option<Arc<Vec<u8>>>,
+    pub payload: Payload,
     pub off: usize,
 }
 
@@ -67,14 +89,46 @@ impl OutFrame {
     pub fn new(h: &Header, payload: Option<Arc<Vec<u8>>>) -> OutFrame {
         OutFrame {
             header: h.encode(),
-            payload,
+            payload: payload.map_or(Payload::None, Payload::Shared),
             off: 0,
         }
     }
 
     fn len(&self) -> usize {
-        HEADER_LEN + self.payload.as_ref().map_or(0, |p| p.len())
+        HEADER_LEN
+            + match &self.payload {
+                Payload::None => 0,
+                Payload::Shared(p) => p.len(),
+                Payload::Borrowed { len, .. } => *len,
+            }
     }
+}
+
+/// Outcome of a flush.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Flushed {
+    /// Everything written.
+    Empty,
+    /// The socket is full; wait for room.
+    WouldBlock,
+    /// The next frame's payload lives in the exchange, which this flush was not given.
+    NeedsExchange,
+}
+
+/// The borrowed payload of `sends[op]` if that op is still the one streaming this message.
+fn borrowed<'s>(
+    sends: &'s [SendOp<'_>],
+    op: usize,
+    key: MsgKey,
+    serial: u64,
+    len: usize,
+) -> Option<&'s [u8]> {
+    let s = sends.get(op)?;
+    let streaming = OpState::Active {
+        serial,
+        progress: SEND_STREAMING,
+    };
+    (s.key == key && s.data.len() == len && s.state == streaming).then_some(s.data)
 }
 
 /// A connection and its buffers.
@@ -95,6 +149,8 @@ pub(crate) struct Conn {
     pub last_used: u64,
     /// Whether the poller also watches for room to write.
     pub want_write: bool,
+    /// Frames in the queue with a borrowed payload.
+    pub borrowed: usize,
 }
 
 impl Conn {
@@ -111,6 +167,7 @@ impl Conn {
             outstanding: 0,
             last_used: tick,
             want_write: false,
+            borrowed: 0,
         }
     }
 
@@ -147,31 +204,54 @@ impl Conn {
     }
 
     /// Writes as much of the queue as the socket takes, header and payload of many frames in
-    /// one `writev` (T4). Returns whether the queue is now empty.
-    pub fn flush(&mut self) -> io::Result<bool> {
+    /// one `writev` (T4). Borrowed payloads are written only when `sends` is given; the send op
+    /// of a completely written borrowed frame is marked done.
+    pub fn flush(&mut self, mut sends: Option<&mut [SendOp<'_>]>) -> io::Result<Flushed> {
         while !self.wq.is_empty() {
-            let mut iov: [IoSlice<'_>; MAX_IOV] = [IoSlice::new(&[]); MAX_IOV];
-            let mut n_iov = 0;
-            for f in self.wq.iter() {
-                if n_iov + 2 > MAX_IOV {
-                    break;
-                }
-                if f.off < HEADER_LEN {
-                    iov[n_iov] = IoSlice::new(&f.header[f.off..]);
-                    n_iov += 1;
-                }
-                if let Some(p) = &f.payload {
+            let res = {
+                let mut iov: [IoSlice<'_>; MAX_IOV] = [IoSlice::new(&[]); MAX_IOV];
+                let mut n_iov = 0;
+                let view = sends.as_deref();
+                for f in self.wq.iter() {
+                    if n_iov + 2 > MAX_IOV {
+                        break;
+                    }
+                    let payload: &[u8] = match &f.payload {
+                        Payload::None => &[],
+                        Payload::Shared(p) => p,
+                        Payload::Borrowed {
+                            op,
+                            key,
+                            serial,
+                            len,
+                        } => match view {
+                            None => break,
+                            Some(v) => borrowed(v, *op, *key, *serial, *len).ok_or_else(|| {
+                                io::Error::other(
+                                    "exchange abandoned while one of its messages was being written",
+                                )
+                            })?,
+                        },
+                    };
+                    if f.off < HEADER_LEN {
+                        iov[n_iov] = IoSlice::new(&f.header[f.off..]);
+                        n_iov += 1;
+                    }
                     let start = f.off.saturating_sub(HEADER_LEN);
-                    if start < p.len() {
-                        iov[n_iov] = IoSlice::new(&p[start..]);
+                    if start < payload.len() {
+                        iov[n_iov] = IoSlice::new(&payload[start..]);
                         n_iov += 1;
                     }
                 }
-            }
-            let mut n = match self.sock.write_vectored(&iov[..n_iov]) {
+                if n_iov == 0 {
+                    return Ok(Flushed::NeedsExchange);
+                }
+                self.sock.write_vectored(&iov[..n_iov])
+            };
+            let mut n = match res {
                 Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
                 Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Flushed::WouldBlock),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e),
             };
@@ -180,13 +260,20 @@ impl Conn {
                 let left = f.len() - f.off;
                 if n >= left {
                     n -= left;
-                    self.wq.pop_front();
+                    if let Some(Payload::Borrowed { op, .. }) =
+                        self.wq.pop_front().map(|f| f.payload)
+                    {
+                        self.borrowed = self.borrowed.saturating_sub(1);
+                        if let Some(s) = sends.as_deref_mut().and_then(|s| s.get_mut(op)) {
+                            s.state = OpState::Done;
+                        }
+                    }
                 } else {
                     f.off += n;
                     n = 0;
                 }
             }
         }
-        Ok(true)
+        Ok(Flushed::Empty)
     }
 }

@@ -37,14 +37,16 @@ use std::time::{Duration, Instant};
 use ferry_core::config::ConfigWatcher;
 use ferry_core::transport::{check_peer, drive_exchange};
 use ferry_core::{
-    Config, Error, ErrorKind, Exchange, MsgKey, MsgKind, OpState, RecvBuf, Result, Stats, Store,
-    Transport, WaitPolicy,
+    Config, Error, ErrorKind, Exchange, MsgKey, MsgKind, OpState, RecvBuf, Result, SendOp, Stats,
+    Store, Transport, WaitPolicy,
 };
 use ferry_proto::frame::{FrameType, Header, HEADER_LEN};
 use ferry_proto::handshake;
 use ferry_proto::{Arrival, EarlyArrivals, FlowTable, MatchError};
 
-use crate::conn::{Conn, OutFrame, Phase, ReadState, Target};
+use crate::conn::{
+    Conn, Flushed, OutFrame, Payload, Phase, ReadState, Target, SEND_ANNOUNCED, SEND_STREAMING,
+};
 use crate::poller::{Poller, Ready, LISTENER};
 
 const NAME: &str = "tcp";
@@ -64,6 +66,10 @@ const SPARE_MIN: usize = 64 << 10;
 const SPARE_MAX_BUFFERS: usize = 128;
 /// Bound on recycled bytes kept.
 const SPARE_MAX_BYTES: usize = 128 << 20;
+/// How long an announced message waits for its GET before it is copied into the outbox so
+/// that its send can complete (at least the spin time).
+/// While GETs keep coming (the receiver is pulling a window of messages) the wait goes on.
+const RNDV_GRACE: Duration = Duration::from_millis(1);
 /// Recv op progress values (OpState::Active::progress).
 const WAITING: usize = 0;
 const GET_SENT: usize = 1;
@@ -105,8 +111,12 @@ enum OutState {
 }
 
 struct OutMsg {
-    data: Arc<Vec<u8>>,
+    /// The payload, or `None` while it is still borrowed from the announcing send op.
+    data: Option<Arc<Vec<u8>>>,
+    len: usize,
     state: OutState,
+    /// When the message was announced (zero-copy grace period).
+    since: Instant,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -120,6 +130,7 @@ struct Counters {
     gets_served: u64,
     strangers: u64,
     announced: u64,
+    rndv_copies: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -183,6 +194,10 @@ pub struct TcpTransport {
     /// dominate a copy (measured: ~30% of a 1 MiB stream), so buffers are reused.
     spare: Vec<Vec<u8>>,
     spare_bytes: usize,
+    /// Connections with zero-copy DATA frames queued.
+    borrowing: Vec<usize>,
+    /// When the last GET was served (a receiver pulling keeps announced messages borrowed).
+    last_get: Instant,
 }
 
 impl TcpTransport {
@@ -356,6 +371,8 @@ impl TcpTransport {
             secret: Arc::new(secret.to_vec()),
             spare: Vec::new(),
             spare_bytes: 0,
+            borrowing: Vec::new(),
+            last_get: Instant::now(),
             set,
             listener,
             listener_paused: false,
@@ -461,6 +478,14 @@ impl TcpTransport {
 
     fn start_sends(&mut self, ex: &mut Exchange<'_>) -> Result<()> {
         let Exchange { sends, recvs } = ex;
+        // Announced messages are copied into the outbox (and their sends completed) only when
+        // nothing else of this exchange is pending and the receiver did not ask within the
+        // grace period: a receiver that is ready pulls straight from the program's buffer
+        // (zero-copy), one that is not cannot deadlock a blocking send.
+        let recvs_done = recvs
+            .iter()
+            .all(|r| r.state == OpState::Done || r.peer >= self.size || self.excluded[r.peer]);
+        let grace = self.set.policy.spin.max(RNDV_GRACE);
         for s in sends.iter_mut() {
             let serial = match s.state {
                 OpState::Done => continue,
@@ -488,8 +513,26 @@ impl TcpTransport {
                     };
                     serial
                 }
-                OpState::Active { serial, .. } => {
-                    if self.excluded[s.peer] {
+                OpState::Active { serial, progress } => {
+                    if self.excluded[s.peer] || progress == SEND_STREAMING {
+                        continue;
+                    }
+                    if progress == SEND_ANNOUNCED {
+                        let id = (s.peer, s.key, serial);
+                        let len = s.data.len();
+                        let waited = !matches!(self.outbox.get(&id), Some(m) if m.since.elapsed() < grace)
+                            && self.last_get.elapsed() >= grace;
+                        let room = self.outbox_bytes.saturating_add(len) <= self.set.outbox_cap
+                            || self.outbox_bytes == 0;
+                        if recvs_done && waited && room {
+                            let data = self.buffer_from(s.data);
+                            if let Some(m) = self.outbox.get_mut(&id) {
+                                m.data = Some(data);
+                                self.outbox_bytes += len;
+                            }
+                            self.count.rndv_copies += 1;
+                            s.state = OpState::Done;
+                        }
                         continue;
                     }
                     serial
@@ -523,6 +566,39 @@ impl TcpTransport {
             if let Some(e) = self.peer_gone("send", s.peer) {
                 return Err(e);
             }
+            if self.frame_type_for(s.key, len) == FrameType::Announce {
+                if let Some(c) = self.get_conn(s.peer, "send")? {
+                    let id = (s.peer, s.key, serial);
+                    self.outbox.insert(
+                        id,
+                        OutMsg {
+                            data: None,
+                            len,
+                            state: OutState::Sent,
+                            since: Instant::now(),
+                        },
+                    );
+                    let h = Header {
+                        ty: FrameType::Announce,
+                        key: s.key,
+                        source: self.rank as u32,
+                        dest: s.peer as u32,
+                        serial,
+                        len: len as u64,
+                    };
+                    if let Some(conn) = self.conns.get_mut(c).and_then(Option::as_mut) {
+                        conn.wq.push_back(OutFrame::new(&h, None));
+                    }
+                    self.count.announced += 1;
+                    self.flush_conn(c);
+                    self.stats.record_send(s.peer, len);
+                    s.state = OpState::Active {
+                        serial,
+                        progress: SEND_ANNOUNCED,
+                    };
+                    continue;
+                }
+            }
             if self.outbox_bytes.saturating_add(len) > self.set.outbox_cap
                 && !self.outbox.is_empty()
             {
@@ -534,8 +610,10 @@ impl TcpTransport {
             self.outbox.insert(
                 id,
                 OutMsg {
-                    data,
+                    data: Some(data),
+                    len,
                     state: OutState::Unsent,
+                    since: Instant::now(),
                 },
             );
             self.outbox_bytes += len;
@@ -554,7 +632,7 @@ impl TcpTransport {
         let Some(c) = self.get_conn(peer, "send")? else {
             return Ok(false);
         };
-        let Some(len) = self.outbox.get(&id).map(|m| m.data.len()) else {
+        let Some(len) = self.outbox.get(&id).map(|m| m.len) else {
             return Ok(true);
         };
         let ty = self.frame_type_for(key, len);
@@ -572,7 +650,11 @@ impl TcpTransport {
         let Some(conn) = self.conns.get_mut(c).and_then(Option::as_mut) else {
             return Ok(false);
         };
-        let payload = (ty != FrameType::Announce).then(|| msg.data.clone());
+        let payload = if ty == FrameType::Announce {
+            None
+        } else {
+            msg.data.clone()
+        };
         msg.state = OutState::Sent;
         if ty == FrameType::Announce {
             self.count.announced += 1;
@@ -809,19 +891,27 @@ impl TcpTransport {
 
     /// Writes what the connection's queue holds; a write error is a connection fault.
     fn flush_conn(&mut self, id: usize) {
-        let Some(conn) = self.conns[id].as_mut() else {
+        self.flush_conn_with(id, None);
+    }
+
+    /// Like [`Self::flush_conn`], also writing payloads borrowed from `sends`.
+    fn flush_conn_with(&mut self, id: usize, sends: Option<&mut [SendOp<'_>]>) {
+        let Some(conn) = self.conns.get_mut(id).and_then(Option::as_mut) else {
             return;
         };
         if matches!(conn.phase, Phase::Connecting(_)) {
             return;
         }
-        match conn.flush() {
-            Ok(empty) => {
-                if empty == conn.want_write {
-                    conn.want_write = !empty;
-                    let _ = self.poller.modify(conn.sock.as_raw_fd(), id as u64, !empty);
+        match conn.flush(sends) {
+            Ok(state) => {
+                // Only a full socket needs a wake-up for room; a queue waiting for its
+                // exchange is flushed by the next progress call.
+                let want = state == Flushed::WouldBlock;
+                if want != conn.want_write {
+                    conn.want_write = want;
+                    let _ = self.poller.modify(conn.sock.as_raw_fd(), id as u64, want);
                 }
-                if empty && conn.phase == Phase::Closing {
+                if state == Flushed::Empty && conn.phase == Phase::Closing {
                     if let Some(conn) = self.conns[id].take() {
                         self.drop_conn(id, conn);
                     }
@@ -832,6 +922,25 @@ impl TcpTransport {
                     let v = self.io_fault(&conn, e);
                     self.apply_verdict(id, conn, v);
                 }
+            }
+        }
+    }
+
+    /// Writes the zero-copy DATA frames, which need the exchange that owns their payloads.
+    fn flush_borrowed(&mut self, ex: &mut Exchange<'_>) {
+        let mut i = 0;
+        while i < self.borrowing.len() {
+            let id = self.borrowing[i];
+            self.flush_conn_with(id, Some(&mut ex.sends));
+            let still = self
+                .conns
+                .get(id)
+                .and_then(Option::as_ref)
+                .is_some_and(|c| c.borrowed > 0);
+            if still {
+                i += 1;
+            } else {
+                self.borrowing.swap_remove(i);
             }
         }
     }
@@ -1002,7 +1111,7 @@ impl TcpTransport {
         } else {
             let mut v = Verdict::Keep;
             if r.writable {
-                if let Err(e) = conn.flush() {
+                if let Err(e) = conn.flush(Some(&mut ex.sends)) {
                     v = self.io_fault(&conn, e);
                 }
             }
@@ -1030,7 +1139,7 @@ impl TcpTransport {
             }
             Verdict::Close => {
                 let mut conn = conn;
-                let _ = conn.flush();
+                let _ = conn.flush(None);
                 self.drop_conn(id, conn);
             }
             Verdict::Fault { cause, peer_failed } => {
@@ -1408,8 +1517,10 @@ impl TcpTransport {
                 let key = (p, h.key, h.serial);
                 if h.ty == FrameType::Accept {
                     if let Some(m) = self.outbox.remove(&key) {
-                        self.outbox_bytes -= m.data.len();
-                        self.recycle(m.data);
+                        if let Some(d) = m.data {
+                            self.outbox_bytes -= m.len;
+                            self.recycle(d);
+                        }
                     }
                 } else if let Some(m) = self.outbox.get_mut(&key) {
                     m.state = OutState::Refused;
@@ -1419,23 +1530,61 @@ impl TcpTransport {
             }
             FrameType::Get => {
                 self.count.gets_served += 1;
+                self.last_get = Instant::now();
                 let key = (p, h.key, h.serial);
-                match self.outbox.get_mut(&key) {
-                    Some(m) => {
-                        // The entry stays until the receiver ACCEPTs the DATA: finish() must
-                        // not say BYE (on another connection, possibly overtaking it) before.
-                        m.state = OutState::Served;
-                        let d = Header {
-                            ty: FrameType::Data,
-                            len: m.data.len() as u64,
-                            ..h
+                let Some(m) = self.outbox.get_mut(&key) else {
+                    self.queue_control(id, conn, FrameType::Miss, &h);
+                    return Ok(Verdict::Keep);
+                };
+                // The entry stays until the receiver ACCEPTs the DATA: finish() must not say
+                // BYE (on another connection, possibly overtaking it) before.
+                let d = Header {
+                    ty: FrameType::Data,
+                    len: m.len as u64,
+                    ..h
+                };
+                let payload = match &m.data {
+                    Some(data) => Payload::Shared(data.clone()),
+                    None => {
+                        // Zero-copy: the payload is still the announcing op's buffer.
+                        let announced = OpState::Active {
+                            serial: h.serial,
+                            progress: SEND_ANNOUNCED,
                         };
-                        conn.wq.push_back(OutFrame::new(&d, Some(m.data.clone())));
-                        conn.outstanding += 1;
-                        self.dirty.push(id);
+                        let op = ex
+                            .sends
+                            .iter()
+                            .position(|s| s.peer == p && s.key == h.key && s.state == announced);
+                        let Some(op) = op else {
+                            // Its exchange was abandoned (after an error): nothing to send.
+                            self.outbox.remove(&key);
+                            self.queue_control(id, conn, FrameType::Miss, &h);
+                            return Ok(Verdict::Keep);
+                        };
+                        ex.sends[op].state = OpState::Active {
+                            serial: h.serial,
+                            progress: SEND_STREAMING,
+                        };
+                        conn.borrowed += 1;
+                        if !self.borrowing.contains(&id) {
+                            self.borrowing.push(id);
+                        }
+                        Payload::Borrowed {
+                            op,
+                            key: h.key,
+                            serial: h.serial,
+                            len: m.len,
+                        }
                     }
-                    None => self.queue_control(id, conn, FrameType::Miss, &h),
-                }
+                };
+                m.state = OutState::Served;
+                conn.wq.push_back(OutFrame {
+                    header: d.encode(),
+                    payload,
+                    off: 0,
+                });
+                conn.outstanding += 1;
+                self.dirty.push(id);
                 Ok(Verdict::Keep)
             }
             FrameType::CloseReq => {
@@ -1830,7 +1979,7 @@ impl TcpTransport {
                     );
                     conn.wq.push_back(OutFrame::new(&h, None));
                     conn.phase = Phase::ByeSent;
-                    let _ = conn.flush();
+                    let _ = conn.flush(None);
                     let _ = conn.sock.shutdown(Shutdown::Write);
                 }
                 _ => {
@@ -1955,7 +2104,9 @@ impl Transport for TcpTransport {
         self.start_sends(ex)?;
         self.match_recvs(ex)?;
         if !self.own_part_complete(ex) || self.tick & 15 == 0 {
-            self.poll_io(ex, 0)?;
+            let polled = self.poll_io(ex, 0);
+            self.flush_borrowed(ex);
+            polled?;
             if let Some(e) = self.pending_error.take() {
                 return Err(e);
             }
@@ -1999,6 +2150,7 @@ impl Transport for TcpTransport {
             ("tcp refusals sent", c.refusals_sent),
             ("tcp refusals received", c.refusals_received),
             ("tcp announced", c.announced),
+            ("tcp announced then copied", c.rndv_copies),
             ("tcp gets sent", c.gets_sent),
             ("tcp gets served", c.gets_served),
             ("tcp strangers rejected", c.strangers),
