@@ -96,3 +96,24 @@ fn fixed_size_receive_of_wrong_length_is_an_error() {
         t.finish().unwrap();
     });
 }
+
+#[test]
+fn large_blocking_sends_in_both_directions_do_not_deadlock() {
+    // Both ranks send a large (rendezvous) message before receiving: the announced message
+    // waits for the peer's GET only briefly, then is copied into the outbox so the blocking
+    // send returns (buffered semantics, T1), instead of the classic rendezvous deadlock.
+    common::run(2, common::config(), |mut t| {
+        let other = 1 - t.rank();
+        let msg = vec![t.rank() as u8 + 1; 2 << 20];
+        for _ in 0..3 {
+            t.send(other, MsgKey::user(2), &msg).unwrap();
+            let mut got = vec![0u8; 2 << 20];
+            let mut ex = Exchange::new();
+            ex.recv_into(other, MsgKey::user(2), &mut got);
+            t.exchange(&mut ex).unwrap();
+            drop(ex);
+            assert!(got.iter().all(|&b| b == other as u8 + 1));
+        }
+        t.finish().unwrap();
+    });
+}
