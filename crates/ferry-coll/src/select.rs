@@ -1,14 +1,29 @@
 //! Algorithm choice by message size and group size (M4, 000 §7.2.2), and the checks on forced
 //! algorithms.
 //!
-//! The choice depends only on what every member knows alike — group size, the length of the
-//! reduced/broadcast slice, the operator's commutativity, the requested order and the node
-//! layout — never on the backend or on timing, so every member picks the same algorithm and
-//! the result bits do not change between backends (the node-aware path is the documented
-//! exception: it applies only when the transport reports several nodes).
+//! # Determinism
+//! Every member must pick the same algorithm, and the result bits must not depend on the
+//! backend. The choice therefore depends on what every member knows alike: group size, the
+//! length of the reduced slice, the operator's commutativity, the requested order and the node
+//! layout. Algorithms fall into *order classes* that produce the same bits for a given group
+//! size: the left fold (Linear, Master, Direct, Pipeline), the tree (BinomialTree, and
+//! RecursiveDoubling when `p` is 3, 6, 7 or a power of two), the ring, and the hierarchy.
+//! The class never depends on the backend; the backend may only pick *within* a class — which
+//! happens for 2 members only, where every algorithm computes the single combination
+//! `x0 op x1` (built-in operators are commutative bit for bit, NaN payloads and the sign of
+//! a zero in Min/Max aside). The node-aware path is the documented exception: it applies only
+//! when the transport reports several nodes.
 //!
-//! The crossover constants below come from `osu_allreduce -a ALG` runs on the target machine
-//! (2 vCPUs; see docs/PERFORMANCE.md, "collective crossovers", for the table and command).
+//! # Crossovers
+//! From `bench/crossovers.sh` (osu_allreduce with every forced algorithm, best of 3, tcp, shm
+//! and hybrid, 2 and 4 ranks, on the 2-vCPU target machine; tables in docs/PERFORMANCE.md).
+//! On this machine 4 ranks share 2 cores, so every message costs CPU time that another rank is
+//! waiting for: the binomial tree, which sends the fewest messages (`2(p-1)`), beat recursive
+//! doubling, the direct strategy and the ring on tcp and hybrid at every size and on shm at
+//! the small and large sizes (the direct strategy won on shm between 512 B and 8 KiB). For 2
+//! members the single-exchange algorithms win up to 32 KiB, then the ring on shm (it splits
+//! the reduction work between the two cores) and the binomial tree elsewhere.
+//!
 //! Collectives whose block sizes may differ between members (gather, scatter, allgather,
 //! alltoall, broadcast into a vector) choose by group size only: the members could not agree
 //! on a size-based choice without an extra round.
@@ -20,16 +35,14 @@ use crate::hier::Layout;
 use crate::op::ReduceOp;
 use crate::{linear, rdouble, ring, tree, Algorithm, CollOptions, ReduceOrder};
 
-/// Allreduce up to this many bytes on up to [`DIRECT_MAX_P`] members: "all inputs to all
-/// outputs" (one round of messages beats `log2 p` rounds while messages are tiny).
+/// Rank-ordered allreduce up to this many bytes on up to [`DIRECT_MAX_P`] members: "all inputs
+/// to all outputs" (one round of messages beats the master's two while messages are tiny).
 pub const DIRECT_MAX_BYTES: usize = 1024;
 /// Largest group for the direct strategy (its message count grows with `p^2`).
 pub const DIRECT_MAX_P: usize = 4;
-/// Allreduce from this many bytes up (3 or more members): ring (commutative) or pipeline.
-pub const RING_MIN_BYTES: usize = 64 * 1024;
-/// The same crossover for 2 members, where recursive doubling is a single exchange and the
-/// ring only wins once splitting the reduction work between the two pays.
-pub const RING_MIN_BYTES_2: usize = 256 * 1024;
+/// 2 members: from this many bytes up the single exchange gives way to the ring (shm) or the
+/// binomial tree (other backends).
+pub const LARGE_2_BYTES: usize = 32 * 1024;
 /// Rank-ordered allreduce/reduce from this many bytes up: pipelined chain instead of master.
 pub const PIPELINE_MIN_BYTES: usize = 64 * 1024;
 /// Broadcast of a slice from this many bytes up (and more than 2 members): pipelined chain.
@@ -66,9 +79,9 @@ fn segment(opts: &CollOptions) -> usize {
 enum NodePlan {
     /// One node (or no useful grouping): the plain size-based choice.
     Flat,
-    /// Equal contiguous blocks of a power-of-two size: recursive doubling's first rounds stay
-    /// inside the nodes, so it *is* node-aware; the one-round direct strategy is avoided
-    /// because it sends `p-1` messages per member across nodes.
+    /// Equal contiguous blocks of a power-of-two size: the binomial tree's first rounds pair
+    /// members inside a node and only its last rounds cross nodes, so the plain choice is
+    /// already node-aware (measured faster than the explicit hierarchy on 2 x 2 hybrid).
     Aligned,
     /// Any other multi-node layout: reduce inside nodes first.
     Hierarchical(Layout),
@@ -201,12 +214,15 @@ pub(crate) fn reduce<T: Element>(
     }
 }
 
-/// The algorithm Auto picks for an allreduce (exposed for the benchmarks' headers).
+/// The algorithm Auto picks for an allreduce of `bytes` on `p` members over the backend named
+/// `backend` (single-node layout; see the module documentation for the rules and why the
+/// backend may only matter for 2 members).
 pub fn allreduce_choice(
     p: usize,
     bytes: usize,
     commutative: bool,
     order: ReduceOrder,
+    backend: &str,
 ) -> Algorithm {
     if p <= 1 {
         return Algorithm::Linear;
@@ -214,26 +230,22 @@ pub fn allreduce_choice(
     if order == ReduceOrder::RankOrderedFold {
         return if bytes >= PIPELINE_MIN_BYTES && p > 2 {
             Algorithm::Pipeline
-        } else if p <= DIRECT_MAX_P {
+        } else if p <= DIRECT_MAX_P && bytes <= DIRECT_MAX_BYTES {
             Algorithm::Direct
         } else {
             Algorithm::Master
         };
     }
-    let ring_min = if p == 2 {
-        RING_MIN_BYTES_2
-    } else {
-        RING_MIN_BYTES
-    };
-    if bytes <= DIRECT_MAX_BYTES && p <= DIRECT_MAX_P {
-        Algorithm::Direct
-    } else if bytes < ring_min {
-        Algorithm::RecursiveDoubling
-    } else if commutative {
-        Algorithm::Ring
-    } else {
-        Algorithm::Pipeline
+    if p == 2 {
+        return if bytes < LARGE_2_BYTES {
+            Algorithm::RecursiveDoubling
+        } else if commutative && backend == "shm" {
+            Algorithm::Ring
+        } else {
+            Algorithm::BinomialTree
+        };
     }
+    Algorithm::BinomialTree
 }
 
 /// Allreduce: see [`allreduce_choice`]; node-aware when the transport reports several nodes.
@@ -250,13 +262,9 @@ pub(crate) fn allreduce<T: Element>(
     let alg = match opts.algorithm {
         Algorithm::Auto => match node_plan(t, c, op, opts) {
             NodePlan::Hierarchical(lay) => return crate::hier::allreduce(t, c, &lay, data, op),
-            NodePlan::Aligned => {
-                match allreduce_choice(p, bytes, op.is_commutative(), opts.order) {
-                    Algorithm::Direct => Algorithm::RecursiveDoubling,
-                    a => a,
-                }
+            NodePlan::Flat | NodePlan::Aligned => {
+                allreduce_choice(p, bytes, op.is_commutative(), opts.order, t.name())
             }
-            NodePlan::Flat => allreduce_choice(p, bytes, op.is_commutative(), opts.order),
         },
         a => a,
     };

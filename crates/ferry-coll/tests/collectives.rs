@@ -633,3 +633,53 @@ fn custom_op_via_arc() {
     }
     assert!(out.iter().all(|&x| x == acc), "{out:?} vs {acc}");
 }
+
+#[test]
+fn two_members_give_the_same_bits_with_every_algorithm() {
+    // The backend may pick the algorithm for 2 members (select.rs): that is only sound if
+    // every algorithm computes the same bits there.
+    let n = 301;
+    let mut seen: Option<Vec<u64>> = None;
+    for alg in ALLREDUCE_ALGS {
+        let out = MemTransport::run(2, |mut t| {
+            let g = Group::world(2);
+            let mut fl = input_f64(t.rank(), n);
+            allreduce_with(&mut t, &g, &mut fl, &ReduceOp::Sum, &opts(alg)).unwrap();
+            fl.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+        });
+        assert_eq!(out[0], out[1]);
+        match &seen {
+            None => seen = Some(out[0].clone()),
+            Some(s) => assert_eq!(s, &out[0], "{alg:?} differs"),
+        }
+    }
+}
+
+#[test]
+fn auto_choice_follows_the_measured_table() {
+    use ferry_coll::allreduce_choice as choice;
+    let any = ReduceOrder::Auto;
+    assert_eq!(choice(2, 8, true, any, "shm"), Algorithm::RecursiveDoubling);
+    assert_eq!(choice(2, 1 << 20, true, any, "shm"), Algorithm::Ring);
+    assert_eq!(
+        choice(2, 1 << 20, true, any, "tcp"),
+        Algorithm::BinomialTree
+    );
+    assert_eq!(
+        choice(2, 1 << 20, false, any, "shm"),
+        Algorithm::BinomialTree
+    );
+    for backend in ["tcp", "shm", "hybrid"] {
+        for bytes in [8, 4096, 1 << 20] {
+            // Beyond 2 members the order class never depends on the backend.
+            assert_eq!(
+                choice(4, bytes, true, any, backend),
+                Algorithm::BinomialTree
+            );
+        }
+    }
+    let ord = ReduceOrder::RankOrderedFold;
+    assert_eq!(choice(4, 8, true, ord, "tcp"), Algorithm::Direct);
+    assert_eq!(choice(8, 8, true, ord, "tcp"), Algorithm::Master);
+    assert_eq!(choice(4, 1 << 20, true, ord, "tcp"), Algorithm::Pipeline);
+}
