@@ -2,10 +2,9 @@
 //! line that starts one rank through the `--remote-cmd` template.
 //!
 //! Remote ranks get their `FERRY_*` variables on the command line (through `env`), because
-//! tools like ssh do not carry the launcher's environment. That includes the job secret, which
-//! is then visible in the remote host's process list: use the launcher across hosts only
-//! where the other users of those hosts are trusted, or with a template that runs the ranks
-//! in private namespaces.
+//! tools like ssh do not carry the launcher's environment. The job secret is the exception: it
+//! would be readable by every user of the remote host in its process list, so the command
+//! reads it from the rank's stdin instead, which the launcher feeds and then closes (T8).
 
 use std::path::Path;
 
@@ -67,23 +66,41 @@ pub fn shell_quote(word: &str) -> String {
     format!("'{}'", word.replace('\'', r"'\''"))
 }
 
+/// Shell words that read one line from stdin into `var` and export it before running the
+/// rest of the command: how a secret reaches a remote rank without appearing in any process's
+/// arguments (T8).
+fn read_secret_prefix(var: &str) -> Vec<String> {
+    vec![
+        "sh".to_string(),
+        "-c".to_string(),
+        format!("IFS= read -r {var} && export {var} && exec \"$0\" \"$@\""),
+    ]
+}
+
 /// The shell command that starts `program args` on `host` with the variables `env`, built
-/// from `template` (`{host}`, `{cmd}`, `{qcmd}`; see `ferry run --help`).
+/// from `template` (`{host}`, `{cmd}`, `{qcmd}`; see `ferry run --help`). With `stdin_var`,
+/// the rank first reads that variable's value from its stdin (see [`read_secret_prefix`]).
 pub fn remote_command(
     template: &str,
     host: &str,
     env: &[(String, String)],
     command: &[String],
+    stdin_var: Option<&str>,
 ) -> Result<String, String> {
     if !template.contains("{cmd}") && !template.contains("{qcmd}") {
         return Err(format!(
             "--remote-cmd `{template}` has neither {{cmd}} nor {{qcmd}}: where does the rank's command go?"
         ));
     }
-    let mut words = vec!["env".to_string()];
-    words.extend(env.iter().map(|(k, v)| shell_quote(&format!("{k}={v}"))));
-    words.extend(command.iter().map(|w| shell_quote(w)));
-    let cmd = words.join(" ");
+    let mut words: Vec<String> = stdin_var.map(read_secret_prefix).unwrap_or_default();
+    words.push("env".to_string());
+    words.extend(env.iter().map(|(k, v)| format!("{k}={v}")));
+    words.extend(command.iter().cloned());
+    let cmd = words
+        .iter()
+        .map(|w| shell_quote(w))
+        .collect::<Vec<_>>()
+        .join(" ");
     let qcmd = shell_quote(&cmd);
     Ok(template
         .replace("{host}", &shell_quote(host))
@@ -116,15 +133,39 @@ mod tests {
         assert_eq!(shell_quote("it's"), r"'it'\''s'");
         let env = vec![("FERRY_RANK".to_string(), "1".to_string())];
         let cmd = vec!["/bin/echo".to_string(), "x y".to_string()];
-        let c = remote_command("ip netns exec {host} {cmd}", "ns1", &env, &cmd).unwrap();
+        let c = remote_command("ip netns exec {host} {cmd}", "ns1", &env, &cmd, None).unwrap();
         assert_eq!(c, "ip netns exec ns1 env FERRY_RANK=1 /bin/echo 'x y'");
-        let c = remote_command("sh -c {qcmd}", "h", &env, &cmd).unwrap();
+        let c = remote_command("sh -c {qcmd}", "h", &env, &cmd, None).unwrap();
         let out = std::process::Command::new("sh")
             .arg("-c")
             .arg(&c)
             .output()
             .unwrap();
         assert_eq!(out.stdout, b"x y\n");
-        assert!(remote_command("ssh {host}", "h", &env, &cmd).is_err());
+    }
+
+    #[test]
+    fn secret_comes_through_stdin_not_arguments() {
+        use std::io::Write;
+        let env = vec![("FERRY_RANK".to_string(), "1".to_string())];
+        let cmd = vec![
+            "sh".to_string(),
+            "-c".to_string(),
+            "echo \"$FERRY_RANK $FERRY_SECRET\"".to_string(),
+        ];
+        let c = remote_command("sh -c {qcmd}", "h", &env, &cmd, Some("FERRY_SECRET")).unwrap();
+        assert!(!c.contains("s3cr3t"));
+        let mut child = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(&c)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(b"s3cr3t\n").unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.stdout, b"1 s3cr3t\n");
+        let env = vec![("FERRY_RANK".to_string(), "1".to_string())];
+        assert!(remote_command("ssh {host}", "h", &env, &cmd, None).is_err());
     }
 }

@@ -2,7 +2,7 @@
 //! them, and end the job when a rank fails or the launcher is interrupted (R1, T8).
 
 use std::fmt;
-use std::io::Read;
+use std::io::{Read, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::Arc;
@@ -322,26 +322,45 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
                             && !env.iter().any(|(e, _)| e == k)
                     })
                     .collect();
-                all.extend(env.iter().cloned());
+                // The secret travels through the rank's stdin, not its arguments, which any
+                // user of the remote host could read in the process list (T8).
+                all.extend(env.iter().filter(|(k, _)| k != "FERRY_SECRET").cloned());
                 let mut command = args.command.clone();
                 if command[0].contains('/') {
                     if let Ok(abs) = std::fs::canonicalize(&command[0]) {
                         command[0] = abs.to_string_lossy().into_owned();
                     }
                 }
-                let line = remote::remote_command(&args.remote_cmd, h, &all, &command)
-                    .map_err(Fatal::usage)?;
+                let line = remote::remote_command(
+                    &args.remote_cmd,
+                    h,
+                    &all,
+                    &command,
+                    Some("FERRY_SECRET"),
+                )
+                .map_err(Fatal::usage)?;
                 let mut c = Command::new("sh");
                 c.arg("-c").arg(format!("exec {line}"));
-                // The local wrapper (ip netns exec, ...) inherits these too.
-                c.envs(env.iter().map(|(k, v)| (k, v)));
+                // The local wrapper (ip netns exec, ...) inherits these too, except the
+                // secret, which only the rank's stdin carries.
+                c.envs(
+                    env.iter()
+                        .filter(|(k, _)| k != "FERRY_SECRET")
+                        .map(|(k, v)| (k, v)),
+                );
+                c.env_remove("FERRY_SECRET");
                 c
             }
         };
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0);
+        // Remote ranks read the secret from stdin, then see end of file like local ones.
+        cmd.stdin(if host.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
         let restore = nofile;
         // SAFETY: the closure runs between fork and exec and only makes async-signal-safe
         // system calls (prctl, getppid, setrlimit).
@@ -370,6 +389,10 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
                 return Err(Fatal::start(msg));
             }
         };
+        if let Some(mut stdin) = child.stdin.take() {
+            // A rank that died at once makes this fail (EPIPE); its exit status tells why.
+            let _ = stdin.write_all(format!("{secret}\n").as_bytes());
+        }
         let pid = child.id() as i32;
         let pipes = [
             child.stdout.take().map(Pipe::Out),

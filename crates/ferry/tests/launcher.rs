@@ -509,7 +509,8 @@ fn hosts_are_reached_through_the_remote_command() {
     };
     // A "remote" command that runs the rank locally through a second shell, as ssh would:
     // {qcmd} must survive that extra level of quoting, arguments with spaces included.
-    let script = "echo rank=$FERRY_RANK node=$FERRY_NODE backend=$FERRY_BACKEND via=$VIA arg=\"$1\"; [ $FERRY_RANK != 3 ] || exit 5";
+    // The secret reaches remote ranks through stdin: it must arrive whole (32 hex digits).
+    let script = "echo rank=$FERRY_RANK node=$FERRY_NODE backend=$FERRY_BACKEND via=$VIA secret=${#FERRY_SECRET} arg=\"$1\"; [ $FERRY_RANK != 3 ] || exit 5";
     let run = |extra: &[&str]| {
         let (out, _) = run_limited(
             Command::new(&ferry)
@@ -536,7 +537,9 @@ fn hosts_are_reached_through_the_remote_command() {
         placement
             .iter()
             .enumerate()
-            .map(|(r, h)| format!("rank={r} node={h} backend=hybrid via={h} arg=two words"))
+            .map(|(r, h)| {
+                format!("rank={r} node={h} backend=hybrid via={h} secret=32 arg=two words")
+            })
             .collect()
     };
     assert_eq!(lines, want(["nodeA", "nodeB", "nodeA", "nodeB"]));
