@@ -7,6 +7,7 @@
 # Usage: bench/examples.sh [REPS]   (from the repository root; default REPS=3, best-of-REPS)
 # Needs: cargo build --release --workspace --bins --examples
 # Env:   BACKENDS="tcp shm hybrid"  RANKS="1 2 4"  OUT=file (Markdown table, default stdout)
+#        FERRY=path/to/ferry  EX=dir/of/examples (e.g. a separate `--features mpi` build)
 #
 # Prints a Markdown table (wall seconds of `ferry run`, start-up included, best of REPS) and the
 # exact commands, for docs/PERFORMANCE.md. A cell reads FAIL when the run exited non-zero or
@@ -16,8 +17,8 @@ cd "$(dirname "$0")/.." || exit 1
 REPS=${1:-3}
 BACKENDS=${BACKENDS:-"tcp shm hybrid"}
 RANKS=${RANKS:-"1 2 4"}
-FERRY=target/release/ferry
-EX=target/release/examples
+FERRY=${FERRY:-target/release/ferry}
+EX=${EX:-target/release/examples}
 LOGDIR=${LOGDIR:-$(mktemp -d /tmp/ferry-bench-examples.XXXXXX)}
 
 # Thesis command line -> scaled command line used here (same program and options).
