@@ -490,3 +490,78 @@ fn allreduce_path_matches_transition_fold_bitwise() {
         }
     }
 }
+
+/// A user element type (two fields) travels through switches and reduces with a custom
+/// operator; f32 containers work like f64 ones.
+#[test]
+fn user_element_types_and_f32() {
+    #[derive(Clone, Copy, Default, PartialEq, Debug)]
+    #[repr(C)]
+    struct MinLoc {
+        value: f32,
+        index: u32,
+    }
+    // SAFETY: f32 + u32, no padding, every bit pattern valid.
+    unsafe impl ferry_core::Element for MinLoc {
+        const NAME: &'static str = "MinLoc";
+    }
+    let out = MemTransport::run(3, |mut t| {
+        let mut inst = Instance::for_transport(&t).unwrap();
+        let w = inst.world().clone();
+        let s = Space::new1(9).unwrap();
+        let block = Partitioning::new(&s, &w, &Partitioner::block()).unwrap();
+        let master = Partitioning::new(&s, &w, &Partitioner::Master).unwrap();
+        let all = Partitioning::new(&s, &w, &Partitioner::All).unwrap();
+        let mut c = Container::<MinLoc>::new(&mut inst, "minloc", &s);
+        c.switch_to(&mut t, &block, DataFlow::None, None).unwrap();
+        let r = c.my_ranges()[0];
+        for i in r.from()[0]..r.to()[0] {
+            let v = MinLoc {
+                value: ((i * 5) % 7) as f32,
+                index: i as u32,
+            };
+            c.set(&[i, 0, 0], v).unwrap();
+        }
+        c.switch_to(&mut t, &master, DataFlow::Preserve, None)
+            .unwrap();
+        let gathered: Vec<MinLoc> = c.local_data().to_vec();
+        // user reduction over replicated copies: keep the smaller value (first on ties)
+        let minloc = ReduceOp::<MinLoc>::custom(|acc, x| {
+            for (a, b) in acc.iter_mut().zip(x) {
+                if b.value < a.value {
+                    *a = *b;
+                }
+            }
+        });
+        let mut m = Container::<MinLoc>::new(&mut inst, "m", &Space::new1(1).unwrap());
+        let one = Space::new1(1).unwrap();
+        let all1 = Partitioning::new(&one, &w, &Partitioner::All).unwrap();
+        let all1b = Partitioning::new(&one, &w, &Partitioner::All).unwrap();
+        m.switch_to(&mut t, &all1, DataFlow::None, None).unwrap();
+        m.local_data_mut()[0] = MinLoc {
+            value: 10.0 - t.rank() as f32,
+            index: t.rank() as u32,
+        };
+        m.switch_to(&mut t, &all1b, DataFlow::Preserve, Some(&minloc))
+            .unwrap();
+        // built-in Sum is refused for a non-numeric type
+        assert!(m
+            .switch_to(&mut t, &all1, DataFlow::Preserve, Some(&ReduceOp::Sum))
+            .is_err());
+        let mut f = Container::<f32>::new(&mut inst, "f", &s);
+        f.switch_to(&mut t, &all, DataFlow::None, None).unwrap();
+        f.fill(0.5);
+        f.switch_to(&mut t, &master, DataFlow::Preserve, Some(&ReduceOp::Max))
+            .unwrap();
+        (gathered, m.local_data()[0], f.local_data().to_vec())
+    });
+    let (g, m, f) = &out[0];
+    assert_eq!(g.len(), 9);
+    for (i, v) in g.iter().enumerate() {
+        assert_eq!(v.index, i as u32);
+        assert_eq!(v.value, ((i * 5) % 7) as f32);
+    }
+    assert_eq!(m.index, 2);
+    assert_eq!(f, &vec![0.5f32; 9]);
+    assert!(out.iter().all(|o| o.1 == *m));
+}
