@@ -15,6 +15,7 @@
 //! No leftovers (S4): the segment's name is removed as soon as every rank has attached, so the
 //! memory disappears with the last process, however it ends. See `segment.rs`.
 
+mod flows;
 mod hybrid;
 mod ring;
 mod segment;

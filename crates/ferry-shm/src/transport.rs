@@ -27,7 +27,9 @@ use ferry_core::{
     Config, Error, ErrorKind, Exchange, LaunchInfo, MsgKey, OpState, RecvBuf, RecvOp, Result,
     SendOp, Stats, Transport, WaitPolicy,
 };
-use ferry_proto::{Arrival, EarlyArrivals, FlowTable};
+use ferry_proto::{Arrival, EarlyArrivals};
+
+use crate::flows::Flows;
 
 use crate::ring::{
     decode_cma, encode_cma, CmaDesc, Consumer, Entry, Producer, RingRef, ACK_CANCELLED,
@@ -86,7 +88,8 @@ pub struct ShmTransport {
     tx: Vec<Option<Producer>>,
     rx: Vec<Option<Consumer>>,
     pids: Vec<u32>,
-    flows: FlowTable,
+    send_flows: Flows,
+    recv_flows: Flows,
     inbox: EarlyArrivals,
     inbox_cap_bytes: usize,
     inbox_cap_messages: usize,
@@ -356,7 +359,8 @@ impl ShmTransport {
             tx,
             rx,
             pids,
-            flows: FlowTable::new(),
+            send_flows: Flows::default(),
+            recv_flows: Flows::default(),
             inbox: EarlyArrivals::new(config.shm.inbox_messages, config.shm.inbox_bytes),
             inbox_cap_bytes: config.shm.inbox_bytes,
             inbox_cap_messages: config.shm.inbox_messages,
@@ -624,7 +628,7 @@ impl ShmTransport {
                 continue;
             }
             let (serial, progress) = match s.state {
-                OpState::New => (self.flows.take_send_serial(s.peer, s.key), 0),
+                OpState::New => (self.send_flows.take(s.peer, s.key), 0),
                 OpState::Active { serial, progress } => (serial, progress),
                 OpState::Done => continue,
             };
@@ -928,7 +932,7 @@ impl ShmTransport {
             };
             let serial = match r.state {
                 OpState::New => {
-                    let serial = self.flows.take_recv_serial(r.peer, r.key);
+                    let serial = self.recv_flows.take(r.peer, r.key);
                     r.state = OpState::Active {
                         serial,
                         progress: 0,
@@ -1378,7 +1382,7 @@ impl Transport for ShmTransport {
         self.stats.calls += 1;
         check_peer(self.rank, self.size, peer, "send")?;
         self.check_local(peer, "send")?;
-        let serial = self.flows.take_send_serial(peer, key);
+        let serial = self.send_flows.take(peer, key);
         if let Some(l) = self.local_of[peer] {
             if l != self.me && data.len() <= self.inline_cap {
                 if let Some(tx) = self.tx[l].as_mut() {
@@ -1419,7 +1423,7 @@ impl Transport for ShmTransport {
         self.stats.calls += 1;
         check_peer(self.rank, self.size, peer, "recv")?;
         self.check_local(peer, "recv")?;
-        let serial = self.flows.take_recv_serial(peer, key);
+        let serial = self.recv_flows.take(peer, key);
         if let Some(l) = self.local_of[peer] {
             if l != self.me && self.partial[l].is_none() {
                 let arrival = Arrival {
