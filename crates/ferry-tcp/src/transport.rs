@@ -671,7 +671,12 @@ impl TcpTransport {
     /// being set up, closed, or retried.
     fn get_conn(&mut self, peer: usize, op: &'static str) -> Result<Option<usize>> {
         if let Some(c) = self.peers[peer].conn {
-            if let Some(conn) = self.conns[c].as_mut() {
+            if let Some(conn) = self
+                .conns
+                .get_mut(c)
+                .and_then(Option::as_mut)
+                .filter(|conn| conn.peer == Some(peer))
+            {
                 match conn.phase {
                     Phase::Open | Phase::AwaitHelloAck => {
                         self.tick += 1;
@@ -2112,6 +2117,11 @@ impl Transport for TcpTransport {
             }
             self.match_recvs(ex)?;
             self.maintain()?;
+            if self.dirty.len() >= 32 || self.tick & 15 == 0 {
+                // Corked ACCEPTs must not wait forever on a rank whose receives all complete
+                // from the inbox: senders free their outboxes on them.
+                self.flush_dirty();
+            }
             if !self.own_part_complete(ex) {
                 self.start_sends(ex)?;
                 self.flush_dirty();
