@@ -242,13 +242,18 @@ fn set_boundary(c: &mut Container<f64>, size: i64) -> ferry::Result<()> {
         let (mut lo, mut hi) = (f, t);
         lo[d] = at;
         hi[d] = at + 1;
+        let n = (hi[0] - lo[0]) as usize;
         for z in lo[2]..hi[2] {
             for y in lo[1]..hi[1] {
-                for x in lo[0]..hi[0] {
-                    let off = (x - b[0]) as usize * st[0]
-                        + (y - b[1]) as usize * st[1]
-                        + (z - b[2]) as usize * st[2];
-                    m.data[off] = v;
+                let off = (lo[0] - b[0]) as usize * st[0]
+                    + (y - b[1]) as usize * st[1]
+                    + (z - b[2]) as usize * st[2];
+                if st[0] == 1 {
+                    m.data[off..off + n].fill(v);
+                } else {
+                    for k in 0..n {
+                        m.data[off + k * st[0]] = v;
+                    }
                 }
             }
         }
