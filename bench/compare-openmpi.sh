@@ -78,7 +78,7 @@ run() {
     local name=$1
     shift
     local f="$RAW/$name.$round.txt"
-    echo "+ $*" >"$f.cmd"
+    printf '%q ' "$@" >"$f.cmd"
     if ! timeout 600 "$@" >"$f" 2>"$f.err"; then
         echo "compare-openmpi: $name failed (round $round), see $f.err" >&2
         echo "FAILED" >>"$f"
@@ -176,7 +176,7 @@ for b in ["tcp", "shm"]:
             spec.append((f"{b} allreduce {label}, {n} ranks", f"ferry_{b}_ar{n}", f"ompi_{b}_ar{n}",
                          size, "us", False, goal, None))
 for size, label in ((8, "8 B"), (1048576, "1 MiB")):
-    spec.append((f"hybrid allreduce {label}, 4 ranks (2 nodes)", "ferry_hybrid_ar4", "ompi_hybrid_ar4",
+    spec.append((f"hybrid allreduce {label}, 4 ranks (ferry: 2 nodes over TCP; Open MPI: one host, vader)", "ferry_hybrid_ar4", "ompi_hybrid_ar4",
                  size, "us", False, "-", None))
 
 lines = []
@@ -210,7 +210,6 @@ lines.append("```")
 for f in sorted(os.listdir(raw)):
     if f.endswith(".1.txt.cmd"):
         cmd = open(os.path.join(raw, f)).read().strip()
-        cmd = cmd[2:] if cmd.startswith("+ ") else cmd
         cmd = cmd.replace(root + "/", "")
         lines.append(cmd)
 lines.append("```")
