@@ -363,7 +363,7 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
         .process_group(0);
         let restore = nofile;
         // SAFETY: the closure runs between fork and exec and only makes async-signal-safe
-        // system calls (prctl, getppid, setrlimit).
+        // system calls (prctl, getppid, setrlimit, sigprocmask).
         unsafe {
             cmd.pre_exec(move || {
                 // Die with the launcher, even if it is SIGKILLed (no orphans).
@@ -376,6 +376,13 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
                 }
                 if let Some(lim) = restore {
                     libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+                }
+                // The launcher blocks the signals it waits for; the rank must not inherit
+                // that mask (SIGTERM would not end it, Ctrl-Z would not stop it).
+                let mut none: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut none);
+                if libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut()) != 0 {
+                    return Err(std::io::Error::last_os_error());
                 }
                 Ok(())
             });
@@ -560,6 +567,15 @@ fn supervise(ranks: &mut [Rank], args: &RunArgs, output: &Output, store: &dyn St
         }
         match signals::wait(sleep) {
             signals::Event::Stop(sig) => stop = Some(sig),
+            signals::Event::Suspend => {
+                ranks.iter().for_each(|r| r.signal(libc::SIGTSTP));
+                // SIGTSTP is blocked here, so stop ourselves the way the shell expects.
+                // SAFETY: kill(2) on our own pid.
+                unsafe {
+                    libc::kill(libc::getpid(), libc::SIGSTOP);
+                }
+            }
+            signals::Event::Resume => ranks.iter().for_each(|r| r.signal(libc::SIGCONT)),
             signals::Event::Child | signals::Event::Timeout => {}
         }
     }

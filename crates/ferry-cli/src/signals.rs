@@ -1,12 +1,20 @@
-//! Signals the launcher reacts to: SIGINT, SIGTERM and SIGHUP (end the job) and SIGCHLD (a
-//! rank ended). They are blocked in every thread of the launcher and taken synchronously by the
+//! Signals the launcher reacts to: SIGINT, SIGTERM and SIGHUP (end the job), SIGCHLD (a rank
+//! ended), and SIGTSTP/SIGCONT (Ctrl-Z and `fg`: the ranks, which run in their own process
+//! groups and so do not get the terminal's signals, are stopped and continued with it). They are blocked in every thread of the launcher and taken synchronously by the
 //! main loop with `sigtimedwait`, so the launcher sleeps until something happens instead of
 //! polling (it shares the cores with the ranks) and reacts to a dead rank at once.
-//! Ranks start with an empty signal mask: the standard library resets it before exec.
+//! Ranks start with an empty signal mask: the launcher clears it between fork and exec.
 
 use std::time::Duration;
 
-const WATCHED: [i32; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGCHLD];
+const WATCHED: [i32; 6] = [
+    libc::SIGINT,
+    libc::SIGTERM,
+    libc::SIGHUP,
+    libc::SIGCHLD,
+    libc::SIGTSTP,
+    libc::SIGCONT,
+];
 
 fn watched_set() -> libc::sigset_t {
     // SAFETY: sigemptyset/sigaddset initialise and fill a set we own.
@@ -39,6 +47,10 @@ pub enum Event {
     Stop(i32),
     /// SIGCHLD: some child changed state.
     Child,
+    /// SIGTSTP (Ctrl-Z): stop the ranks, then the launcher.
+    Suspend,
+    /// SIGCONT: the launcher was continued; continue the ranks.
+    Resume,
     /// Nothing within the timeout (or an interrupted wait).
     Timeout,
 }
@@ -54,6 +66,8 @@ pub fn wait(timeout: Duration) -> Event {
     let sig = unsafe { libc::sigtimedwait(&set, std::ptr::null_mut(), &ts) };
     match sig {
         libc::SIGCHLD => Event::Child,
+        libc::SIGTSTP => Event::Suspend,
+        libc::SIGCONT => Event::Resume,
         s if s > 0 => Event::Stop(s),
         _ => Event::Timeout,
     }
@@ -77,6 +91,8 @@ pub fn name(sig: i32) -> &'static str {
         libc::SIGPIPE => "SIGPIPE",
         libc::SIGALRM => "SIGALRM",
         libc::SIGTERM => "SIGTERM",
+        libc::SIGTSTP => "SIGTSTP",
+        libc::SIGCONT => "SIGCONT",
         libc::SIGXCPU => "SIGXCPU",
         libc::SIGXFSZ => "SIGXFSZ",
         libc::SIGSYS => "SIGSYS",

@@ -136,7 +136,9 @@ fn check_failure(mode: &str, expect_msg: &str, expect_code: i32) {
     let delay_ms = 1000;
     let (out, elapsed) = run_limited(
         Command::new(&ferry)
-            .args(["run", "-n", "4", "--"])
+            // A long grace period: the others must go on SIGTERM alone (a rank that cannot
+            // see SIGTERM, e.g. with an inherited signal mask, would hold the job 30 s).
+            .args(["run", "-n", "4", "--grace-ms", "30000", "--"])
             .arg(&ex[0])
             .args(["2", mode, &delay_ms.to_string()]),
         Duration::from_secs(50),
@@ -145,8 +147,8 @@ fn check_failure(mode: &str, expect_msg: &str, expect_code: i32) {
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(expect_code), "stderr: {stderr}");
     assert!(stderr.contains(expect_msg), "stderr: {stderr}");
-    // The others sleep 60 s: ending them is the launcher's doing. The launcher's own bound is
-    // 1 s of grace; the rest is slack for a loaded 2-core machine.
+    // The others sleep 60 s: ending them is the launcher's doing. SIGTERM ends them at once;
+    // the rest is slack for a loaded 2-core machine.
     assert!(
         elapsed < Duration::from_millis(delay_ms) + Duration::from_secs(6),
         "took {elapsed:?}"
@@ -641,4 +643,93 @@ fn ranks_die_with_a_sigkilled_launcher() {
         Vec::<u32>::new(),
         "ranks outlived a SIGKILLed launcher"
     );
+}
+
+/// The state letter of process `pid` (`R`, `S`, `T`, `Z`, ...), if it exists.
+fn proc_state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+fn wait_state(pids: &[u32], want: impl Fn(char) -> bool, limit: Duration) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if pids.iter().all(|&p| proc_state(p).is_some_and(&want)) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    false
+}
+
+#[test]
+fn ctrl_z_stops_and_fg_continues_the_ranks() {
+    let Some((ferry, ex)) = tools(&["t_fail"]) else {
+        return;
+    };
+    let mut child: Child = Command::new(&ferry)
+        .args(["run", "-n", "2"])
+        .arg(&ex[0])
+        .args(["0", "none"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut reader = BufReader::new(child.stdout.take().unwrap());
+    let mut pids = Vec::new();
+    let mut line = String::new();
+    while pids.len() < 2 {
+        line.clear();
+        assert!(
+            reader.read_line(&mut line).unwrap() > 0,
+            "launcher ended early"
+        );
+        pids.extend(pids_in(&line));
+    }
+    let launcher = child.id().to_string();
+    let signal = |sig: &str| {
+        assert!(Command::new("kill")
+            .args([sig, &launcher])
+            .status()
+            .unwrap()
+            .success())
+    };
+    signal("-TSTP");
+    let stopped = wait_state(&pids, |c| c == 'T', Duration::from_secs(10));
+    let launcher_stopped = wait_state(&[child.id()], |c| c == 'T', Duration::from_secs(10));
+    signal("-CONT");
+    let continued = wait_state(&pids, |c| c != 'T', Duration::from_secs(10));
+    signal("-TERM");
+    let exit = child.wait().unwrap();
+    assert!(stopped, "ranks not stopped by Ctrl-Z");
+    assert!(launcher_stopped, "launcher did not stop itself");
+    assert!(continued, "ranks not continued");
+    assert_eq!(exit.code(), Some(143));
+}
+
+#[test]
+fn remaining_ranks_get_sigterm_before_sigkill() {
+    let Some((ferry, _)) = tools(&[]) else {
+        return;
+    };
+    // Rank 0 fails once rank 1 is ready; rank 1 reports the SIGTERM it is sent (a rank that
+    // cannot see SIGTERM, e.g. with an inherited signal mask, is only SIGKILLed).
+    let script = r#"
+        flag="${TMPDIR:-/tmp}/ferry-test-$FERRY_JOB_ID.ready"
+        if [ "$FERRY_RANK" = 1 ]; then
+            trap 'echo "rank 1 got SIGTERM"; rm -f "$flag"; exit 0' TERM
+            echo ready; : > "$flag"
+            while :; do sleep 0.05; done
+        fi
+        i=0; while [ ! -e "$flag" ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done
+        exit 7"#;
+    let (out, _) = run_limited(
+        Command::new(&ferry).args(["run", "-n", "2", "sh", "-c", script]),
+        Duration::from_secs(30),
+    );
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(7), "{}", text(&out.stderr));
+    assert!(stdout.contains("ready"), "{stdout}");
+    assert!(stdout.contains("rank 1 got SIGTERM"), "{stdout}");
 }
