@@ -4,7 +4,9 @@
 //! directories may be named in `FERRY_CONFORMANCE_DIRS`, comma-separated) and runs every case
 //! with a plain SPMD launch through `target/<profile>/ferry run -n RANKS --backend B PROGRAM
 //! ARGS`, on every backend that serves the rank count: `single` for one rank; `tcp`, `shm`,
-//! `hybrid`, and `hybrid2` for more. `hybrid2` is the hybrid backend with the ranks split into
+//! `hybrid`, and `hybrid2` for more; and `mpi` for every case when `mpirun` is installed and
+//! the examples were built with `--features mpi` (`mpirun --allow-run-as-root --oversubscribe
+//! -n RANKS PROGRAM ARGS` with `FERRY_BACKEND=mpi`, as the outside checks do). `hybrid2` is the hybrid backend with the ranks split into
 //! two "nodes" on this host: each rank is started through `sh -c` that sets
 //! `FERRY_NODE=node<k>` (first half of the ranks node0, the rest node1) before it execs the
 //! program, so shm carries the traffic within a node and TCP the traffic between them. Stdout is compared in the
@@ -18,7 +20,7 @@
 //! `tcp2:...`) are reported as skipped: joining and removing processes belongs to fault
 //! tolerance, a later issue.
 //!
-//! Knobs: `FERRY_CONFORMANCE_BACKENDS=tcp,shm` restricts the multi-rank backends,
+//! Knobs: `FERRY_CONFORMANCE_BACKENDS=tcp,shm` restricts the multi-rank backends (and `mpi`),
 //! `FERRY_CONFORMANCE_ONLY=<substring>` restricts the cases, `FERRY_CONFORMANCE_TIMEOUT_S`
 //! sets the per-run timeout (default 120 s; the machine may be loaded).
 
@@ -246,6 +248,7 @@ fn first_difference(got: &str, expected: &str) -> String {
 
 struct Runner {
     ferry: Option<PathBuf>,
+    mpirun: Option<PathBuf>,
     examples: PathBuf,
     timeout: Duration,
 }
@@ -318,8 +321,22 @@ impl Runner {
         } else {
             backend
         };
-        let mut cmd = match &self.ferry {
-            Some(ferry) => {
+        let mut cmd = match (&self.ferry, &self.mpirun) {
+            (_, Some(mpirun)) if backend == "mpi" => {
+                let mut c = Command::new(mpirun);
+                c.args([
+                    "--allow-run-as-root",
+                    "--oversubscribe",
+                    "-n",
+                    &case.ranks.to_string(),
+                ])
+                .arg(&prog)
+                // Open MPI refuses root without these (CI containers run as root).
+                .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+                .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+                c
+            }
+            (Some(ferry), _) => {
                 let mut c = Command::new(ferry);
                 c.args([
                     "run",
@@ -335,7 +352,7 @@ impl Runner {
                 c.arg(&prog);
                 c
             }
-            None => {
+            _ => {
                 // Without the launcher only one-rank runs are possible.
                 let mut c = Command::new(&prog);
                 c.env("FERRY_BACKEND", "single");
@@ -345,7 +362,9 @@ impl Runner {
         cmd.args(&case.args);
         // A stray setting of the developer's shell must not change the backend under test.
         cmd.env_remove("FERRY_BACKEND").env_remove("FERRY_LOG");
-        if self.ferry.is_none() {
+        if backend == "mpi" {
+            cmd.env("FERRY_BACKEND", "mpi");
+        } else if self.ferry.is_none() {
             cmd.env("FERRY_BACKEND", "single");
         }
         for (k, v) in translate_env(&case.env) {
@@ -402,10 +421,21 @@ impl Runner {
 
 fn backends_for(case: &Case, multi: &[String]) -> Vec<String> {
     if case.ranks == 1 {
-        vec!["single".to_string()]
+        let mut b = vec!["single".to_string()];
+        b.extend(multi.iter().filter(|m| *m == "mpi").cloned());
+        b
     } else {
         multi.to_vec()
     }
+}
+
+/// `mpirun` from `PATH`, if installed.
+fn find_mpirun() -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join("mpirun"))
+            .find(|p| p.is_file())
+    })
 }
 
 #[test]
@@ -450,13 +480,15 @@ fn conformance_cases() {
         .ok()
         .and_then(|s| s.parse::<u64>().ok())
         .unwrap_or(120);
+    let mpirun = find_mpirun();
     let runner = Runner {
         ferry: ferry.clone(),
+        mpirun: mpirun.clone(),
         examples: profile.join("examples"),
         timeout: Duration::from_secs(timeout),
     };
     let multi: Vec<String> = std::env::var("FERRY_CONFORMANCE_BACKENDS")
-        .unwrap_or_else(|_| "tcp,shm,hybrid,hybrid2".to_string())
+        .unwrap_or_else(|_| "tcp,shm,hybrid,hybrid2,mpi".to_string())
         .split(',')
         .map(|s| s.trim().to_string())
         .filter(|s| !s.is_empty())
@@ -477,7 +509,11 @@ fn conformance_cases() {
             continue;
         }
         for b in backends_for(c, &multi) {
-            if ferry.is_none() && c.ranks > 1 {
+            if b == "mpi" && mpirun.is_none() {
+                results.push((c.clone(), b, Outcome::Skip("mpirun not installed".into())));
+            } else if b == "mpi" {
+                work.push((c.clone(), b));
+            } else if ferry.is_none() && c.ranks > 1 {
                 results.push((c.clone(), b, Outcome::Skip("launcher not built".into())));
             } else {
                 work.push((c.clone(), b));
