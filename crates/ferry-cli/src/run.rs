@@ -72,11 +72,12 @@ impl Rank {
             // Reaped: the pid may belong to someone else by now.
             return;
         }
-        // SAFETY: plain kill(2) calls on the rank's process group and on the rank itself (in
-        // case it left the group); errors (already gone) are harmless.
+        // SAFETY: plain kill(2) calls on the rank's process group (its children too), or on
+        // the rank alone if it left that group; errors (already gone) are harmless.
         unsafe {
-            libc::kill(-self.pid, sig);
-            libc::kill(self.pid, sig);
+            if libc::kill(-self.pid, sig) != 0 {
+                libc::kill(self.pid, sig);
+            }
         }
     }
 
