@@ -26,10 +26,11 @@ pub const MAX_EARLY_BYTES: usize = 256 << 20;
 /// Most messages kept aside, as [`MAX_EARLY_BYTES`].
 const MAX_EARLY_MESSAGES: usize = 65_536;
 
-/// Free buffers kept for reuse, and the largest one kept: enough for the steady state of
-/// halo exchanges without holding on to the memory of one huge message.
+/// Free buffers kept for reuse, the largest one kept, and the most bytes kept in all: enough
+/// for the steady state of halo exchanges without holding on to the memory of huge messages.
 const POOL_BUFFERS: usize = 64;
 const POOL_MAX_CAPACITY: usize = 16 << 20;
+const POOL_MAX_BYTES: usize = 64 << 20;
 
 /// After `general.spin_us` in an exchange without completion, the waiting rank yields the core
 /// to other processes; after [`YIELD_FOR`] more it sleeps in short naps. Yielding early is
@@ -81,6 +82,7 @@ pub struct MpiTransport {
     /// hashing for them.
     blocked: Vec<(usize, i32)>,
     pool: Vec<Vec<u8>>,
+    pool_bytes: usize,
     stats: Stats,
     hashed_messages: u64,
     kept_aside_total: u64,
@@ -169,6 +171,7 @@ impl MpiTransport {
             early_messages: 0,
             blocked: Vec::new(),
             pool: Vec::new(),
+            pool_bytes: 0,
             stats: Stats::new(0, 1, "mpi"),
             hashed_messages: 0,
             kept_aside_total: 0,
@@ -316,18 +319,35 @@ impl MpiTransport {
         self.tags
     }
 
+    /// An empty buffer with room for `capacity` bytes: the smallest pooled one that fits (so a
+    /// small message does not pin a large block), else a new one.
     fn take_buffer(&mut self, capacity: usize) -> Vec<u8> {
-        let mut buf = self.pool.pop().unwrap_or_default();
-        buf.clear();
-        buf.reserve(capacity);
-        buf
+        let best = self
+            .pool
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.capacity() >= capacity)
+            .min_by_key(|(_, b)| b.capacity())
+            .map(|(i, _)| i);
+        match best {
+            Some(i) => {
+                let mut buf = self.pool.swap_remove(i);
+                self.pool_bytes -= buf.capacity();
+                buf.clear();
+                buf
+            }
+            None => Vec::with_capacity(capacity),
+        }
     }
 
     fn recycle(&mut self, buf: Vec<u8>) {
+        let cap = buf.capacity();
         if self.pool.len() < POOL_BUFFERS
-            && buf.capacity() > 0
-            && buf.capacity() <= POOL_MAX_CAPACITY
+            && cap > 0
+            && cap <= POOL_MAX_CAPACITY
+            && self.pool_bytes + cap <= POOL_MAX_BYTES
         {
+            self.pool_bytes += cap;
             self.pool.push(buf);
         }
     }
