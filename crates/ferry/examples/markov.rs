@@ -127,7 +127,14 @@ struct Opts {
     iters: usize,
 }
 
-fn parse(args: &[String]) -> Result<Opts, String> {
+/// Why the program stops before running: the usage text (stdout) or an error (stderr); exit 1
+/// either way.
+enum Exit {
+    Usage,
+    Error(String),
+}
+
+fn parse(args: &[String]) -> Result<Opts, Exit> {
     let mut o = Opts::default();
     let mut i = 1;
     while i < args.len() && args[i].starts_with('-') {
@@ -138,7 +145,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
             Some(b'f') => o.fine = true,
             Some(b'v') => o.verbose = true,
             Some(b'p') => o.profile = true,
-            Some(b'h') => return Err(USAGE.to_string()),
+            Some(b'h') => return Err(Exit::Usage),
             _ => {}
         }
         i += 1;
@@ -148,19 +155,19 @@ fn parse(args: &[String]) -> Result<Opts, String> {
     let m = pos.get(1).map(|a| atoi(a)).unwrap_or(0);
     let iters = pos.get(2).map(|a| atoi(a)).unwrap_or(10);
     if n < 0 || m < 0 {
-        return Err(format!(
-            "markov: state count ({n}) and fan-in ({m}) must not be negative\n{USAGE}"
-        ));
+        return Err(Exit::Error(format!(
+            "markov: state count ({n}) and fan-in ({m}) must not be negative\n"
+        )));
     }
     o.n = if n == 0 { 1_000_000 } else { n as usize };
     o.m = if m == 0 { 10 } else { m as usize };
     o.iters = iters.max(0) as usize;
     // Every process holds the whole graph: (m+1) edges per state, 12 bytes each.
     if !matches!(o.n.checked_mul(o.m + 1), Some(e) if e <= 1 << 31) {
-        return Err(format!(
+        return Err(Exit::Error(format!(
             "markov: {} states with fan-in {} exceed the supported graph size of 2^31 edges\n",
             o.n, o.m
-        ));
+        )));
     }
     o.indirection |= o.compact;
     Ok(o)
@@ -481,9 +488,13 @@ fn run(o: Opts) -> ferry::Result<()> {
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     match parse(&args) {
-        Err(text) => {
+        Err(exit) => {
+            // Every rank parses the same arguments; one copy of the text is enough.
             if std::env::var("FERRY_RANK").map_or(true, |r| r == "0") {
-                print!("{text}");
+                match exit {
+                    Exit::Usage => print!("{USAGE}"),
+                    Exit::Error(text) => eprint!("{text}"),
+                }
             }
             ExitCode::FAILURE
         }

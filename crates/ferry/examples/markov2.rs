@@ -129,7 +129,14 @@ struct Opts {
     istate: i64,
 }
 
-fn parse(args: &[String]) -> Result<Opts, String> {
+/// Why the program stops before running: the usage text (stdout) or an error (stderr); exit 1
+/// either way.
+enum Exit {
+    Usage,
+    Error(String),
+}
+
+fn parse(args: &[String]) -> Result<Opts, Exit> {
     let mut o = Opts::default();
     let mut i = 1;
     while i < args.len() && args[i].starts_with('-') {
@@ -140,7 +147,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
             Some(b'f') => o.fine = true,
             Some(b'v') => o.verbose = true,
             Some(b'p') => o.profile = true,
-            _ => return Err(USAGE.to_string()),
+            _ => return Err(Exit::Usage),
         }
         i += 1;
     }
@@ -150,10 +157,10 @@ fn parse(args: &[String]) -> Result<Opts, String> {
     o.iters = pos.get(2).map(|a| atoi(a)).unwrap_or(10).max(0) as usize;
     o.istate = pos.get(3).map(|a| atoi(a)).unwrap_or(-1);
     if o.n < 0 || o.m < 0 {
-        return Err(format!(
-            "markov2: state count ({}) and fan-out ({}) must not be negative\n{USAGE}",
+        return Err(Exit::Error(format!(
+            "markov2: state count ({}) and fan-out ({}) must not be negative\n",
             o.n, o.m
-        ));
+        )));
     }
     if o.n == 0 {
         o.n = 100_000;
@@ -487,9 +494,13 @@ fn run(mut o: Opts) -> ferry::Result<()> {
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     match parse(&args) {
-        Err(text) => {
+        Err(exit) => {
+            // Every rank parses the same arguments; one copy of the text is enough.
             if std::env::var("FERRY_RANK").map_or(true, |r| r == "0") {
-                print!("{text}");
+                match exit {
+                    Exit::Usage => print!("{USAGE}"),
+                    Exit::Error(text) => eprint!("{text}"),
+                }
             }
             ExitCode::FAILURE
         }
