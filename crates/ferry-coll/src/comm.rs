@@ -236,19 +236,27 @@ pub(crate) fn unpack_into(
     Ok(())
 }
 
-/// Splits `buf` into a shared view of `a` and a mutable view of `b` (disjoint ranges).
+/// Splits `buf` into a shared view of `a` and a mutable view of `b`. The ranges must not
+/// overlap (empty ranges may touch or coincide with the other's bounds).
 pub(crate) fn split_pair(
     buf: &mut [u8],
     a: std::ops::Range<usize>,
     b: std::ops::Range<usize>,
 ) -> (&[u8], &mut [u8]) {
-    debug_assert!(a.end <= b.start || b.end <= a.start);
-    if a.start < b.start {
+    debug_assert!(a.end <= b.start || b.end <= a.start || a.is_empty() || b.is_empty());
+    if a.end <= b.start {
         let (lo, hi) = buf.split_at_mut(b.start);
         (&lo[a], &mut hi[..b.end - b.start])
-    } else {
+    } else if b.end <= a.start {
         let (lo, hi) = buf.split_at_mut(a.start);
         (&hi[..a.end - a.start], &mut lo[b])
+    } else if a.is_empty() {
+        (&[], &mut buf[b])
+    } else {
+        // `b` is empty inside `a`.
+        let (lo, _) = buf.split_at_mut(a.end);
+        let b_empty: &mut [u8] = &mut [];
+        (&lo[a], b_empty)
     }
 }
 
@@ -303,5 +311,12 @@ mod tests {
         assert_eq!(x, &[4, 5]);
         y[0] = 7;
         assert_eq!(b, [7, 1, 2, 9, 4, 5]);
+        // Empty ranges at the same start as the other range.
+        let (x, y) = split_pair(&mut b, 0..0, 0..2);
+        assert!(x.is_empty());
+        assert_eq!(y, &[7, 1]);
+        let (x, y) = split_pair(&mut b, 2..4, 2..2);
+        assert_eq!(x, &[2, 9]);
+        assert!(y.is_empty());
     }
 }

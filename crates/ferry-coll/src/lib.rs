@@ -62,6 +62,10 @@ pub enum Algorithm {
     /// Recursive doubling with the non-power-of-two fold (allreduce, allgather); dissemination
     /// for the barrier.
     RecursiveDoubling,
+    /// Recursive halving then recursive doubling (Rabenseifner): reduce-scatter and allgather
+    /// in `2 log2 p` steps, for large allreduces; the same bits as `RecursiveDoubling`
+    /// (allreduce).
+    Rabenseifner,
     /// Ring: reduce-scatter + allgather for allreduce (commutative operators only), `p-1`
     /// forwarding steps for allgather.
     Ring,
@@ -75,7 +79,7 @@ pub enum Algorithm {
 
 impl Algorithm {
     /// Every algorithm, for tests and command-line parsing.
-    pub const ALL: [Algorithm; 10] = [
+    pub const ALL: [Algorithm; 11] = [
         Algorithm::Auto,
         Algorithm::Linear,
         Algorithm::Master,
@@ -83,13 +87,14 @@ impl Algorithm {
         Algorithm::Pairwise,
         Algorithm::BinomialTree,
         Algorithm::RecursiveDoubling,
+        Algorithm::Rabenseifner,
         Algorithm::Ring,
         Algorithm::Pipeline,
         Algorithm::Hierarchical,
     ];
 
     /// Short lower-case name (`auto`, `linear`, `master`, `direct`, `pairwise`, `binomial`,
-    /// `rdouble`, `ring`, `pipeline`, `hier`), as accepted by [`str::parse`].
+    /// `rdouble`, `rabenseifner`, `ring`, `pipeline`, `hier`), as accepted by [`str::parse`].
     pub fn name(self) -> &'static str {
         match self {
             Algorithm::Auto => "auto",
@@ -99,6 +104,7 @@ impl Algorithm {
             Algorithm::Pairwise => "pairwise",
             Algorithm::BinomialTree => "binomial",
             Algorithm::RecursiveDoubling => "rdouble",
+            Algorithm::Rabenseifner => "rabenseifner",
             Algorithm::Ring => "ring",
             Algorithm::Pipeline => "pipeline",
             Algorithm::Hierarchical => "hier",
@@ -119,7 +125,7 @@ impl std::str::FromStr for Algorithm {
                     "algorithm",
                     format!(
                         "unknown algorithm `{s}`; one of auto, linear, master, direct, pairwise, \
-                         binomial, rdouble, ring, pipeline, hier"
+                         binomial, rdouble, rabenseifner, ring, pipeline, hier"
                     ),
                 )
             })

@@ -13,7 +13,7 @@
 use ferry_core::element::{as_bytes, as_bytes_mut};
 use ferry_core::{Element, Result, Transport};
 
-use crate::comm::{pack, unpack_into, Ctx};
+use crate::comm::{pack, split_pair, unpack_into, Ctx};
 use crate::op::ReduceOp;
 
 /// The non-power-of-two fold: who is virtual, and the map back to real indices.
@@ -97,6 +97,85 @@ pub(crate) fn allreduce<T: Element>(
             op.apply(data, &scratch);
         }
         mask <<= 1;
+    }
+    if me < 2 * f.rem {
+        post.send(t, me - 1, as_bytes(data))?;
+    }
+    Ok(())
+}
+
+/// Reduce-scatter by recursive halving, then allgather by recursive doubling (Rabenseifner's
+/// scheme), with the same non-power-of-two fold: `2 log2 p` steps like the binomial tree, but
+/// each member moves and combines only `(p-1)/p` of the data in each phase instead of the root
+/// handling all of it. The halving runs with *increasing* distance, so every partial still
+/// covers a contiguous block of group indices: the bits equal those of [`allreduce`].
+pub(crate) fn allreduce_halving<T: Element>(
+    t: &mut dyn Transport,
+    c: &Ctx<'_>,
+    data: &mut [T],
+    op: &ReduceOp<T>,
+) -> Result<()> {
+    let p = c.size();
+    if p == 1 {
+        return Ok(());
+    }
+    let f = Fold::new(p);
+    let n = data.len();
+    let me = c.me;
+    let pre = c.phase(1);
+    let post = c.phase(2);
+    let gather = c.phase(3);
+    let Some(vme) = f.virt(me) else {
+        pre.send(t, me + 1, as_bytes(data))?;
+        return post.recv_into(t, me + 1, as_bytes_mut(data));
+    };
+    let mut scratch = vec![T::default(); n.div_ceil(2)];
+    let mut tmp = Vec::new();
+    if me < 2 * f.rem {
+        let mut full = vec![T::default(); n];
+        pre.recv_into(t, me - 1, as_bytes_mut(&mut full))?;
+        op.apply_left(&full, data, &mut tmp);
+    }
+    let sz = std::mem::size_of::<T>();
+    // (parent range, kept range) per step, for the allgather in reverse.
+    let mut steps: Vec<(usize, std::ops::Range<usize>, std::ops::Range<usize>)> = Vec::new();
+    let (mut lo, mut hi) = (0, n);
+    let mut mask = 1;
+    while mask < f.pow {
+        let vpartner = vme ^ mask;
+        let partner = f.real(vpartner);
+        let mid = lo + (hi - lo) / 2;
+        let (keep, give) = if vme & mask == 0 {
+            (lo..mid, mid..hi)
+        } else {
+            (mid..hi, lo..mid)
+        };
+        let k = keep.len();
+        c.sendrecv_into(
+            t,
+            partner,
+            as_bytes(&data[give.clone()]),
+            partner,
+            as_bytes_mut(&mut scratch[..k]),
+        )?;
+        if vpartner < vme {
+            op.apply_left(&scratch[..k], &mut data[keep.clone()], &mut tmp);
+        } else {
+            op.apply(&mut data[keep.clone()], &scratch[..k]);
+        }
+        steps.push((partner, keep.clone(), give));
+        lo = keep.start;
+        hi = keep.end;
+        mask <<= 1;
+    }
+    let bytes = as_bytes_mut(data);
+    for (partner, keep, give) in steps.into_iter().rev() {
+        let (out, inc) = split_pair(
+            bytes,
+            keep.start * sz..keep.end * sz,
+            give.start * sz..give.end * sz,
+        );
+        gather.sendrecv_into(t, partner, out, partner, inc)?;
     }
     if me < 2 * f.rem {
         post.send(t, me - 1, as_bytes(data))?;

@@ -284,6 +284,7 @@ pub(crate) fn allreduce<T: Element>(
         Algorithm::Direct => linear::allreduce_direct(t, c, data, op),
         Algorithm::BinomialTree => tree::allreduce(t, c, data, op),
         Algorithm::RecursiveDoubling => rdouble::allreduce(t, c, data, op),
+        Algorithm::Rabenseifner => rdouble::allreduce_halving(t, c, data, op),
         Algorithm::Ring => {
             if !op.is_commutative() {
                 return Err(Error::invalid(

@@ -99,13 +99,14 @@ fn left_fold_affine(p: usize, pairs: usize) -> Vec<Aff> {
     acc
 }
 
-const ALLREDUCE_ALGS: [Algorithm; 9] = [
+const ALLREDUCE_ALGS: [Algorithm; 10] = [
     Algorithm::Auto,
     Algorithm::Linear,
     Algorithm::Master,
     Algorithm::Direct,
     Algorithm::BinomialTree,
     Algorithm::RecursiveDoubling,
+    Algorithm::Rabenseifner,
     Algorithm::Ring,
     Algorithm::Pipeline,
     Algorithm::Hierarchical,
@@ -214,7 +215,8 @@ fn custom_noncommutative_op_keeps_group_order() {
                 let mut w = input_affine(t.rank(), pairs);
                 let root = (p * 2) / 3;
                 // Recursive doubling has no reduce variant; the binomial tree stands in.
-                let ralg = if alg == Algorithm::RecursiveDoubling {
+                let ralg = if matches!(alg, Algorithm::RecursiveDoubling | Algorithm::Rabenseifner)
+                {
                     Algorithm::BinomialTree
                 } else {
                     alg
@@ -682,4 +684,30 @@ fn auto_choice_follows_the_measured_table() {
     assert_eq!(choice(4, 8, true, ord, "tcp"), Algorithm::Direct);
     assert_eq!(choice(8, 8, true, ord, "tcp"), Algorithm::Master);
     assert_eq!(choice(4, 1 << 20, true, ord, "tcp"), Algorithm::Pipeline);
+}
+
+#[test]
+fn tree_class_algorithms_agree_bit_for_bit() {
+    // Rabenseifner equals recursive doubling for every size; both equal the binomial tree when
+    // the group size is a power of two or 3, 6, 7 (select.rs relies on these classes).
+    for p in SIZES {
+        for n in [1usize, 3, 17, 256] {
+            let run = |alg: Algorithm| {
+                MemTransport::run(p, |mut t| {
+                    let g = Group::world(p);
+                    let mut fl = input_f64(t.rank(), n);
+                    allreduce_with(&mut t, &g, &mut fl, &ReduceOp::Sum, &opts(alg)).unwrap();
+                    fl.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+                })
+            };
+            let rd = run(Algorithm::RecursiveDoubling);
+            let rab = run(Algorithm::Rabenseifner);
+            let tree = run(Algorithm::BinomialTree);
+            assert!(rd.iter().all(|r| r == &rd[0]));
+            assert_eq!(rab, rd, "p={p} n={n}");
+            if p.is_power_of_two() || [3, 6, 7].contains(&p) {
+                assert_eq!(tree, rd, "p={p} n={n}");
+            }
+        }
+    }
 }

@@ -17,6 +17,7 @@ fn algorithm() -> impl Strategy<Value = Algorithm> {
         Algorithm::Direct,
         Algorithm::BinomialTree,
         Algorithm::RecursiveDoubling,
+        Algorithm::Rabenseifner,
         Algorithm::Ring,
         Algorithm::Pipeline,
         Algorithm::Hierarchical,
