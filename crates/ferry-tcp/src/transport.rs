@@ -909,9 +909,14 @@ impl TcpTransport {
         }
         match conn.flush(sends) {
             Ok(state) => {
-                // Only a full socket needs a wake-up for room; a queue waiting for its
-                // exchange is flushed by the next progress call.
-                let want = state == Flushed::WouldBlock;
+                // Only a full socket needs a wake-up for room. A queue whose head waits for
+                // its exchange keeps the interest it had (the flush that is handed the
+                // exchange, in the next progress call, decides).
+                let want = match state {
+                    Flushed::WouldBlock => true,
+                    Flushed::Empty => false,
+                    Flushed::NeedsExchange => conn.want_write,
+                };
                 if want != conn.want_write {
                     conn.want_write = want;
                     let _ = self.poller.modify(conn.sock.as_raw_fd(), id as u64, want);
