@@ -183,10 +183,17 @@ struct Graph {
 }
 
 impl Graph {
-    fn new(n: usize, m: usize, fine: bool) -> Graph {
+    fn new(n: usize, m: usize, fine: bool) -> ferry::Result<Graph> {
         let k = m + 1;
-        let mut from = Vec::with_capacity(n * k);
-        let mut weight = Vec::with_capacity(n * k);
+        let mut from: Vec<u32> = Vec::new();
+        let mut weight: Vec<f64> = Vec::new();
+        let too_large = || {
+            ferry::Error::new(ferry::ErrorKind::ResourceExhausted, "graph").with_detail(format!(
+                "{n} states with {m} edges each do not fit in memory"
+            ))
+        };
+        from.try_reserve_exact(n * k).map_err(|_| too_large())?;
+        weight.try_reserve_exact(n * k).map_err(|_| too_large())?;
         let f = i64::from(fine);
         let (nn, mm) = (n as i64, m as i64);
         for i in 0..nn {
@@ -212,7 +219,7 @@ impl Graph {
             .zip(&weight)
             .map(|(s, w)| w / total[*s as usize])
             .collect();
-        Graph { n, m, from, prob }
+        Ok(Graph { n, m, from, prob })
     }
 
     fn print(&self) -> ferry::Result<()> {
@@ -314,7 +321,7 @@ fn run(o: Opts) -> ferry::Result<()> {
     let t = world.transport();
     let (n, m) = (o.n, o.m);
 
-    let graph = std::sync::Arc::new(Graph::new(n, m, o.fine));
+    let graph = std::sync::Arc::new(Graph::new(n, m, o.fine)?);
     if rank == 0 {
         out(&format!(
             "Init Markov chain with {n} states, max fan-in {m}\nRun {} iterations each.{}{}{}\n",

@@ -182,10 +182,17 @@ struct Graph {
 }
 
 impl Graph {
-    fn new(n: usize, m: usize, fine: bool) -> Graph {
+    fn new(n: usize, m: usize, fine: bool) -> ferry::Result<Graph> {
         let k = m + 1;
-        let mut to = Vec::with_capacity(n * k);
-        let mut prob = Vec::with_capacity(n * k);
+        let mut to: Vec<u32> = Vec::new();
+        let mut prob: Vec<f64> = Vec::new();
+        let too_large = || {
+            ferry::Error::new(ferry::ErrorKind::ResourceExhausted, "graph").with_detail(format!(
+                "{n} states with {m} edges each do not fit in memory"
+            ))
+        };
+        to.try_reserve_exact(n * k).map_err(|_| too_large())?;
+        prob.try_reserve_exact(n * k).map_err(|_| too_large())?;
         let f = i64::from(fine);
         let (nn, mm) = (n as i64, m as i64);
         let mut w = vec![0.0f64; k];
@@ -204,7 +211,7 @@ impl Graph {
             let total: f64 = w.iter().sum();
             prob.extend(w.iter().map(|x| x / total));
         }
-        Graph { n, m, to, prob }
+        Ok(Graph { n, m, to, prob })
     }
 
     fn log(&self) {
@@ -357,7 +364,7 @@ fn run(mut o: Opts) -> ferry::Result<()> {
         out(&text)?;
     }
 
-    let graph = std::sync::Arc::new(Graph::new(n, m, o.fine));
+    let graph = std::sync::Arc::new(Graph::new(n, m, o.fine)?);
     if o.verbose {
         graph.log();
     }

@@ -146,14 +146,24 @@ struct Csr {
 
 impl Csr {
     fn new(size: usize) -> ferry::Result<Csr> {
+        let too_large = || {
+            ferry::Error::new(ferry::ErrorKind::ResourceExhausted, "build matrix").with_detail(
+                format!(
+                    "a matrix of side {size} ({} MB per process) does not fit in memory",
+                    6e-6 * size as f64 * size as f64
+                ),
+            )
+        };
         let nnz = size
             .checked_mul(size.saturating_sub(1))
             .map(|n| n / 2)
-            .filter(|&n| n <= u32::MAX as usize * 4)
-            .ok_or_else(|| ferry::Error::invalid("spmv2", format!("size {size} too large")))?;
-        let mut row = Vec::with_capacity(size + 1);
-        let mut col = Vec::with_capacity(nnz);
-        let mut val = Vec::with_capacity(nnz);
+            .ok_or_else(too_large)?;
+        let mut row: Vec<usize> = Vec::new();
+        let mut col: Vec<u32> = Vec::new();
+        let mut val: Vec<f64> = Vec::new();
+        row.try_reserve_exact(size + 1).map_err(|_| too_large())?;
+        col.try_reserve_exact(nnz).map_err(|_| too_large())?;
+        val.try_reserve_exact(nnz).map_err(|_| too_large())?;
         row.push(0);
         for r in 0..size {
             let v = (size - r) as f64;
