@@ -198,6 +198,8 @@ pub struct TcpTransport {
     borrowing: Vec<usize>,
     /// When the last GET was served (a receiver pulling keeps announced messages borrowed).
     last_get: Instant,
+    /// Connections with whole frames buffered but not parsed yet (stopped at their budget).
+    rescan: Vec<usize>,
 }
 
 impl TcpTransport {
@@ -373,6 +375,7 @@ impl TcpTransport {
             spare_bytes: 0,
             borrowing: Vec::new(),
             last_get: Instant::now(),
+            rescan: Vec::new(),
             set,
             listener,
             listener_paused: false,
@@ -1048,6 +1051,18 @@ impl TcpTransport {
             self.ready = ready;
             return Err(Error::io("poll", e).on_rank(self.rank));
         }
+        // Connections that stopped at their per-pass budget with whole frames still buffered:
+        // their socket may be drained, so epoll would not report them again.
+        for id in std::mem::take(&mut self.rescan) {
+            if !ready.iter().any(|r| r.token == id as u64) {
+                ready.push(Ready {
+                    token: id as u64,
+                    readable: true,
+                    writable: false,
+                    hangup: false,
+                });
+            }
+        }
         let n = ready.len();
         self.rr = self.rr.wrapping_add(1);
         let start = if n == 0 { 0 } else { self.rr % n };
@@ -1129,6 +1144,9 @@ impl TcpTransport {
                 match self.read_frames(id, &mut conn, ex) {
                     Ok(verdict) => v = verdict,
                     Err(e) => {
+                        if conn.buffered() >= HEADER_LEN && !self.rescan.contains(&id) {
+                            self.rescan.push(id);
+                        }
                         self.conns[id] = Some(conn);
                         self.dirty.push(id);
                         return Err(e);
@@ -1144,6 +1162,9 @@ impl TcpTransport {
     fn apply_verdict(&mut self, id: usize, conn: Conn, v: Verdict) {
         match v {
             Verdict::Keep => {
+                if conn.buffered() >= HEADER_LEN && !self.rescan.contains(&id) {
+                    self.rescan.push(id);
+                }
                 self.conns[id] = Some(conn);
                 self.flush_conn(id);
             }
@@ -1906,13 +1927,24 @@ impl TcpTransport {
             }
         }
         for r in ex.recvs.iter().filter(|r| r.state != OpState::Done) {
-            if r.peer < self.size && !self.excluded[r.peer] && r.peer != self.rank {
+            if r.peer < self.size
+                && !self.excluded[r.peer]
+                && r.peer != self.rank
+                && !self.may_still_deliver(r.peer)
+            {
                 if let Some(e) = self.peer_gone("recv", r.peer) {
                     return Err(e);
                 }
             }
         }
         Ok(())
+    }
+
+    /// A peer that said BYE on one connection may still have frames in flight on another
+    /// (two ranks that dialled each other at once): it is only done once all are closed.
+    fn may_still_deliver(&self, peer: usize) -> bool {
+        matches!(self.peers[peer].status, PeerStatus::Finished)
+            && self.conns.iter().flatten().any(|c| c.peer == Some(peer))
     }
 
     fn own_part_complete(&self, ex: &Exchange<'_>) -> bool {
@@ -1944,7 +1976,9 @@ impl TcpTransport {
                 .outbox
                 .keys()
                 .map(|k| k.0)
-                .filter(|&p| matches!(self.peers[p].status, PeerStatus::Alive))
+                .filter(|&p| {
+                    matches!(self.peers[p].status, PeerStatus::Alive) || self.may_still_deliver(p)
+                })
                 .collect();
             if waiting.is_empty() {
                 break;
@@ -2138,6 +2172,10 @@ impl Transport for TcpTransport {
 
     fn wait_for_input(&mut self, timeout: Duration) -> Result<()> {
         self.flush_dirty();
+        if !self.rescan.is_empty() {
+            // Buffered input is waiting to be parsed: do not sleep.
+            return Ok(());
+        }
         let ms = timeout.as_millis().clamp(0, i32::MAX as u128) as i32;
         self.ready.clear();
         self.poller

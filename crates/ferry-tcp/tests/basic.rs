@@ -117,3 +117,29 @@ fn large_blocking_sends_in_both_directions_do_not_deadlock() {
         t.finish().unwrap();
     });
 }
+
+#[test]
+fn thousands_of_tiny_messages_in_one_exchange() {
+    // More frames arrive at once than one pass parses per socket: the rest must be parsed
+    // from the buffer without waiting for new input.
+    let n_msgs = 3000;
+    common::run(2, common::config(), |mut t| {
+        let me = t.rank();
+        let other = 1 - me;
+        let data: Vec<[u8; 4]> = (0..n_msgs as u32).map(|i| i.to_le_bytes()).collect();
+        let mut got: Vec<Vec<u8>> = vec![Vec::new(); n_msgs];
+        let mut ex = Exchange::new();
+        for d in &data {
+            ex.send(other, MsgKey::user(4), d);
+        }
+        for g in got.iter_mut() {
+            ex.recv(other, MsgKey::user(4), g);
+        }
+        t.exchange(&mut ex).unwrap();
+        drop(ex);
+        for (i, g) in got.iter().enumerate() {
+            assert_eq!(g[..], (i as u32).to_le_bytes());
+        }
+        t.finish().unwrap();
+    });
+}
