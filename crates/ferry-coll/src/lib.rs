@@ -8,17 +8,23 @@
 //!   collectives of different groups, and consecutive collectives of one group, never match.
 //! - Results are deterministic: every rank gets the same bits, on every run and every backend.
 //!   The combination order depends only on the group size, the message size and the algorithm
-//!   (see [`ReduceOrder`]), never on arrival order. Contributions are always combined in
-//!   group-index order (lower index on the left); algorithms differ only in parenthesisation.
+//!   (see [`ReduceOrder`]), never on arrival order. Contributions are combined in group-index
+//!   order (lower index on the left) by every algorithm but the ring (rotated order, so it takes
+//!   only the commutative built-ins); algorithms differ only in parenthesisation. The automatic
+//!   choice keeps the order class independent of the backend (details in `select.rs`); the one
+//!   exception is a transport reporting several nodes ([`Transport::node_of`]), where the
+//!   node-aware variants may group differently.
+//! - Custom operators are applied element-wise to arbitrary sub-ranges (see [`CustomOp`]).
 //! - Errors are values: a failed or silent peer makes the collective return an error naming the
 //!   collective, this rank and the peer (T5, F2). Nothing here panics on peer or user input.
 //! - Roots are *group indices*, not world ranks.
 //!
 //! # Algorithms
-//! One module per family: [`linear`](crate::Algorithm::Linear) (plus seed 000's two reduction
-//! strategies, 000 §6.4.3), binomial tree, recursive doubling, ring/pipeline, node-aware
-//! hierarchy; `select.rs` picks one by message size and group size from crossovers measured
-//! on the target machine (docs/PERFORMANCE.md), and [`CollOptions`] forces one.
+//! One module per family: linear (plus seed 000's two reduction strategies, 000 §6.4.3:
+//! [`Algorithm::Direct`] and [`Algorithm::Master`]), binomial tree, recursive doubling (with
+//! Rabenseifner's halving variant), ring and pipelined chain, node-aware hierarchy; `select.rs`
+//! picks one by message size and group size from crossovers measured on the target machine
+//! (docs/PERFORMANCE.md, `bench/crossovers.sh`), and [`CollOptions`] forces one.
 
 mod comm;
 mod group;
