@@ -36,7 +36,7 @@ pub fn as_bytes_mut<T: Element>(s: &mut [T]) -> &mut [u8] {
 /// element size.
 pub fn from_bytes<T: Element>(bytes: &[u8]) -> Option<Vec<T>> {
     let size = std::mem::size_of::<T>();
-    if size == 0 || bytes.len() % size != 0 {
+    if size == 0 || !bytes.len().is_multiple_of(size) {
         return None;
     }
     let mut out = vec![T::default(); bytes.len() / size];

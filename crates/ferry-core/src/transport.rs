@@ -335,7 +335,7 @@ pub fn drive_exchange<T: Transport + ?Sized>(t: &mut T, ex: &mut Exchange<'_>) -
         if elapsed < policy.spin {
             std::hint::spin_loop();
             // Every few polls let another process on an oversubscribed core run.
-            if polls % 64 == 0 {
+            if polls.is_multiple_of(64) {
                 std::thread::yield_now();
             }
         } else {
