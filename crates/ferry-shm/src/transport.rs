@@ -47,6 +47,8 @@ const LIVENESS_EVERY: Duration = Duration::from_millis(20);
 const FORCED_FRAG: usize = 1 << (usize::BITS - 1);
 /// How long the lean receive path spins before it starts yielding the core.
 const PURE_SPIN: Duration = Duration::from_micros(5);
+/// How long `wait_for_input` yield-polls before it sleeps on the doorbell.
+const YIELD_PHASE: Duration = Duration::from_micros(300);
 /// Default job name of hand-started ranks (R2b) when `shm.job` / `FERRY_SHM_JOB` is unset.
 pub const DEFAULT_JOB: &str = "default";
 
@@ -1355,6 +1357,19 @@ impl Transport for ShmTransport {
 
     fn wait_for_input(&mut self, timeout: Duration) -> Result<()> {
         self.check_liveness_if_due()?;
+        // Yield-poll a little before sleeping: on a loaded machine the peer is often only
+        // descheduled, and a rank that stays runnable gets the core back without the ~25 us
+        // futex wake-up; ranks outnumbering cores still hand their core over at every yield.
+        let yield_until = Instant::now() + YIELD_PHASE.min(timeout);
+        loop {
+            if self.input_ready() {
+                return Ok(());
+            }
+            if Instant::now() >= yield_until {
+                break;
+            }
+            std::thread::yield_now();
+        }
         let me = self.me;
         let bell = self.seg.bell(me).load(Ordering::Acquire);
         self.seg.sleeping(me).store(1, Ordering::SeqCst);
