@@ -80,7 +80,8 @@ pub struct RunArgs {
     )]
     pub hosts: Vec<String>,
 
-    /// File with one host per line (`#` starts a comment), used like --hosts.
+    /// File with one host per line, optionally `HOST slots=N` (`#` starts a comment), used
+    /// like --hosts.
     #[arg(long, value_name = "FILE")]
     pub hostfile: Option<PathBuf>,
 

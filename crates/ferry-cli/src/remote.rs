@@ -8,18 +8,42 @@
 
 use std::path::Path;
 
-/// Reads a host file: one host per line; blank lines and text after `#` are ignored.
+/// Reads a host file: one host per line, optionally followed by `slots=N` (Open MPI's host
+/// file syntax: the host then appears N times in the list, so N consecutive places of the
+/// round-robin fall on it); blank lines and text after `#` are ignored.
 pub fn read_hostfile(path: &Path) -> Result<Vec<String>, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read host file {}: {e}", path.display()))?;
-    let hosts: Vec<String> = text
-        .lines()
-        .map(|l| l.split('#').next().unwrap_or("").trim())
-        .filter(|l| !l.is_empty())
-        .map(str::to_string)
-        .collect();
+    parse_hostfile(&text).map_err(|e| format!("host file {}: {e}", path.display()))
+}
+
+/// The host list of a host file's text (see [`read_hostfile`]).
+pub fn parse_hostfile(text: &str) -> Result<Vec<String>, String> {
+    /// More slots than this on one line is a typo, not a machine.
+    const MAX_SLOTS: usize = 1 << 16;
+    let mut hosts = Vec::new();
+    for (i, raw) in text.lines().enumerate() {
+        let line = raw.split('#').next().unwrap_or("").trim();
+        let mut words = line.split_whitespace();
+        let Some(host) = words.next() else {
+            continue;
+        };
+        let mut slots = 1;
+        for w in words {
+            match w.strip_prefix("slots=").map(str::parse::<usize>) {
+                Some(Ok(n)) if (1..=MAX_SLOTS).contains(&n) => slots = n,
+                _ => {
+                    return Err(format!(
+                        "line {}: cannot read `{w}` (expected slots=N)",
+                        i + 1
+                    ))
+                }
+            }
+        }
+        hosts.extend((0..slots).map(|_| host.to_string()));
+    }
     if hosts.is_empty() {
-        return Err(format!("host file {} names no host", path.display()));
+        return Err("names no host".to_string());
     }
     Ok(hosts)
 }
@@ -114,6 +138,17 @@ mod tests {
 
     fn hosts(v: &[&str]) -> Vec<String> {
         v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn hostfile_syntax() {
+        assert_eq!(
+            parse_hostfile("# nodes\na slots=2\n\nb   # spare\n").unwrap(),
+            hosts(&["a", "a", "b"])
+        );
+        assert!(parse_hostfile("a slots=x\n").is_err());
+        assert!(parse_hostfile("a slots=0\n").is_err());
+        assert!(parse_hostfile("# nothing\n").is_err());
     }
 
     #[test]
