@@ -158,15 +158,27 @@ pub(crate) fn allreduce_master<T: Element>(
     }
 }
 
+/// How the direct strategy folds the inputs it gathered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Fold {
+    /// `((x0 op x1) op x2) op ...`: the rank-ordered class.
+    Left,
+    /// The binomial tree's parenthesisation (`((x0 x1)(x2 x3))...`): the tree class, so the
+    /// one-round direct exchange can stand in for the binomial tree without changing a bit.
+    Tree,
+}
+
 /// Direct strategy (000 §6.4.3 default TCP, "all inputs to all outputs"): every participant
 /// sends its input to every other one in a single exchange, then folds all inputs in group
-/// order. Every rank computes the same fold, so the bits agree everywhere. One allocation for
-/// all incoming inputs; the fold runs in place.
+/// order, as a left fold or in the binomial tree's parenthesisation. Every rank computes the
+/// same fold, so the bits agree everywhere. One allocation for all incoming inputs; the fold
+/// runs in place.
 pub(crate) fn allreduce_direct<T: Element>(
     t: &mut dyn Transport,
     c: &Ctx<'_>,
     data: &mut [T],
     op: &ReduceOp<T>,
+    fold: Fold,
 ) -> Result<()> {
     let p = c.size();
     if p == 1 {
@@ -190,12 +202,28 @@ pub(crate) fn allreduce_direct<T: Element>(
         }
         t.exchange(&mut ex)?;
     }
+    match fold {
+        Fold::Left => left_fold_slots(&mut inputs, data, me, p, op),
+        Fold::Tree => tree_fold_slots(&mut inputs, data, me, p, op),
+    }
+    Ok(())
+}
+
+/// Left fold over the inputs of participants `0..p`, mine (`data`) at `me`; result in `data`.
+fn left_fold_slots<T: Element>(
+    inputs: &mut [T],
+    data: &mut [T],
+    me: usize,
+    p: usize,
+    op: &ReduceOp<T>,
+) {
+    let n = data.len();
     if me == 0 {
         // x0 is mine: fold the others into it directly.
         for x in inputs.chunks_exact(n) {
             op.apply(data, x);
         }
-        return Ok(());
+        return;
     }
     // x0 sits in slot 0: fold x1.. (mine at position `me`) into it, then copy out.
     let (acc, rest) = inputs.split_at_mut(n);
@@ -208,7 +236,43 @@ pub(crate) fn allreduce_direct<T: Element>(
         }
     }
     data.copy_from_slice(acc);
-    Ok(())
+}
+
+/// The binomial tree's fold, simulated locally: in round `mask`, the block starting at `v`
+/// (a multiple of `2 mask`) absorbs the block starting at `v + mask`. Result in `data`.
+fn tree_fold_slots<T: Element>(
+    inputs: &mut [T],
+    data: &mut [T],
+    me: usize,
+    p: usize,
+    op: &ReduceOp<T>,
+) {
+    let n = data.len();
+    let slot = |i: usize| if i < me { i } else { i - 1 };
+    let mut mask = 1;
+    while mask < p {
+        let mut v = 0;
+        while v + mask < p {
+            let w = v + mask;
+            if v == me {
+                let j = slot(w);
+                op.apply(data, &inputs[j * n..(j + 1) * n]);
+            } else if w == me {
+                let j = slot(v);
+                op.apply(&mut inputs[j * n..(j + 1) * n], data);
+            } else {
+                let (jv, jw) = (slot(v), slot(w));
+                // jv < jw: v < w and the slot map is monotonic.
+                let (lo, hi) = inputs.split_at_mut(jw * n);
+                op.apply(&mut lo[jv * n..(jv + 1) * n], &hi[..n]);
+            }
+            v += 2 * mask;
+        }
+        mask <<= 1;
+    }
+    if me != 0 {
+        data.copy_from_slice(&inputs[..n]);
+    }
 }
 
 /// The root receives every participant's block in one exchange.

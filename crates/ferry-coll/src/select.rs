@@ -281,7 +281,12 @@ pub(crate) fn allreduce<T: Element>(
     }
     match alg {
         Algorithm::Linear | Algorithm::Master => linear::allreduce_master(t, c, 0, data, op),
-        Algorithm::Direct => linear::allreduce_direct(t, c, data, op),
+        // Direct folds in the order class asked for: left fold when rank-ordered, else the
+        // binomial tree's parenthesisation (same bits as BinomialTree).
+        Algorithm::Direct if ordered => {
+            linear::allreduce_direct(t, c, data, op, linear::Fold::Left)
+        }
+        Algorithm::Direct => linear::allreduce_direct(t, c, data, op, linear::Fold::Tree),
         Algorithm::BinomialTree => tree::allreduce(t, c, data, op),
         Algorithm::RecursiveDoubling => rdouble::allreduce(t, c, data, op),
         Algorithm::Rabenseifner => rdouble::allreduce_halving(t, c, data, op),

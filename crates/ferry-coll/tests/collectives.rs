@@ -689,7 +689,8 @@ fn auto_choice_follows_the_measured_table() {
 #[test]
 fn tree_class_algorithms_agree_bit_for_bit() {
     // Rabenseifner equals recursive doubling for every size; both equal the binomial tree when
-    // the group size is a power of two or 3, 6, 7 (select.rs relies on these classes).
+    // the group size is a power of two or 3, 6, 7; the direct strategy equals the tree always
+    // (select.rs relies on these classes).
     for p in SIZES {
         for n in [1usize, 3, 17, 256] {
             let run = |alg: Algorithm| {
@@ -703,6 +704,9 @@ fn tree_class_algorithms_agree_bit_for_bit() {
             let rd = run(Algorithm::RecursiveDoubling);
             let rab = run(Algorithm::Rabenseifner);
             let tree = run(Algorithm::BinomialTree);
+            // The direct exchange folds in the tree's parenthesisation unless rank order is
+            // asked for: the same bits as the tree for every group size.
+            assert_eq!(run(Algorithm::Direct), tree, "direct p={p} n={n}");
             assert!(rd.iter().all(|r| r == &rd[0]));
             assert_eq!(rab, rd, "p={p} n={n}");
             if p.is_power_of_two() || [3, 6, 7].contains(&p) {
