@@ -277,3 +277,125 @@ impl Conn {
         Ok(Flushed::Empty)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferry_core::Exchange;
+    use ferry_proto::frame::FrameType;
+    use std::net::TcpListener;
+
+    fn pair() -> (TcpStream, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (b, _) = l.accept().unwrap();
+        a.set_nonblocking(true).unwrap();
+        (a, b)
+    }
+
+    fn header(serial: u64, len: usize) -> Header {
+        Header {
+            ty: FrameType::Data,
+            key: MsgKey::user(3),
+            source: 0,
+            dest: 1,
+            serial,
+            len: len as u64,
+        }
+    }
+
+    /// Reads everything `b` receives until `want` bytes arrived, while flushing `c`.
+    fn drain(
+        c: &mut Conn,
+        b: &mut TcpStream,
+        want: usize,
+        mut ex: Option<&mut Exchange<'_>>,
+    ) -> Vec<u8> {
+        b.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        let mut out = Vec::new();
+        let mut buf = vec![0u8; 1 << 16];
+        while out.len() < want {
+            c.flush(ex.as_deref_mut().map(|e| &mut e.sends[..]))
+                .unwrap();
+            let n = b.read(&mut buf).unwrap();
+            assert!(n > 0);
+            out.extend_from_slice(&buf[..n]);
+        }
+        out
+    }
+
+    #[test]
+    fn queued_frames_are_written_in_order_across_partial_writes() {
+        let (a, mut b) = pair();
+        let mut c = Conn::new(a, Some(1), Phase::Open, 0);
+        let big = Arc::new(vec![7u8; 4 << 20]);
+        c.wq.push_back(OutFrame::new(&header(0, 3), Some(Arc::new(vec![1, 2, 3]))));
+        c.wq.push_back(OutFrame::new(&header(1, big.len()), Some(big.clone())));
+        c.wq.push_back(OutFrame::new(&header(2, 0), None));
+        let total = 3 * HEADER_LEN + 3 + big.len();
+        let got = drain(&mut c, &mut b, total, None);
+        assert_eq!(got.len(), total);
+        assert_eq!(Header::decode(&got, u64::MAX).unwrap(), header(0, 3));
+        assert_eq!(&got[HEADER_LEN..HEADER_LEN + 3], &[1, 2, 3]);
+        let second = HEADER_LEN + 3;
+        assert_eq!(
+            Header::decode(&got[second..], u64::MAX).unwrap(),
+            header(1, big.len())
+        );
+        let third = second + HEADER_LEN + big.len();
+        assert!(got[second + HEADER_LEN..third].iter().all(|&x| x == 7));
+        assert_eq!(
+            Header::decode(&got[third..], u64::MAX).unwrap(),
+            header(2, 0)
+        );
+        assert!(c.wq.is_empty());
+    }
+
+    #[test]
+    fn borrowed_payload_waits_for_its_exchange_and_completes_the_op() {
+        let (a, mut b) = pair();
+        let mut c = Conn::new(a, Some(1), Phase::Open, 0);
+        let data = vec![5u8; 300_000];
+        let mut ex = Exchange::new();
+        ex.send(1, MsgKey::user(3), &data);
+        ex.sends[0].state = OpState::Active {
+            serial: 9,
+            progress: SEND_STREAMING,
+        };
+        c.wq.push_back(OutFrame {
+            header: header(9, data.len()).encode(),
+            payload: Payload::Borrowed {
+                op: 0,
+                key: MsgKey::user(3),
+                serial: 9,
+                len: data.len(),
+            },
+            off: 0,
+        });
+        c.borrowed = 1;
+        assert_eq!(c.flush(None).unwrap(), Flushed::NeedsExchange);
+        let got = drain(&mut c, &mut b, HEADER_LEN + data.len(), Some(&mut ex));
+        assert!(got[HEADER_LEN..].iter().all(|&x| x == 5));
+        assert_eq!(ex.sends[0].state, OpState::Done);
+        assert_eq!(c.borrowed, 0);
+    }
+
+    #[test]
+    fn borrowed_payload_of_another_exchange_is_an_error() {
+        let (a, _b) = pair();
+        let mut c = Conn::new(a, Some(1), Phase::Open, 0);
+        c.wq.push_back(OutFrame {
+            header: header(1, 10).encode(),
+            payload: Payload::Borrowed {
+                op: 0,
+                key: MsgKey::user(3),
+                serial: 1,
+                len: 10,
+            },
+            off: 0,
+        });
+        let mut other = Exchange::new();
+        assert!(c.flush(Some(&mut other.sends[..])).is_err());
+    }
+}

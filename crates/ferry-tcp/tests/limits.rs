@@ -111,3 +111,42 @@ fn full_outbox_blocks_sender_without_deadlock() {
         t.finish().unwrap();
     });
 }
+
+#[test]
+fn a_flooding_connection_does_not_starve_a_newcomer() {
+    // Rank 1 floods rank 0 with messages rank 0 does not want yet (they fill the inbox and
+    // are refused); rank 2 connects later with the one message rank 0 waits for. Fair service
+    // of the listener and every connection (T3) lets it through.
+    let mut cfg = common::config();
+    cfg.tcp.inbox_messages = 8;
+    common::run(3, cfg, |mut t| {
+        match t.rank() {
+            0 => {
+                let mut got = Vec::new();
+                let start = std::time::Instant::now();
+                t.recv(2, MsgKey::user(1), &mut got).unwrap();
+                assert_eq!(got, b"newcomer");
+                assert!(start.elapsed() < std::time::Duration::from_secs(10));
+                for i in 0..400u32 {
+                    t.recv(1, MsgKey::user(0), &mut got).unwrap();
+                    assert_eq!(got, vec![i as u8; 1000 + i as usize * 100]);
+                }
+            }
+            1 => {
+                let msgs: Vec<Vec<u8>> = (0..400u32)
+                    .map(|i| vec![i as u8; 1000 + i as usize * 100])
+                    .collect();
+                let mut ex = Exchange::new();
+                for m in &msgs {
+                    ex.send(0, MsgKey::user(0), m);
+                }
+                t.exchange(&mut ex).unwrap();
+            }
+            _ => {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                t.send(0, MsgKey::user(1), b"newcomer").unwrap();
+            }
+        }
+        t.finish().unwrap();
+    });
+}
