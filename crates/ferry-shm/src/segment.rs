@@ -79,7 +79,23 @@ fn align_up(v: usize, a: usize) -> Option<usize> {
     v.checked_add(a - 1).map(|x| x / a * a)
 }
 
+/// Ring memory a job may reserve in total; beyond it rings get fewer slots (at least 4), so a
+/// job of many ranks (N^2 rings) stays within /dev/shm. Every rank derives the same geometry.
+pub(crate) const RING_BUDGET: usize = 4 << 30;
+
 impl Layout {
+    /// The geometry for `size` ranks with the configured ring: `slots` per ring, reduced (to a
+    /// power of two, at least 4) when N^2 rings would exceed [`RING_BUDGET`].
+    pub(crate) fn for_job(size: usize, slots: usize, slot_bytes: usize) -> Result<Layout> {
+        let rings = size.saturating_mul(size).max(1);
+        let per_ring = RING_BUDGET / rings;
+        let mut s = slots;
+        while s > 4 && s.saturating_mul(slot_bytes) > per_ring {
+            s /= 2;
+        }
+        Layout::new(size, s, slot_bytes)
+    }
+
     pub(crate) fn new(size: usize, slots: usize, slot_bytes: usize) -> Result<Layout> {
         let too_big = || {
             Error::config(format!(
@@ -480,5 +496,11 @@ mod tests {
         assert_eq!(l.rings_off % 4096, 0);
         assert_eq!(l.total, l.rings_off + 16 * l.ring_bytes);
         assert!(Layout::new(usize::MAX / 2, 8, 256).is_err());
+        // Many ranks: fewer slots per ring, never below 4, same answer everywhere.
+        let small = Layout::for_job(8, 64, 8192).unwrap();
+        assert_eq!(small.slots, 64);
+        let big = Layout::for_job(256, 64, 8192).unwrap();
+        assert!(big.slots < 64 && big.slots >= 4 && big.slots.is_power_of_two());
+        assert!(big.total <= RING_BUDGET + big.rings_off + 256 * 256 * 4096);
     }
 }

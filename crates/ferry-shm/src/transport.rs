@@ -190,7 +190,7 @@ impl ShmTransport {
         if size == 0 {
             return Err(Error::invalid("shm init", "a job needs at least one rank"));
         }
-        let layout = Layout::new(size, config.shm.ring_slots, config.shm.slot_bytes)?;
+        let layout = Layout::for_job(size, config.shm.ring_slots, config.shm.slot_bytes)?;
         let seg = Arc::new(Segment::anonymous(layout)?);
         // Attach every rank first (the start-up barriers need all of them), then probe.
         let mut probes = Vec::new();
@@ -243,7 +243,7 @@ impl ShmTransport {
     ) -> Result<ShmTransport> {
         let config = spec.config;
         let deadline = deadline.unwrap_or_else(|| Instant::now() + config.timeout());
-        let layout = Layout::new(local_size, config.shm.ring_slots, config.shm.slot_bytes)?;
+        let layout = Layout::for_job(local_size, config.shm.ring_slots, config.shm.slot_bytes)?;
         let name = spec
             .name
             .ok_or_else(|| Error::invalid("shm init", "a joined segment needs a name"))?;
