@@ -200,6 +200,10 @@ pub struct TcpTransport {
     last_get: Instant,
     /// Connections with whole frames buffered but not parsed yet (stopped at their budget).
     rescan: Vec<usize>,
+    /// Bumped whenever something a waiting receive may match was stored (inbox, overflow,
+    /// known remote messages); `seen_epoch` is the value the last matching pass saw.
+    stored_epoch: u64,
+    seen_epoch: u64,
 }
 
 impl TcpTransport {
@@ -376,6 +380,8 @@ impl TcpTransport {
             borrowing: Vec::new(),
             last_get: Instant::now(),
             rescan: Vec::new(),
+            stored_epoch: 1,
+            seen_epoch: 0,
             set,
             listener,
             listener_paused: false,
@@ -562,6 +568,7 @@ impl TcpTransport {
                 } else if self.inbox.insert(arrival, s.data.to_vec()).is_err() {
                     continue;
                 }
+                self.stored_epoch += 1;
                 self.stats.record_send(self.rank, len);
                 s.state = OpState::Done;
                 continue;
@@ -967,10 +974,15 @@ impl TcpTransport {
     // ----- receiving -----
 
     fn match_recvs(&mut self, ex: &mut Exchange<'_>) -> Result<()> {
+        // Waiting receives were checked against everything stored when nothing was stored
+        // since: skip the lookups (they dominated the polling loop's cost).
+        let changed = self.stored_epoch != self.seen_epoch;
+        self.seen_epoch = self.stored_epoch;
         for i in 0..ex.recvs.len() {
             let r = &mut ex.recvs[i];
             let (serial, progress) = match r.state {
                 OpState::Done => continue,
+                OpState::Active { .. } if !changed => continue,
                 OpState::New => {
                     check_peer(self.rank, self.size, r.peer, "recv")?;
                     if self.excluded[r.peer] {
@@ -998,10 +1010,15 @@ impl TcpTransport {
                 key: r.key,
                 serial,
             };
-            let stored = self
-                .inbox
-                .take(&arrival)
-                .or_else(|| self.overflow.remove(&arrival));
+            let stored = if self.inbox.is_empty() {
+                None
+            } else {
+                self.inbox.take(&arrival)
+            };
+            let stored = match stored {
+                None if !self.overflow.is_empty() => self.overflow.remove(&arrival),
+                other => other,
+            };
             if let Some(payload) = stored {
                 let len = payload.len();
                 r.buf.fill_from(payload).map_err(|want| {
@@ -1013,10 +1030,18 @@ impl TcpTransport {
                 self.stats.record_recv(arrival.source, len);
                 continue;
             }
-            if progress == WAITING && self.remote.get(&arrival) == Some(&false) {
+            if progress == WAITING
+                && !self.remote.is_empty()
+                && self.remote.get(&arrival) == Some(&false)
+            {
                 // The message waits in the sender's outbox: pull it (000 §4.4.3).
                 let peer = arrival.source;
-                if let Some(c) = self.get_conn(peer, "recv")? {
+                let conn = self.get_conn(peer, "recv")?;
+                if conn.is_none() {
+                    // No connection yet: look again next time.
+                    self.stored_epoch += 1;
+                }
+                if let Some(c) = conn {
                     let h = Header::control(
                         FrameType::Get,
                         arrival.key,
@@ -1529,6 +1554,7 @@ impl TcpTransport {
             }
             FrameType::Announce => {
                 self.remote.insert(arrival, false);
+                self.stored_epoch += 1;
                 Ok(Verdict::Keep)
             }
             FrameType::Miss => {
@@ -1769,7 +1795,7 @@ impl TcpTransport {
                     Target::Owned(v) => {
                         if h.ty == FrameType::Try {
                             match self.inbox.insert(arrival, v) {
-                                Ok(()) => {}
+                                Ok(()) => self.stored_epoch += 1,
                                 Err(MatchError::Full { .. }) => refuse = true,
                                 Err(MatchError::Duplicate(..)) => {
                                     return Ok(Verdict::Fault {
@@ -1780,6 +1806,7 @@ impl TcpTransport {
                             }
                         } else {
                             self.overflow.insert(arrival, v);
+                            self.stored_epoch += 1;
                         }
                     }
                 }
@@ -1794,6 +1821,7 @@ impl TcpTransport {
                 } else if refuse {
                     self.count.refusals_sent += 1;
                     self.remote.insert(arrival, false);
+                    self.stored_epoch += 1;
                     self.queue_control(id, conn, FrameType::Refuse, &h);
                 } else {
                     self.queue_control(id, conn, FrameType::Accept, &h);
