@@ -201,3 +201,61 @@ fn hybrid_over_two_nodes_under_mpirun() {
         "no TCP statistics from the hybrid backend:\n{stderr}"
     );
 }
+
+/// The Slurm side of R2c without a Slurm installation: four processes get the variables `srun`
+/// would give its tasks (`SLURM_PROCID`, `SLURM_STEP_NUM_TASKS`, `SLURM_JOB_ID`,
+/// `SLURM_STEP_ID`, ...) and must find each other through the file store of that job step.
+#[test]
+fn slurm_task_variables_rendezvous_without_srun() {
+    let expected = repo().join("../shared/conformance/jac2d-s-100-4.expected");
+    let Ok(expected) = std::fs::read_to_string(&expected) else {
+        return eprintln!("skipping: no {}", expected.display());
+    };
+    let prog = example("jac2d");
+    if !prog.exists() {
+        return eprintln!("skipping: {} not built", prog.display());
+    }
+    let job = format!("{}", 900_000 + std::process::id());
+    for (step, backend) in ["tcp", "shm", "hybrid"].into_iter().enumerate() {
+        let children: Vec<_> = (0..4)
+            .map(|rank| {
+                Command::new(&prog)
+                    .args(["-s", "100"])
+                    .env("FERRY_BACKEND", backend)
+                    .env("SLURM_PROCID", rank.to_string())
+                    .env("SLURM_LOCALID", rank.to_string())
+                    .env("SLURM_STEP_NUM_TASKS", "4")
+                    .env("SLURM_NTASKS", "4")
+                    .env("SLURM_JOB_ID", &job)
+                    .env("SLURM_STEP_ID", step.to_string())
+                    .env("SLURMD_NODENAME", "localnode")
+                    .env_remove("FERRY_RANK")
+                    .env_remove("FERRY_SIZE")
+                    .env_remove("FERRY_RENDEZVOUS")
+                    .env_remove("FERRY_JOB_ID")
+                    .env_remove("FERRY_NODE")
+                    .env_remove("OMPI_COMM_WORLD_RANK")
+                    .env_remove("OMPI_COMM_WORLD_SIZE")
+                    .env("FERRY_GENERAL_TIMEOUT_MS", "30000")
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .expect("start a task")
+            })
+            .collect();
+        let mut stdout = String::new();
+        for child in children {
+            let out = child.wait_with_output().expect("task output");
+            assert!(
+                out.status.success(),
+                "{backend}: task failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            stdout.push_str(&String::from_utf8_lossy(&out.stdout));
+        }
+        assert_eq!(
+            stdout, expected,
+            "{backend}: only rank 0 prints the reference"
+        );
+    }
+}
