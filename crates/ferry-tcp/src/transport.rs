@@ -1,17 +1,28 @@
 //! The TCP transport: ADD/TRY/GET over a capped connection cache (000 §4.4, §4.5; T1-T5, T7, T8).
 //!
 //! # Protocol
-//! Every message gets a flow serial (M2) and is copied into the bounded outbox; the send is then
-//! complete. Small messages (`tcp.eager_bytes`) travel at once as TRY with their payload; the
-//! receiver answers ACCEPT (matched to a posted receive, read straight into its buffer, or kept
-//! in the bounded inbox) or REFUSE (inbox full). Large messages are ANNOUNCEd without payload.
-//! A refused or announced message stays in the sender's outbox until the receiver, once its
-//! receive is posted, pulls it with GET; the DATA answer is read straight into the receive
-//! buffer. ACCEPT frees the outbox entry. Control messages (kind CONTROL, at most 4 KiB) use ADD,
-//! which the receiver never refuses.
+//! Every message gets a flow serial (M2). Small messages (`tcp.eager_bytes`) are copied into
+//! the bounded outbox (the send is then complete) and travel at once as TRY with their payload;
+//! the receiver answers ACCEPT (matched to a posted receive and read straight into its buffer,
+//! or kept in the bounded inbox) or REFUSE (inbox full: 000 §4.4.2). Large messages are
+//! ANNOUNCEd without payload and stay in the program's buffer: when the receiver's receive is
+//! posted it pulls them with GET and the DATA answer is written from the sender's buffer and
+//! read into the receiver's (no copy in user space, T4). An announced message whose GET does not
+//! come within 1 ms while nothing else of the exchange is pending is copied into the outbox and
+//! its send completes, so blocking sends in both directions never deadlock. A refused message
+//! is pulled the same way (000 §4.4.3). ACCEPT (also sent for DATA) frees the outbox entry.
+//! Control messages (kind CONTROL, at most 4 KiB) use ADD, which the receiver never refuses
+//! (000 §4.4.1).
 //!
 //! ACCEPTs are corked: they leave with the next frame written to that peer (a ping-pong's answer
-//! carries the ACCEPT of the ping in the same `writev`), or before this rank blocks.
+//! carries the ACCEPT of the ping in the same `writev`), before this rank blocks, or at the
+//! latest every 16th progress call.
+//!
+//! # Shutdown
+//! [`Transport::finish`] serves peers until every message of the outbox was ACCEPTed (so no
+//! rank exits while a peer still needs one of its messages, the purpose of 000's
+//! "shutdown OK?" exchange), then says BYE on every connection and waits (at most 2 s) for the
+//! peers to close. A connection that ends without BYE means the peer died (T5).
 //!
 //! # Connections
 //! Connections are opened lazily on first use with a non-blocking connect; the dialler sends
@@ -20,12 +31,17 @@
 //! that harmless. Beyond `tcp.connection_cap` the least recently used *quiescent* connection
 //! (nothing outstanding either way) is closed with a CLOSE_REQ/CLOSE_ACK handshake, so eviction
 //! never loses a frame in flight; a busy peer answers CLOSE_NAK and the connection stays.
+//! Incoming connections are always accepted (a peer stuck in our backlog could be waiting for
+//! us while we wait for it), so the cap can be exceeded briefly until idle connections close.
+//! A peer that refuses connections for `tcp.connect_timeout_ms` is declared failed.
 //!
 //! # Waiting
 //! Readiness comes from a level-triggered epoll set; each pass serves the ready sockets in
-//! rotating order with a bounded amount of work per socket (T3). [`Transport::exchange`] polls
+//! rotating order with a bounded amount of work per socket (T3). When all a rank waits for is
+//! one peer, its socket is read directly (epoll every 16th pass). [`Transport::exchange`] polls
 //! for `general.spin_us` (yielding now and then, so oversubscribed ranks still progress) before
 //! it blocks in epoll: a wake-up from sleep costs ~25 us on the target VMs, a message ~4 us.
+//! A composite backend can add [`TcpTransport::poll_fd`] to its own poll set.
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
