@@ -107,7 +107,8 @@ pub enum SingleCopy {
 pub struct Shm {
     /// Slots per ring (one ring per ordered pair of ranks).
     pub ring_slots: usize,
-    /// Bytes per slot; messages up to this size minus a 40-byte header travel inline.
+    /// Payload bytes per slot: messages up to this size travel inline (each slot adds a 40-byte
+    /// header, rounded up to whole cache lines).
     pub slot_bytes: usize,
     /// Messages at least this large use the single-copy path.
     pub single_copy_threshold: usize,

@@ -10,7 +10,7 @@
 //!        doorbell word (own line), "sleeping" flag (own line)
 //! ...    rings, one per ordered pair (from, to), each page-aligned:
 //!        +0 reserved line, +64 consumer head (own line), +128 CMA completion window,
-//!        +1024 slots of `slot_bytes`
+//!        +1024 slots of `shm.slot_bytes` + 40-byte header, rounded up to cache lines
 //! ```
 //!
 //! S4 choice: the segment has a POSIX name only while ranks gather. The rank whose attach
@@ -85,8 +85,14 @@ pub(crate) const RING_BUDGET: usize = 4 << 30;
 
 impl Layout {
     /// The geometry for `size` ranks with the configured ring: `slots` per ring, reduced (to a
-    /// power of two, at least 4) when N^2 rings would exceed [`RING_BUDGET`].
-    pub(crate) fn for_job(size: usize, slots: usize, slot_bytes: usize) -> Result<Layout> {
+    /// power of two, at least 4) when N^2 rings would exceed [`RING_BUDGET`]. `payload` is
+    /// `shm.slot_bytes`, the largest inline message; each slot adds the entry header and is
+    /// rounded up to whole cache lines (so 8 KiB messages, a common size, still go inline).
+    pub(crate) fn for_job(size: usize, slots: usize, payload: usize) -> Result<Layout> {
+        let slot_bytes = payload
+            .checked_add(crate::ring::SLOT_HEADER)
+            .and_then(|b| align_up(b, 64))
+            .ok_or_else(|| Error::config(format!("shm.slot_bytes = {payload} is too large")))?;
         let rings = size.saturating_mul(size).max(1);
         let per_ring = RING_BUDGET / rings;
         let mut s = slots;
@@ -499,6 +505,10 @@ mod tests {
         // Many ranks: fewer slots per ring, never below 4, same answer everywhere.
         let small = Layout::for_job(8, 64, 8192).unwrap();
         assert_eq!(small.slots, 64);
+        assert_eq!(
+            small.slot_bytes, 8256,
+            "8 KiB payload + header, whole cache lines"
+        );
         let big = Layout::for_job(256, 64, 8192).unwrap();
         assert!(big.slots < 64 && big.slots >= 4 && big.slots.is_power_of_two());
         assert!(big.total <= RING_BUDGET + big.rings_off + 256 * 256 * 4096);
