@@ -112,6 +112,8 @@ struct Peer {
     retry_at: Option<Instant>,
     first_failure: Option<Instant>,
     backoff: Duration,
+    /// Connections with this peer (two when both dialled at once).
+    n_conns: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -417,6 +419,7 @@ impl TcpTransport {
                     retry_at: None,
                     first_failure: None,
                     backoff: Duration::from_millis(5),
+                    n_conns: 0,
                 })
                 .collect(),
             excluded,
@@ -867,6 +870,9 @@ impl TcpTransport {
         if let Err(e) = self.poller.add(fd, slot as u64, want_write) {
             tracing::warn!("rank {}: cannot watch a socket: {e}", self.rank);
         }
+        if let Some(p) = conn.peer {
+            self.peers[p].n_conns += 1;
+        }
         self.conns[slot] = Some(conn);
         self.n_conns += 1;
         slot
@@ -875,6 +881,7 @@ impl TcpTransport {
     fn drop_conn(&mut self, id: usize, conn: Conn) {
         self.poller.remove(conn.sock.as_raw_fd());
         if let Some(p) = conn.peer {
+            self.peers[p].n_conns = self.peers[p].n_conns.saturating_sub(1);
             if self.peers[p].conn == Some(id) {
                 self.peers[p].conn = None;
             }
@@ -1743,6 +1750,7 @@ impl TcpTransport {
                 match handshake::check_hello(&h, &secret, &self.secret, self.rank, self.size) {
                     Ok(p) if !self.excluded[p] => {
                         conn.peer = Some(p);
+                        self.peers[p].n_conns += 1;
                         conn.phase = Phase::Open;
                         let ack = handshake::hello_ack(self.rank, p, &self.secret);
                         conn.wq
@@ -2007,7 +2015,12 @@ impl TcpTransport {
         if busy_send {
             return None;
         }
-        let c = self.peers[peer?].conn?;
+        let peer = peer?;
+        if self.peers[peer].n_conns != 1 {
+            // Its messages may come on either of two connections.
+            return None;
+        }
+        let c = self.peers[peer].conn?;
         let conn = self.conns.get(c)?.as_ref()?;
         (conn.phase == Phase::Open && !conn.want_write && conn.wq.is_empty()).then_some(c)
     }
