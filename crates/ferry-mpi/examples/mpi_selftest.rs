@@ -295,9 +295,10 @@ fn stress(t: &mut MpiTransport, rounds: u64) -> Result<(), String> {
     let extra = |name: &str| st.extra.iter().find(|(n, _)| *n == name).map_or(0, |e| e.1);
     println!(
         "ok stress {rounds} rounds: {received} messages, {bytes} bytes received, {} sent with \
-         a key header, {} kept aside for a later receive",
+         a key header, {} kept aside for a later receive, {} moved without a copy",
         extra("mpi_hashed_tag_messages"),
-        extra("mpi_kept_aside_total")
+        extra("mpi_kept_aside_total"),
+        extra("mpi_zero_copy_messages")
     );
     Ok(())
 }
@@ -366,6 +367,43 @@ fn main() -> ExitCode {
                 .and_then(|a| a.parse().ok())
                 .unwrap_or(200);
             stress(&mut t, rounds)
+        }
+        // With FERRY_MPI_ZERO_COPY_SENDS=1 and a short timeout: rank 0's exchange times out
+        // while MPI still reads its buffer, and must not return before rank 1 took it.
+        "settle" => {
+            let data = pattern(0, 1, 1 << 20, 7);
+            if rank == 0 {
+                let start = Instant::now();
+                let mut ex = Exchange::new();
+                ex.send(1, MsgKey::user(42), &data);
+                match t.exchange(&mut ex) {
+                    Err(err) if err.kind() == ErrorKind::Timeout => {
+                        println!("ok settle: timed out, returned after {:?}", start.elapsed());
+                        Ok(())
+                    }
+                    Ok(()) => {
+                        println!(
+                            "ok settle: completed (buffered) after {:?}",
+                            start.elapsed()
+                        );
+                        Ok(())
+                    }
+                    Err(other) => Err(format!("settle gave {other}")),
+                }
+            } else if rank == 1 {
+                std::thread::sleep(std::time::Duration::from_millis(1500));
+                let mut got = Vec::new();
+                match t.recv(0, MsgKey::user(42), &mut got) {
+                    Ok(()) if got == data => {
+                        println!("ok settle: received intact");
+                        Ok(())
+                    }
+                    Ok(()) => Err("settle: received data differs".into()),
+                    Err(e) => Err(format!("settle receive: {e}")),
+                }
+            } else {
+                Ok(())
+            }
         }
         "timeout" => {
             if rank == 0 {

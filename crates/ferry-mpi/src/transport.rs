@@ -40,6 +40,22 @@ const POOL_MAX_BYTES: usize = 64 << 20;
 const YIELD_FOR: Duration = Duration::from_millis(2);
 const NAP: Duration = Duration::from_micros(50);
 
+/// Smallest message moved without a copy through caller memory inside [`Transport::exchange`]
+/// (below it a copy costs less than the bookkeeping).
+const ZERO_COPY_MIN: usize = 32 << 10;
+
+/// `OpState::Active::serial` of an operation whose MPI request works on the caller's memory
+/// (the other active receives hold a backend slot and use serial 0).
+const BORROWED: u64 = u64::MAX;
+
+/// An MPI request on memory of the exchange being run by [`Transport::exchange`]: the index of
+/// its operation, which completes when the request does.
+#[derive(Debug, Clone, Copy)]
+enum Borrowed {
+    Send { op: usize },
+    Recv { op: usize, peer: usize, len: usize },
+}
+
 /// A receive whose message MPI has matched (`MPI_Improbe`) and is filling (`MPI_Imrecv`) into a
 /// buffer owned by the backend.
 struct RecvSlot {
@@ -83,9 +99,13 @@ pub struct MpiTransport {
     blocked: Vec<(usize, i32)>,
     pool: Vec<Vec<u8>>,
     pool_bytes: usize,
+    borrowed_reqs: Vec<ffi::MPI_Request>,
+    borrowed_ops: Vec<Borrowed>,
+    zero_copy_sends: bool,
     stats: Stats,
     hashed_messages: u64,
     kept_aside_total: u64,
+    zero_copy_messages: u64,
     universe: Option<Universe>,
     finished: bool,
 }
@@ -172,9 +192,13 @@ impl MpiTransport {
             blocked: Vec::new(),
             pool: Vec::new(),
             pool_bytes: 0,
+            borrowed_reqs: Vec::new(),
+            borrowed_ops: Vec::new(),
+            zero_copy_sends: std::env::var("FERRY_MPI_ZERO_COPY_SENDS").is_ok_and(|v| v == "1"),
             stats: Stats::new(0, 1, "mpi"),
             hashed_messages: 0,
             kept_aside_total: 0,
+            zero_copy_messages: 0,
             universe,
             finished: false,
         };
@@ -439,9 +463,9 @@ impl MpiTransport {
         Ok(true)
     }
 
-    /// Matches the next message of `(peer, wire)` if one is there and starts receiving it into
-    /// a backend buffer; returns the slot.
-    fn probe(&mut self, peer: usize, wire: WireTag) -> Result<Option<usize>> {
+    /// Matches the next message of `(peer, wire)` if one is there: its MPI message handle and
+    /// length. The caller must receive it (`MPI_Imrecv`).
+    fn probe(&mut self, peer: usize, wire: WireTag) -> Result<Option<(ffi::MPI_Message, c_int)>> {
         let mut flag: c_int = 0;
         let mut message = unsafe { ffi::RSMPI_MESSAGE_NULL };
         // SAFETY: MPI_Status is a plain C struct; zeroed is a valid value to be overwritten.
@@ -469,6 +493,16 @@ impl MpiTransport {
         if rc != ffi::MPI_SUCCESS as c_int || count < 0 {
             return Err(mpi_error(self.rank, "recv (MPI_Get_count)", rc).with_peer(peer));
         }
+        Ok(Some((message, count)))
+    }
+
+    /// Receives a matched message into a backend buffer; returns the slot.
+    fn recv_owned(
+        &mut self,
+        peer: usize,
+        mut message: ffi::MPI_Message,
+        count: c_int,
+    ) -> Result<usize> {
         let len = count as usize;
         let mut buf = self.take_buffer(len);
         let mut req = unsafe { ffi::RSMPI_REQUEST_NULL };
@@ -497,7 +531,135 @@ impl MpiTransport {
                 self.slots.len() - 1
             }
         };
-        Ok(Some(idx))
+        Ok(idx)
+    }
+
+    /// Applies the completions of requests on caller memory to their operations. A request
+    /// that failed is complete too (MPI no longer touches its buffer); the first error is
+    /// returned after all completions were applied.
+    fn progress_borrowed(&mut self, ex: &mut Exchange<'_>) -> Result<()> {
+        let mut first_err = None;
+        let mut i = 0;
+        while i < self.borrowed_reqs.len() {
+            let mut flag: c_int = 0;
+            // SAFETY: the request is live; MPI_Test frees it when it completes.
+            let rc = unsafe {
+                ffi::MPI_Test(
+                    &mut self.borrowed_reqs[i],
+                    &mut flag,
+                    ffi::RSMPI_STATUS_IGNORE,
+                )
+            };
+            if rc == ffi::MPI_SUCCESS as c_int && flag == 0 {
+                i += 1;
+                continue;
+            }
+            self.borrowed_reqs.swap_remove(i);
+            let done = self.borrowed_ops.swap_remove(i);
+            let (state, peer) = match done {
+                Borrowed::Send { op } => (ex.sends.get_mut(op).map(|o| &mut o.state), None),
+                Borrowed::Recv { op, peer, len } => {
+                    if rc == ffi::MPI_SUCCESS as c_int {
+                        self.stats.record_recv(peer, len);
+                    }
+                    (ex.recvs.get_mut(op).map(|o| &mut o.state), Some(peer))
+                }
+            };
+            if let Some(state) = state {
+                *state = OpState::Done;
+            }
+            if rc != ffi::MPI_SUCCESS as c_int && first_err.is_none() {
+                let mut e = mpi_error(self.rank, "exchange (MPI_Test)", rc);
+                if let Some(p) = peer {
+                    e = e.with_peer(p);
+                }
+                first_err = Some(e);
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
+    /// After a failed exchange: waits until MPI has finished with every request on the
+    /// exchange's memory, which the caller may free as soon as `exchange` returns. These are
+    /// receives whose message MPI already matched (they finish as soon as the sender's MPI
+    /// library moves the data) and, with `FERRY_MPI_ZERO_COPY_SENDS=1`, sends (which finish
+    /// only once the receiver takes them: that mode trades the timeout for the copy).
+    fn settle_borrowed(&mut self, ex: &mut Exchange<'_>) {
+        let start = Instant::now();
+        let mut warned = false;
+        while !self.borrowed_reqs.is_empty() {
+            if let Err(e) = self.progress_borrowed(ex) {
+                tracing::warn!("{e}");
+            }
+            if !warned && start.elapsed() > self.policy.timeout {
+                warned = true;
+                tracing::warn!(
+                    rank = self.rank,
+                    pending = self.borrowed_reqs.len(),
+                    "exchange failed, but MPI still works on its buffers; waiting for MPI"
+                );
+            }
+            std::thread::sleep(NAP);
+        }
+    }
+
+    /// One progress pass; `zero_copy` lets operations work on the exchange's memory (only
+    /// inside [`Transport::exchange`], which does not return while MPI uses it).
+    fn progress(&mut self, ex: &mut Exchange<'_>, zero_copy: bool) -> Result<bool> {
+        if self.finished {
+            return Err(Error::new(ErrorKind::InvalidArgument, "exchange")
+                .on_rank(self.rank)
+                .with_detail("the MPI transport was already finished"));
+        }
+        self.progress_sends()?;
+        if !self.borrowed_reqs.is_empty() {
+            self.progress_borrowed(ex)?;
+        }
+        for i in 0..ex.sends.len() {
+            if ex.sends[i].state != OpState::New {
+                continue;
+            }
+            let (peer, key, data) = (ex.sends[i].peer, ex.sends[i].key, ex.sends[i].data);
+            check_peer(self.rank, self.size, peer, "send")?;
+            if zero_copy && self.zero_copy_sends && data.len() >= ZERO_COPY_MIN {
+                let wire = self.tags.wire(key);
+                if !wire.hashed && data.len() <= i32::MAX as usize {
+                    let mut req = unsafe { ffi::RSMPI_REQUEST_NULL };
+                    // SAFETY: `data` is borrowed by the exchange, which `exchange` does not
+                    // release before this request completed (`settle_borrowed`).
+                    let rc = unsafe {
+                        ffi::MPI_Isend(
+                            data.as_ptr().cast::<c_void>(),
+                            data.len() as c_int,
+                            ffi::RSMPI_UINT8_T,
+                            peer as c_int,
+                            wire.tag,
+                            self.comm,
+                            &mut req,
+                        )
+                    };
+                    if rc != ffi::MPI_SUCCESS as c_int {
+                        return Err(mpi_error(self.rank, "send (MPI_Isend)", rc).with_peer(peer));
+                    }
+                    self.borrowed_reqs.push(req);
+                    self.zero_copy_messages += 1;
+                    self.borrowed_ops.push(Borrowed::Send { op: i });
+                    self.stats.record_send(peer, data.len());
+                    ex.sends[i].state = OpState::Active {
+                        serial: BORROWED,
+                        progress: 0,
+                    };
+                    continue;
+                }
+            }
+            if self.start_send(peer, key, data)? {
+                ex.sends[i].state = OpState::Done;
+            } else {
+                break;
+            }
+        }
+        let recvs_done = self.progress_recvs(ex, zero_copy)?;
+        Ok(recvs_done && ex.sends.iter().all(|s| s.state == OpState::Done))
     }
 
     /// Returns the message of `slot` if MPI has finished receiving it.
@@ -593,10 +755,10 @@ impl MpiTransport {
         Ok(())
     }
 
-    fn progress_recvs(&mut self, ex: &mut Exchange<'_>) -> Result<bool> {
+    fn progress_recvs(&mut self, ex: &mut Exchange<'_>, zero_copy: bool) -> Result<bool> {
         let mut all_done = true;
         self.blocked.clear();
-        for op in ex.recvs.iter_mut() {
+        for (i, op) in ex.recvs.iter_mut().enumerate() {
             if op.state == OpState::Done {
                 continue;
             }
@@ -610,25 +772,63 @@ impl MpiTransport {
                 continue;
             }
             let slot = match op.state {
+                // Matched and filling the caller's memory: `progress_borrowed` completes it.
+                OpState::Active {
+                    serial: BORROWED, ..
+                } => continue,
                 OpState::Active { progress, .. } => progress,
                 _ => {
                     if let Some(msg) = self.take_early(op.peer, op.key) {
                         self.deliver(op, msg)?;
                         continue;
                     }
-                    match self.probe(op.peer, wire)? {
-                        Some(slot) => {
-                            op.state = OpState::Active {
-                                serial: 0,
-                                progress: slot,
-                            };
-                            slot
-                        }
-                        None => {
-                            self.blocked.push(flow);
-                            continue;
+                    let Some((mut message, count)) = self.probe(op.peer, wire)? else {
+                        self.blocked.push(flow);
+                        continue;
+                    };
+                    let len = count as usize;
+                    if zero_copy && !wire.hashed && len >= ZERO_COPY_MIN {
+                        if let RecvBuf::Slice(buf) = &mut op.buf {
+                            if buf.len() == len {
+                                let mut req = unsafe { ffi::RSMPI_REQUEST_NULL };
+                                // SAFETY: the slice is borrowed by the exchange, which
+                                // `exchange` does not release before this request completed
+                                // (`settle_borrowed`); the matched message has exactly its
+                                // length.
+                                let rc = unsafe {
+                                    ffi::MPI_Imrecv(
+                                        buf.as_mut_ptr().cast::<c_void>(),
+                                        count,
+                                        ffi::RSMPI_UINT8_T,
+                                        &mut message,
+                                        &mut req,
+                                    )
+                                };
+                                if rc != ffi::MPI_SUCCESS as c_int {
+                                    return Err(mpi_error(self.rank, "recv (MPI_Imrecv)", rc)
+                                        .with_peer(op.peer));
+                                }
+                                self.borrowed_reqs.push(req);
+                                self.zero_copy_messages += 1;
+                                self.borrowed_ops.push(Borrowed::Recv {
+                                    op: i,
+                                    peer: op.peer,
+                                    len,
+                                });
+                                op.state = OpState::Active {
+                                    serial: BORROWED,
+                                    progress: 0,
+                                };
+                                continue;
+                            }
                         }
                     }
+                    let slot = self.recv_owned(op.peer, message, count)?;
+                    op.state = OpState::Active {
+                        serial: 0,
+                        progress: slot,
+                    };
+                    slot
                 }
             };
             match self.test_slot(slot, op.peer)? {
@@ -662,6 +862,53 @@ impl MpiTransport {
             }
         }
         Ok(all_done || ex.recvs.iter().all(|r| r.state == OpState::Done))
+    }
+
+    /// Runs `ex` to completion or failure: busy polling (MPI needs calls to make progress),
+    /// then yielding the core, then short naps — never a blocking MPI call, so the timeout
+    /// always fires (T5).
+    fn drive(&mut self, ex: &mut Exchange<'_>) -> Result<()> {
+        self.stats.calls += 1;
+        // Most small exchanges complete on the first pass: no clock read for them.
+        if self.progress(ex, true)? {
+            return Ok(());
+        }
+        let start = Instant::now();
+        let mut polls: u32 = 0;
+        let mut elapsed = Duration::ZERO;
+        loop {
+            if self.progress(ex, true)? {
+                return Ok(());
+            }
+            polls = polls.wrapping_add(1);
+            // While spinning, read the clock every 8th poll only (a read costs as much as a
+            // poll); afterwards each poll is slow anyway.
+            if polls & 7 == 0 || elapsed >= self.policy.spin {
+                elapsed = start.elapsed();
+            }
+            if elapsed >= self.policy.timeout {
+                let pending = ex.pending_peers();
+                let mut err = Error::new(ErrorKind::Timeout, "exchange")
+                    .on_rank(self.rank)
+                    .with_detail(format!(
+                        "no completion within {:?}; still waiting for ranks {:?}",
+                        self.policy.timeout, pending
+                    ));
+                if let [single] = pending[..] {
+                    err = err.with_peer(single);
+                }
+                return Err(err);
+            }
+            if elapsed < self.policy.spin {
+                std::hint::spin_loop();
+            } else if elapsed < self.policy.spin + YIELD_FOR {
+                std::thread::yield_now();
+            } else if polls & 3 == 0 {
+                std::thread::sleep(NAP);
+            } else {
+                std::thread::yield_now();
+            }
+        }
     }
 
     /// Shuts down: waits (bounded) for sends and abandoned receives still in MPI's hands, frees
@@ -744,29 +991,9 @@ impl Transport for MpiTransport {
         self.nodes.get(rank).copied().unwrap_or(0)
     }
 
+    /// Never works on the exchange's memory: the caller may drop the exchange after any call.
     fn progress_exchange(&mut self, ex: &mut Exchange<'_>) -> Result<bool> {
-        if self.finished {
-            return Err(Error::new(ErrorKind::InvalidArgument, "exchange")
-                .on_rank(self.rank)
-                .with_detail("the MPI transport was already finished"));
-        }
-        self.progress_sends()?;
-        let mut sends_done = true;
-        for i in 0..ex.sends.len() {
-            if ex.sends[i].state == OpState::Done {
-                continue;
-            }
-            let (peer, key, data) = (ex.sends[i].peer, ex.sends[i].key, ex.sends[i].data);
-            check_peer(self.rank, self.size, peer, "send")?;
-            if self.start_send(peer, key, data)? {
-                ex.sends[i].state = OpState::Done;
-            } else {
-                sends_done = false;
-                break;
-            }
-        }
-        let recvs_done = self.progress_recvs(ex)?;
-        Ok(sends_done && recvs_done)
+        self.progress(ex, false)
     }
 
     fn wait_for_input(&mut self, timeout: Duration) -> Result<()> {
@@ -796,51 +1023,16 @@ impl Transport for MpiTransport {
         self.policy
     }
 
-    /// Progresses the exchange until it completes: busy polling (MPI needs calls to make
-    /// progress), then yielding the core, then short naps — never a blocking MPI call, so the
-    /// timeout always fires (T5).
+    /// Progresses the exchange until it completes or fails ([`MpiTransport::drive`]). Large
+    /// fixed-length receives (and, with `FERRY_MPI_ZERO_COPY_SENDS=1`, large sends) work on
+    /// the exchange's memory without a copy; if the exchange fails, this waits until MPI has
+    /// finished with that memory before returning.
     fn exchange(&mut self, ex: &mut Exchange<'_>) -> Result<()> {
-        self.stats.calls += 1;
-        // Most small exchanges complete on the first pass: no clock read for them.
-        if self.progress_exchange(ex)? {
-            return Ok(());
+        let result = self.drive(ex);
+        if !self.borrowed_reqs.is_empty() {
+            self.settle_borrowed(ex);
         }
-        let start = Instant::now();
-        let mut polls: u32 = 0;
-        let mut elapsed = Duration::ZERO;
-        loop {
-            if self.progress_exchange(ex)? {
-                return Ok(());
-            }
-            polls = polls.wrapping_add(1);
-            // While spinning, read the clock every 8th poll only (a read costs as much as a
-            // poll); afterwards each poll is slow anyway.
-            if polls & 7 == 0 || elapsed >= self.policy.spin {
-                elapsed = start.elapsed();
-            }
-            if elapsed >= self.policy.timeout {
-                let pending = ex.pending_peers();
-                let mut err = Error::new(ErrorKind::Timeout, "exchange")
-                    .on_rank(self.rank)
-                    .with_detail(format!(
-                        "no completion within {:?}; still waiting for ranks {:?}",
-                        self.policy.timeout, pending
-                    ));
-                if let [single] = pending[..] {
-                    err = err.with_peer(single);
-                }
-                return Err(err);
-            }
-            if elapsed < self.policy.spin {
-                std::hint::spin_loop();
-            } else if elapsed < self.policy.spin + YIELD_FOR {
-                std::thread::yield_now();
-            } else if polls & 3 == 0 {
-                std::thread::sleep(NAP);
-            } else {
-                std::thread::yield_now();
-            }
-        }
+        result
     }
 
     fn stats(&self) -> Stats {
@@ -851,6 +1043,8 @@ impl Transport for MpiTransport {
             .push(("mpi_kept_aside_now", self.early_messages as u64));
         s.extra
             .push(("mpi_kept_aside_total", self.kept_aside_total));
+        s.extra
+            .push(("mpi_zero_copy_messages", self.zero_copy_messages));
         s
     }
 

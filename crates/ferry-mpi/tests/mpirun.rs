@@ -85,11 +85,12 @@ fn random_all_to_all_rounds_keep_every_byte_and_flow_order() {
     if !stress {
         eprintln!("FERRY_STRESS=1 runs 5000 rounds instead of 100");
     }
-    for n in [3, 4] {
+    for (n, zero_copy_sends) in [(3, "0"), (4, "0"), (4, "1")] {
         let Some(mut cmd) = mpirun() else {
             return;
         };
         let out = cmd
+            .env("FERRY_MPI_ZERO_COPY_SENDS", zero_copy_sends)
             .arg("-n")
             .arg(n.to_string())
             .arg(selftest())
@@ -111,4 +112,40 @@ fn random_all_to_all_rounds_keep_every_byte_and_flow_order() {
             "{stdout}"
         );
     }
+}
+
+/// With zero-copy sends, an exchange that times out while MPI still reads the caller's buffer
+/// returns only after MPI is done with it (here: when the receiver, 1.5 s late, takes it).
+#[test]
+fn failed_exchange_returns_only_when_mpi_is_done_with_its_memory() {
+    let Some(mut cmd) = mpirun() else {
+        return;
+    };
+    let out = cmd
+        .env("FERRY_MPI_ZERO_COPY_SENDS", "1")
+        .env("FERRY_GENERAL_TIMEOUT_MS", "300")
+        .args(["-n", "2"])
+        .arg(selftest())
+        .arg("settle")
+        .output()
+        .expect("run mpirun");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("ok settle: received intact"), "{stdout}");
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("ok settle: timed out"))
+        .unwrap_or_else(|| panic!("rank 0 did not time out:\n{stdout}"));
+    // Returned after the receiver took the data, not at the 300 ms timeout.
+    let secs: f64 = line
+        .rsplit(' ')
+        .next()
+        .and_then(|d| d.strip_suffix('s'))
+        .and_then(|d| d.parse().ok())
+        .unwrap_or(0.0);
+    assert!(secs >= 1.0, "{line}");
 }
