@@ -151,6 +151,8 @@ pub(crate) struct Conn {
     pub want_write: bool,
     /// Frames in the queue with a borrowed payload.
     pub borrowed: usize,
+    /// This rank opened the connection (as opposed to accepting it).
+    pub dialled: bool,
 }
 
 impl Conn {
@@ -168,6 +170,7 @@ impl Conn {
             last_used: tick,
             want_write: false,
             borrowed: 0,
+            dialled: peer.is_some(),
         }
     }
 

@@ -149,6 +149,7 @@ struct Counters {
     strangers: u64,
     announced: u64,
     rndv_copies: u64,
+    duplicates_closed: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -222,6 +223,8 @@ pub struct TcpTransport {
     /// known remote messages); `seen_epoch` is the value the last matching pass saw.
     stored_epoch: u64,
     seen_epoch: u64,
+    /// Some peer may have two connections with us (see `close_duplicates`).
+    dup_pending: bool,
 }
 
 impl TcpTransport {
@@ -400,6 +403,7 @@ impl TcpTransport {
             rescan: Vec::new(),
             stored_epoch: 1,
             seen_epoch: 0,
+            dup_pending: false,
             set,
             listener,
             listener_paused: false,
@@ -904,10 +908,17 @@ impl TcpTransport {
             }
         }
         let Some((_, id)) = victim else { return };
-        let Some(conn) = self.conns[id].as_mut() else {
-            return;
+        if self.start_close(id) {
+            self.count.evictions += 1;
+        }
+    }
+
+    /// Asks the peer to close connection `id` (CLOSE_REQ); it is no longer used for sending.
+    fn start_close(&mut self, id: usize) -> bool {
+        let Some(conn) = self.conns.get_mut(id).and_then(Option::as_mut) else {
+            return false;
         };
-        let Some(peer) = conn.peer else { return };
+        let Some(peer) = conn.peer else { return false };
         let h = Header::control(
             FrameType::CloseReq,
             MsgKey::user(0),
@@ -920,9 +931,35 @@ impl TcpTransport {
         if self.peers[peer].conn == Some(id) {
             self.peers[peer].conn = None;
         }
-        self.count.evictions += 1;
-        tracing::debug!("rank {}: evicting connection to rank {peer}", self.rank);
+        tracing::debug!("rank {}: closing a connection to rank {peer}", self.rank);
         self.flush_conn(id);
+        true
+    }
+
+    /// Two ranks that dialled each other at once hold two connections; the one dialled by the
+    /// lower rank stays, the higher rank closes its own once it is idle (saves descriptors, and
+    /// a single connection per peer lets a waiting rank read that peer's socket directly).
+    fn close_duplicates(&mut self) {
+        let mut left = false;
+        for id in 0..self.conns.len() {
+            let Some(c) = self.conns[id].as_ref() else {
+                continue;
+            };
+            let Some(p) = c.peer else { continue };
+            if c.dialled && p < self.rank && self.peers[p].n_conns > 1 {
+                if c.quiescent() {
+                    if self.start_close(id) {
+                        self.count.duplicates_closed += 1;
+                    }
+                } else if matches!(
+                    c.phase,
+                    Phase::Open | Phase::AwaitHelloAck | Phase::Connecting(_)
+                ) {
+                    left = true;
+                }
+            }
+        }
+        self.dup_pending = left;
     }
 
     // ----- writing -----
@@ -1751,12 +1788,16 @@ impl TcpTransport {
                     Ok(p) if !self.excluded[p] => {
                         conn.peer = Some(p);
                         self.peers[p].n_conns += 1;
+                        if self.peers[p].n_conns > 1 {
+                            self.dup_pending = true;
+                        }
                         conn.phase = Phase::Open;
                         let ack = handshake::hello_ack(self.rank, p, &self.secret);
                         conn.wq
                             .push_back(OutFrame::new(&ack, Some(self.secret.clone())));
                         self.dirty.push(id);
-                        if self.peers[p].conn.is_none() {
+                        if self.peers[p].conn.is_none() || p < self.rank {
+                            // A lower rank's connection is the one both keep.
                             self.peers[p].conn = Some(id);
                         }
                         Ok(Verdict::Keep)
@@ -1922,6 +1963,9 @@ impl TcpTransport {
         }
         if self.tick & 63 == 0 {
             self.expire_handshakes();
+        }
+        if self.dup_pending {
+            self.close_duplicates();
         }
         Ok(())
     }
@@ -2306,6 +2350,7 @@ impl Transport for TcpTransport {
             ("tcp gets sent", c.gets_sent),
             ("tcp gets served", c.gets_served),
             ("tcp strangers rejected", c.strangers),
+            ("tcp duplicate connections closed", c.duplicates_closed),
         ] {
             s.bump(name, v);
         }
