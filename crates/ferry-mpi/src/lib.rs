@@ -11,7 +11,9 @@
 //! - a batched [`Exchange`] becomes `MPI_Isend` for every send (from a copy owned by the
 //!   backend, so a send completes locally at once and never waits for a receive: M3, T1) and
 //!   `MPI_Improbe` + `MPI_Imrecv` for every receive (so messages of unknown length need no size
-//!   exchange), progressed with `MPI_Testsome`/`MPI_Test`;
+//!   exchange), progressed with `MPI_Testsome`/`MPI_Test`; inside `exchange()` large
+//!   fixed-length receives land directly in the caller's memory, and large sends leave from it
+//!   with `FERRY_MPI_ZERO_COPY_SENDS=1` (see [`MpiTransport`]);
 //! - message keys become MPI tags as described in [`tags`]; serial order within a flow is MPI's
 //!   non-overtaking rule;
 //! - every MPI call returns its error code (`MPI_ERRORS_RETURN` is set on ferry's private

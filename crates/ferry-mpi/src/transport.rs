@@ -66,12 +66,18 @@ struct RecvSlot {
 
 /// One rank of a job over MPI (`FERRY_BACKEND=mpi`).
 ///
-/// Buffers handed to MPI are always owned by the transport, never borrowed from an
-/// [`Exchange`]: an exchange may be dropped after an error while MPI still holds a request,
-/// and MPI must never write into or read from freed memory. Sends are therefore copied (and
+/// [`Transport::progress_exchange`] hands MPI only buffers owned by the transport, never
+/// memory borrowed from the [`Exchange`]: the caller may drop the exchange after any call, and
+/// MPI must never write into or read from freed memory. Sends are therefore copied (and
 /// complete for the caller as soon as MPI has them, like a buffered send, bounded by
 /// [`MAX_INFLIGHT_SEND_BYTES`]); receives land in a backend buffer that is moved into a
 /// `RecvBuf::Vec` without copying or copied into a `RecvBuf::Slice`.
+///
+/// [`Transport::exchange`] may lend the exchange's memory to MPI, because it does not return
+/// while MPI uses it: fixed-length receives of at least 32 KiB are received in place once
+/// matched, and with `FERRY_MPI_ZERO_COPY_SENDS=1` sends of at least 32 KiB leave from the
+/// caller's buffer. After a failure it waits for those requests before returning; for sends
+/// that may be long (until the receiver takes the message), which is why it is opt-in.
 ///
 /// MPI is initialised with `MPI_THREAD_SERIALIZED` (the transport may move between threads,
 /// but `&mut self` keeps calls from overlapping), and finalised by [`Transport::finish`] or on
