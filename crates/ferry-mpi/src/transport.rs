@@ -1029,7 +1029,8 @@ impl Transport for MpiTransport {
         self.policy
     }
 
-    /// Progresses the exchange until it completes or fails ([`MpiTransport::drive`]). Large
+    /// Progresses the exchange until it completes or fails (polling, then yielding, then naps;
+    /// never a blocking MPI call, so the timeout always fires, T5). Large
     /// fixed-length receives (and, with `FERRY_MPI_ZERO_COPY_SENDS=1`, large sends) work on
     /// the exchange's memory without a copy; if the exchange fails, this waits until MPI has
     /// finished with that memory before returning.
