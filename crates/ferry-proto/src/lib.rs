@@ -8,11 +8,14 @@
 //!   serial number so that out-of-order arrivals are matched to the right receive.
 //! - [`matching`]: the receive side of M2: posted receives and a bounded store of early arrivals.
 //! - [`frame`] and [`handshake`]: the TCP backend's wire format (T1, T4, T8), strict decoders.
+//! - [`tcp_protocol`]: the TCP backend's protocol decisions (which request carries a message,
+//!   which frames may travel in which direction, how answers are addressed).
 
 pub mod frame;
 pub mod handshake;
 pub mod ident;
 pub mod matching;
+pub mod tcp_protocol;
 
 pub use ident::{FlowTable, MsgKey, MsgKind};
 pub use matching::{Arrival, EarlyArrivals, MatchError};

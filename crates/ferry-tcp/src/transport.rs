@@ -53,11 +53,11 @@ use std::time::{Duration, Instant};
 use ferry_core::config::ConfigWatcher;
 use ferry_core::transport::{check_peer, drive_exchange};
 use ferry_core::{
-    Config, Error, ErrorKind, Exchange, MsgKey, MsgKind, OpState, RecvBuf, Result, SendOp, Stats,
-    Store, Transport, WaitPolicy,
+    Config, Error, ErrorKind, Exchange, MsgKey, OpState, RecvBuf, Result, SendOp, Stats, Store,
+    Transport, WaitPolicy,
 };
 use ferry_proto::frame::{FrameType, Header, HEADER_LEN};
-use ferry_proto::handshake;
+use ferry_proto::{handshake, tcp_protocol};
 use ferry_proto::{Arrival, EarlyArrivals, FlowTable, MatchError};
 
 use crate::conn::{
@@ -66,8 +66,6 @@ use crate::conn::{
 use crate::poller::{Poller, Ready, LISTENER};
 
 const NAME: &str = "tcp";
-/// Largest CONTROL message sent with ADD (never refused); larger ones use TRY.
-const ADD_MAX: usize = 4096;
 /// Bytes read from one socket per pass before the next ready socket gets its turn (T3).
 const READ_BUDGET: usize = 256 << 10;
 /// Frames parsed from one socket per pass.
@@ -499,13 +497,7 @@ impl TcpTransport {
     // ----- sending -----
 
     fn frame_type_for(&self, key: MsgKey, len: usize) -> FrameType {
-        if key.kind == MsgKind::CONTROL && len <= ADD_MAX {
-            FrameType::Add
-        } else if len <= self.set.eager {
-            FrameType::Try
-        } else {
-            FrameType::Announce
-        }
+        tcp_protocol::request_for(key, len, self.set.eager)
     }
 
     fn start_sends(&mut self, ex: &mut Exchange<'_>) -> Result<()> {
@@ -1476,11 +1468,7 @@ impl TcpTransport {
     /// Queues an answer to `h`. Message-level answers keep the message's identity (source and
     /// destination of the message); connection-level ones come from this rank.
     fn queue_control(&mut self, id: usize, conn: &mut Conn, ty: FrameType, h: &Header) {
-        let (source, dest) = match ty {
-            FrameType::CloseAck | FrameType::CloseNak => (h.dest, h.source),
-            _ => (h.source, h.dest),
-        };
-        let c = Header::control(ty, h.key, source, dest, h.serial);
+        let c = tcp_protocol::answer(ty, h);
         conn.wq.push_back(OutFrame::new(&c, None));
         self.dirty.push(id);
     }
@@ -1527,28 +1515,9 @@ impl TcpTransport {
                 peer_failed: false,
             });
         };
-        let (me, pp) = (self.rank as u32, p as u32);
-        let inbound = h.source == pp && h.dest == me;
-        let outbound = h.source == me && h.dest == pp;
-        let ok = match h.ty {
-            FrameType::Try
-            | FrameType::Add
-            | FrameType::Announce
-            | FrameType::Data
-            | FrameType::Miss
-            | FrameType::CloseReq
-            | FrameType::CloseAck
-            | FrameType::CloseNak
-            | FrameType::Bye => inbound,
-            FrameType::Accept | FrameType::Refuse | FrameType::Get => outbound,
-            FrameType::Hello | FrameType::HelloAck => false,
-        };
-        if !ok {
+        if let Err(e) = tcp_protocol::check_route(&h, self.rank, p) {
             return Ok(Verdict::Fault {
-                cause: format!(
-                    "{:?} frame from rank {} to rank {} on the connection with rank {p}",
-                    h.ty, h.source, h.dest
-                ),
+                cause: e.to_string(),
                 peer_failed: false,
             });
         }
@@ -1560,12 +1529,6 @@ impl TcpTransport {
         match h.ty {
             FrameType::Try | FrameType::Add | FrameType::Data => {
                 let len = h.len as usize;
-                if h.ty == FrameType::Add && len > ADD_MAX {
-                    return Ok(Verdict::Fault {
-                        cause: format!("ADD of {len} bytes, more than {ADD_MAX}"),
-                        peer_failed: false,
-                    });
-                }
                 if h.ty == FrameType::Data {
                     // Only answers to our own GETs are taken: they are bounded by what this
                     // rank asked for, so they may bypass the inbox cap.

@@ -4,6 +4,7 @@
 
 use ferry_proto::frame::{Header, HEADER_LEN};
 use ferry_proto::handshake::{check_hello, check_hello_ack};
+use ferry_proto::tcp_protocol::check_route;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -14,5 +15,6 @@ fuzz_target!(|data: &[u8]| {
         let payload = &body[HEADER_LEN..];
         let _ = check_hello(&h, payload, b"job-secret", 0, 8);
         let _ = check_hello_ack(&h, payload, b"job-secret", 0, 1);
+        let _ = check_route(&h, 0, 1);
     }
 });
