@@ -538,7 +538,8 @@ impl TcpTransport {
                     serial
                 }
                 OpState::Active { serial, progress } => {
-                    if self.excluded[s.peer] || progress == SEND_STREAMING {
+                    // Active ops of another transport (hybrid) may name any peer: skip them.
+                    if s.peer >= self.size || self.excluded[s.peer] || progress == SEND_STREAMING {
                         continue;
                     }
                     if progress == SEND_ANNOUNCED {
@@ -1048,7 +1049,7 @@ impl TcpTransport {
                     (serial, WAITING)
                 }
                 OpState::Active { serial, progress } => {
-                    if self.excluded[r.peer] {
+                    if r.peer >= self.size || self.excluded[r.peer] {
                         continue;
                     }
                     (serial, progress)
