@@ -1255,8 +1255,14 @@ impl TcpTransport {
                 if let Some(p) = conn.peer {
                     if peer_failed {
                         self.mark_dead(p, cause);
-                    } else {
+                    } else if matches!(conn.phase, Phase::Connecting(_)) {
+                        // A failed attempt; connect_failed decides about retries.
                         tracing::debug!("rank {}: connection to rank {p}: {cause}", self.rank);
+                    } else {
+                        tracing::warn!(
+                            "rank {}: dropped connection with rank {p}: {cause}",
+                            self.rank
+                        );
                     }
                 } else {
                     tracing::warn!(
