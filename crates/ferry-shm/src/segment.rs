@@ -282,6 +282,14 @@ impl Segment {
             }
             match sys::ShmFd::open(&cname, true) {
                 Ok(fd) => {
+                    // The creator fixes the geometry; joiners adopt it from the header.
+                    let want = match fit_to_shm(want) {
+                        Ok(w) => w,
+                        Err(e) => {
+                            let _ = sys::shm_unlink(&cname);
+                            return Err(e);
+                        }
+                    };
                     if let Err(e) = fd.truncate(want.total) {
                         let _ = sys::shm_unlink(&cname);
                         return Err(io_err("sizing", e));
@@ -362,16 +370,18 @@ impl Segment {
                 seg.u64_at(H_SLOT_BYTES).load(Ordering::Relaxed) as usize,
             );
             match got {
-                Ok(g) if g == want && g.total == len => {
+                // Same job size: adopt the creator's ring geometry (it may have shrunk the
+                // rings to fit /dev/shm).
+                Ok(g) if g.size == want.size && g.total == len => {
                     seg.layout = g;
                     return Ok(seg);
                 }
                 Ok(g) => {
                     return Err(Error::config(format!(
-                        "shared segment /dev/shm{name} belongs to a running job of {} ranks \
-                         ({} slots of {} B); this rank wants {} ranks ({} slots of {} B): \
-                         use another job name (FERRY_SHM_JOB) or the same settings",
-                        g.size, g.slots, g.slot_bytes, want.size, want.slots, want.slot_bytes
+                        "shared segment /dev/shm{name} belongs to a running job of {} ranks; \
+                         this rank was started for {} ranks: use another job name \
+                         (FERRY_SHM_JOB) or the same FERRY_SIZE",
+                        g.size, want.size
                     )))
                 }
                 Err(e) => return Err(e),
@@ -390,6 +400,41 @@ impl Segment {
             }
         }
     }
+}
+
+/// Shrinks the rings of `want` (halving slots, at least 4 per ring) until the segment takes at
+/// most half of the free space of /dev/shm. A tmpfs page touched beyond its size limit kills
+/// the process with SIGBUS (containers often mount a 64 MiB /dev/shm), so the limit is checked
+/// here, where it can still be an error value.
+fn fit_to_shm(want: Layout) -> Result<Layout> {
+    match sys::shm_free_bytes() {
+        Some(free) => fit(want, free),
+        None => Ok(want),
+    }
+}
+
+fn fit(want: Layout, free: usize) -> Result<Layout> {
+    let mut l = want;
+    while l.total > free / 2 && l.slots > 4 {
+        l = Layout::new(l.size, l.slots / 2, l.slot_bytes)?;
+    }
+    if l.total > free {
+        return Err(
+            Error::new(ErrorKind::ResourceExhausted, "shm init").with_detail(format!(
+                "a segment for {} ranks needs {} bytes but /dev/shm has {} bytes free \
+             (lower shm.ring_slots / shm.slot_bytes or enlarge /dev/shm)",
+                l.size, l.total, free
+            )),
+        );
+    }
+    if l.slots != want.slots {
+        tracing::info!(
+            slots = l.slots,
+            configured = want.slots,
+            "shm: fewer ring slots to fit /dev/shm"
+        );
+    }
+    Ok(l)
 }
 
 /// The POSIX shm name for job `job` (and node `node` in the hybrid backend): `/ferry-<uid>-`
@@ -493,6 +538,19 @@ mod tests {
         assert_eq!(remove_job_segments(&job), 0);
         other.unlink();
         drop((a, b, other));
+    }
+
+    #[test]
+    fn rings_shrink_to_fit_dev_shm() {
+        let want = Layout::for_job(16, 64, 8192).unwrap();
+        assert_eq!(fit(want, usize::MAX).unwrap(), want);
+        // A 64 MiB /dev/shm (container default): half of it at most.
+        let l = fit(want, 64 << 20).unwrap();
+        assert!(l.total <= 32 << 20 && l.slots < 64 && l.slots >= 4, "{l:?}");
+        assert_eq!(l.slot_bytes, want.slot_bytes);
+        // Hopeless: an error value, not a SIGBUS later.
+        let e = fit(want, 1 << 20).unwrap_err();
+        assert!(e.to_string().contains("/dev/shm"), "{e}");
     }
 
     #[test]

@@ -108,6 +108,18 @@ pub(crate) fn pid_alive(pid: u32) -> bool {
     }
 }
 
+/// Free bytes of the file system behind POSIX shared memory (/dev/shm), if it can be asked.
+pub(crate) fn shm_free_bytes() -> Option<usize> {
+    let path = c"/dev/shm";
+    // SAFETY: `st` is written by statvfs on success; the path is NUL-terminated.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    let rc = unsafe { libc::statvfs(path.as_ptr(), &mut st) };
+    if rc != 0 {
+        return None;
+    }
+    Some((st.f_bavail as u128 * st.f_frsize as u128).min(usize::MAX as u128) as usize)
+}
+
 /// This process's id.
 pub(crate) fn my_pid() -> u32 {
     std::process::id()
