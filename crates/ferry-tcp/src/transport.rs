@@ -267,8 +267,15 @@ impl TcpTransport {
         let local = listener
             .local_addr()
             .map_err(|e| Error::io("tcp init", e).on_rank(rank))?;
+        // Bound to every interface (`tcp.bind = "0.0.0.0"`): publish the host name, which
+        // peers on other hosts resolve, instead of an address nobody can dial.
+        let published = if local.ip().is_unspecified() {
+            format!("{}:{}", host_name(), local.port())
+        } else {
+            local.to_string()
+        };
         store
-            .set(&format!("tcp/addr/{rank}"), local.to_string().as_bytes())
+            .set(&format!("tcp/addr/{rank}"), published.as_bytes())
             .map_err(|e| e.context("tcp init").or_rank(rank))?;
         let mut excl = vec![false; size];
         for &p in excluded {
@@ -284,13 +291,18 @@ impl TcpTransport {
                 .get(&format!("tcp/addr/{p}"), config.timeout())
                 .map_err(|e| e.context("tcp init").or_rank(rank))?;
             let text = String::from_utf8_lossy(&raw);
-            let addr = text.parse::<SocketAddr>().map_err(|e| {
-                Error::new(ErrorKind::Protocol, "tcp init")
-                    .on_rank(rank)
-                    .with_peer(p)
-                    .with_detail(format!("store holds `{text}` as the address of rank {p}"))
-                    .with_source(e)
-            })?;
+            let addr = text
+                .parse::<SocketAddr>()
+                .ok()
+                .or_else(|| resolve(&text))
+                .ok_or_else(|| {
+                    Error::new(ErrorKind::Protocol, "tcp init")
+                        .on_rank(rank)
+                        .with_peer(p)
+                        .with_detail(format!(
+                            "store holds `{text}` as the address of rank {p}, which does not resolve"
+                        ))
+                })?;
             *slot = Some(addr);
         }
         TcpTransport::build(rank, listener, addrs, excl, config, secret.as_bytes(), None)
@@ -2158,6 +2170,18 @@ fn unreachable_frame() -> Result<Verdict> {
         cause: "handshake frame on an established connection".into(),
         peer_failed: false,
     })
+}
+
+/// This host's name (for addresses published when bound to every interface).
+fn host_name() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for its length; gethostname NUL-terminates on success.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return "localhost".to_string();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 
 fn resolve(a: &str) -> Option<SocketAddr> {

@@ -119,3 +119,22 @@ fn excluded_peers_are_left_to_the_other_transport() {
         h0.join().unwrap();
     });
 }
+
+#[test]
+fn bound_to_every_interface_publishes_a_dialable_name() {
+    let mut cfg = common::config();
+    cfg.tcp.bind = "0.0.0.0".into();
+    let out = common::run(2, cfg, |mut t| {
+        let other = 1 - t.rank();
+        let mut got = Vec::new();
+        let mut ex = Exchange::new();
+        let msg = [t.rank() as u8];
+        ex.send(other, MsgKey::user(0), &msg);
+        ex.recv(other, MsgKey::user(0), &mut got);
+        t.exchange(&mut ex).unwrap();
+        drop(ex);
+        t.finish().unwrap();
+        got
+    });
+    assert_eq!(out, vec![vec![1u8], vec![0u8]]);
+}
