@@ -1019,6 +1019,29 @@ impl ShmTransport {
         false
     }
 
+    /// Whether peer `l` published something this rank waits for (a message, a completion,
+    /// ring space) that progress has not taken yet.
+    fn peer_ready(&mut self, l: usize) -> bool {
+        if self.rx[l].as_ref().is_some_and(|c| c.has_data()) {
+            return true;
+        }
+        if let Some(tx) = self.tx[l].as_ref() {
+            if self
+                .want_acks
+                .iter()
+                .any(|&(p, seq)| p == l && tx.ring().ack(seq).load(Ordering::Acquire) == seq + 1)
+            {
+                return true;
+            }
+        }
+        if self.want_space.contains(&l) {
+            if let Some(tx) = self.tx[l].as_mut() {
+                return tx.has_space();
+            }
+        }
+        false
+    }
+
     fn trouble(&self, l: usize) -> Option<PeerTrouble> {
         let state = self.seg.state(l).load(Ordering::Acquire);
         let pid = self.pids[l];
@@ -1058,11 +1081,13 @@ impl ShmTransport {
             if l == self.me {
                 continue;
             }
-            // Messages still in the ring are not lost: progress will take them.
-            if self.rx[l].as_ref().is_some_and(|c| c.has_data()) {
-                continue;
-            }
+            // The peer's state is read first: whatever it published before finishing or
+            // leaving (messages, completions, ring space) is then visible to peer_ready, and
+            // progress will take it; only a peer with nothing left for us is reported.
             if let Some(t) = self.trouble(l) {
+                if self.peer_ready(l) {
+                    continue;
+                }
                 let died = matches!(t, PeerTrouble::Died(_));
                 if worst.is_none() || died {
                     worst = Some((l, t));
