@@ -156,20 +156,24 @@ impl ShmTransport {
     /// Builds this rank from the environment (S1, R2b).
     ///
     /// Launcher mode: `FERRY_JOB_ID`, `FERRY_RANK` and `FERRY_SIZE` are set; the segment is
-    /// named after the job id. Hand start: `FERRY_SIZE=N` plus an optional job name
+    /// named after the job id (with a job id but no rank, ranks come from the counter). Hand
+    /// start: `FERRY_SIZE=N` plus an optional job name
     /// (`FERRY_SHM_JOB` / `shm.job`, default `default`); ranks are drawn from a counter in the
     /// segment (001 §4.2), so N copies started by hand number themselves 0..N-1.
     pub fn from_env(config: &Config, launch: &LaunchInfo) -> Result<ShmTransport> {
         let size = launch
             .size
             .ok_or_else(|| Error::config("the shm backend needs FERRY_SIZE (number of ranks)"))?;
-        let (job, local) = match (&launch.job_id, launch.rank) {
-            (Some(job), Some(rank)) => (format!("j{job}"), Some(rank)),
-            _ => {
-                let job = config.shm.job.clone().unwrap_or_else(|| DEFAULT_JOB.into());
-                (format!("h{job}"), launch.rank)
-            }
+        // A job id (launcher, or mpirun/srun discovery) names the segment; without one the
+        // hand-start name does. The rank is FERRY_RANK when given, else drawn from the counter.
+        let job = match &launch.job_id {
+            Some(job) => format!("j{job}"),
+            None => format!(
+                "h{}",
+                config.shm.job.clone().unwrap_or_else(|| DEFAULT_JOB.into())
+            ),
         };
+        let local = launch.rank;
         let name = segment_name(&job, None);
         let t = ShmTransport::join(
             JoinSpec {
