@@ -15,7 +15,7 @@ use ferry_core::{Element, Result, Transport};
 
 use crate::comm::{Buf, Ctx};
 use crate::op::ReduceOp;
-use crate::{ring, tree};
+use crate::{rdouble, ring, tree};
 
 /// Phase offsets of the three steps.
 const LOCAL: u8 = 16;
@@ -107,9 +107,12 @@ pub(crate) fn allreduce<T: Element>(
     tree::reduce_to_zero_in_place(t, &local, data, op)?;
     if let Some(li) = lay.leader_index() {
         let leaders = c.sub(&lay.leaders, li, LEADERS);
-        // The binomial tree sends the fewest messages, which is what counted in every
-        // measurement on this machine (docs/PERFORMANCE.md).
-        tree::allreduce(t, &leaders, data, op)?;
+        // Between leaders: the flat choice's algorithms (select.rs), by size.
+        if std::mem::size_of_val(data) >= crate::select::HALVING_MIN_BYTES {
+            rdouble::allreduce_halving(t, &leaders, data, op)?;
+        } else {
+            rdouble::allreduce(t, &leaders, data, op)?;
+        }
     }
     let back = c.sub(&lay.local, lay.my_local, BACK);
     if std::mem::size_of_val(data) >= LARGE {

@@ -16,13 +16,13 @@
 //!
 //! # Crossovers
 //! From `bench/crossovers.sh` (osu_allreduce with every forced algorithm, best of 3, tcp, shm
-//! and hybrid, 2 and 4 ranks, on the 2-vCPU target machine; tables in docs/PERFORMANCE.md).
-//! On this machine 4 ranks share 2 cores, so every message costs CPU time that another rank is
-//! waiting for: the binomial tree, which sends the fewest messages (`2(p-1)`), beat recursive
-//! doubling, the direct strategy and the ring on tcp and hybrid at every size and on shm at
-//! the small and large sizes (the direct strategy won on shm between 512 B and 8 KiB). For 2
-//! members the single-exchange algorithms win up to 32 KiB, then the ring on shm (it splits
-//! the reduction work between the two cores) and the binomial tree elsewhere.
+//! and hybrid, 2 and 4 ranks, on the 2-vCPU target machine; tables in docs/PERFORMANCE.md and
+//! bench/results/). Beyond 2 members recursive doubling won or tied below 64 KiB on every
+//! backend, and its halving variant (Rabenseifner, same bits) won every run from 128 KiB up;
+//! the ring and the direct strategy lost there because each of their extra messages costs CPU
+//! time that another rank of this oversubscribed machine is waiting for. For 2 members the
+//! single exchange wins up to 32 KiB, then the ring on shm (it splits the reduction work over
+//! both cores) while tcp stays with the single exchange.
 //!
 //! Collectives whose block sizes may differ between members (gather, scatter, allgather,
 //! alltoall, broadcast into a vector) choose by group size only: the members could not agree
@@ -40,9 +40,12 @@ use crate::{linear, rdouble, ring, tree, Algorithm, CollOptions, ReduceOrder};
 pub const DIRECT_MAX_BYTES: usize = 1024;
 /// Largest group for the direct strategy (its message count grows with `p^2`).
 pub const DIRECT_MAX_P: usize = 4;
-/// 2 members: from this many bytes up the single exchange gives way to the ring (shm) or the
-/// binomial tree (other backends).
+/// 2 members on shm: from this many bytes up the ring (which halves each side's reduction
+/// work) replaces the single exchange.
 pub const LARGE_2_BYTES: usize = 32 * 1024;
+/// 3 or more members: from this many bytes up recursive halving + doubling (Rabenseifner)
+/// replaces recursive doubling.
+pub const HALVING_MIN_BYTES: usize = 128 * 1024;
 /// Rank-ordered allreduce/reduce from this many bytes up: pipelined chain instead of master.
 pub const PIPELINE_MIN_BYTES: usize = 64 * 1024;
 /// Broadcast of a slice from this many bytes up (and more than 2 members): pipelined chain.
@@ -79,9 +82,10 @@ fn segment(opts: &CollOptions) -> usize {
 enum NodePlan {
     /// One node (or no useful grouping): the plain size-based choice.
     Flat,
-    /// Equal contiguous blocks of a power-of-two size: the binomial tree's first rounds pair
-    /// members inside a node and only its last rounds cross nodes, so the plain choice is
-    /// already node-aware (measured faster than the explicit hierarchy on 2 x 2 hybrid).
+    /// Equal contiguous blocks of a power-of-two size: recursive doubling (and halving) pairs
+    /// members at distance 1, 2, 4, ... so its first rounds stay inside the nodes and only the
+    /// last ones cross: the plain choice is already node-aware (and was faster than the
+    /// explicit hierarchy on 2 x 2 hybrid, docs/PERFORMANCE.md).
     Aligned,
     /// Any other multi-node layout: reduce inside nodes first.
     Hierarchical(Layout),
@@ -177,11 +181,7 @@ pub(crate) fn reduce<T: Element>(
             if let NodePlan::Hierarchical(lay) = node_plan(t, c, op, opts) {
                 return crate::hier::reduce(t, c, &lay, root, data, op);
             }
-            if bytes >= PIPELINE_MIN_BYTES && !op.is_commutative() {
-                Algorithm::Pipeline
-            } else {
-                Algorithm::BinomialTree
-            }
+            Algorithm::BinomialTree
         }
         a => a,
     };
@@ -237,15 +237,17 @@ pub fn allreduce_choice(
         };
     }
     if p == 2 {
-        return if bytes < LARGE_2_BYTES {
-            Algorithm::RecursiveDoubling
-        } else if commutative && backend == "shm" {
+        return if bytes >= LARGE_2_BYTES && commutative && backend == "shm" {
             Algorithm::Ring
         } else {
-            Algorithm::BinomialTree
+            Algorithm::RecursiveDoubling
         };
     }
-    Algorithm::BinomialTree
+    if bytes >= HALVING_MIN_BYTES {
+        Algorithm::Rabenseifner
+    } else {
+        Algorithm::RecursiveDoubling
+    }
 }
 
 /// Allreduce: see [`allreduce_choice`]; node-aware when the transport reports several nodes.

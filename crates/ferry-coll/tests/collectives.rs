@@ -665,18 +665,22 @@ fn auto_choice_follows_the_measured_table() {
     assert_eq!(choice(2, 1 << 20, true, any, "shm"), Algorithm::Ring);
     assert_eq!(
         choice(2, 1 << 20, true, any, "tcp"),
-        Algorithm::BinomialTree
+        Algorithm::RecursiveDoubling
     );
     assert_eq!(
         choice(2, 1 << 20, false, any, "shm"),
-        Algorithm::BinomialTree
+        Algorithm::RecursiveDoubling
     );
     for backend in ["tcp", "shm", "hybrid"] {
-        for bytes in [8, 4096, 1 << 20] {
-            // Beyond 2 members the order class never depends on the backend.
+        // Beyond 2 members the order class never depends on the backend.
+        for p in [3, 4, 5, 9] {
             assert_eq!(
-                choice(4, bytes, true, any, backend),
-                Algorithm::BinomialTree
+                choice(p, 8, true, any, backend),
+                Algorithm::RecursiveDoubling
+            );
+            assert_eq!(
+                choice(p, 1 << 20, true, any, backend),
+                Algorithm::Rabenseifner
             );
         }
     }
