@@ -26,6 +26,8 @@
 //! picks one by message size and group size from crossovers measured on the target machine
 //! (docs/PERFORMANCE.md, `bench/crossovers.sh`), and [`CollOptions`] forces one.
 
+#![warn(missing_docs)]
+
 mod comm;
 mod group;
 mod hier;
