@@ -5,7 +5,9 @@
 //! `-m [MIN:]MAX`); per size 200 warm-up + 1000 timed calls up to 8 KiB, 10 + 100 above; only
 //! the allreduce is timed, a barrier separates iterations; the figure is the average over
 //! ranks of each rank's mean time. `-a ALG` forces an algorithm (auto, linear, master, direct,
-//! binomial, rdouble, ring, pipeline, hier), `-o` asks for the rank-ordered left fold.
+//! binomial, rdouble, rabenseifner, ring, pipeline, hier), `-o` asks for the rank-ordered left
+//! fold. After each size one untimed call checks the result (every element must equal the
+//! number of ranks times the input); a wrong result ends the program with an error.
 //! Run: `ferry run -n 4 --backend tcp target/release/examples/osu_allreduce -m 65536`.
 
 use std::process::ExitCode;
@@ -114,6 +116,21 @@ fn run(args: &Args) -> ferry::Result<()> {
                 total += dt;
             }
             coll::barrier(t, &g)?;
+        }
+        // Untimed check: every rank contributed the same input, so each element must be
+        // exactly size_ranks times it (small multiples of 0.5 are exact in f32).
+        buf[..n].copy_from_slice(&input[..n]);
+        coll::allreduce_with(t, &g, &mut buf[..n], &ReduceOp::Sum, &args.opts)?;
+        if let Some(i) = (0..n).find(|&i| buf[i] != input[i] * size_ranks as f32) {
+            return Err(
+                ferry::Error::new(ferry::ErrorKind::Protocol, "osu_allreduce")
+                    .on_rank(rank)
+                    .with_detail(format!(
+                        "wrong result at element {i} of {n}: {} instead of {}",
+                        buf[i],
+                        input[i] * size_ranks as f32
+                    )),
+            );
         }
         let mut mean = [total * 1e6 / iters as f64];
         coll::allreduce(t, &g, &mut mean, &ReduceOp::Sum)?;
