@@ -6,8 +6,10 @@
 //! backend. The choice therefore depends on what every member knows alike: group size, the
 //! length of the reduced slice, the operator's commutativity, the requested order and the node
 //! layout. Algorithms fall into *order classes* that produce the same bits for a given group
-//! size: the left fold (Linear, Master, Direct, Pipeline), the tree (BinomialTree, and
-//! RecursiveDoubling when `p` is 3, 6, 7 or a power of two), the ring, and the hierarchy.
+//! size: the left fold (Linear, Master, Pipeline, and Direct with
+//! [`ReduceOrder::RankOrderedFold`]), the tree (BinomialTree and Direct otherwise, always
+//! equal; RecursiveDoubling and Rabenseifner, always equal to each other and to the binomial
+//! tree when `p` is 3, 6, 7 or a power of two), the ring, and the hierarchy.
 //! The class never depends on the backend; the backend may only pick *within* a class — which
 //! happens for 2 members only, where every algorithm computes the single combination
 //! `x0 op x1` (built-in operators are commutative bit for bit, NaN payloads and the sign of
