@@ -12,6 +12,29 @@ use std::time::{Duration, SystemTime};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::transport::WaitPolicy;
+
+/// Cores this process may run on (1 if unknown).
+pub fn available_cores() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+}
+
+/// How many ranks of a job of `size` ranks run on this host: `FERRY_LOCAL_SIZE` (set by the
+/// launcher), else Open MPI's or Slurm's local count, else `size` (all local, the launcher's
+/// default placement).
+pub fn local_ranks_hint(size: usize) -> usize {
+    [
+        "FERRY_LOCAL_SIZE",
+        "OMPI_COMM_WORLD_LOCAL_SIZE",
+        "MPI_LOCALNRANKS",
+    ]
+    .iter()
+    .find_map(|v| std::env::var(v).ok()?.trim().parse::<usize>().ok())
+    .filter(|&n| n >= 1)
+    .unwrap_or(size)
+}
 
 /// Settings that apply to every backend.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -24,6 +47,23 @@ pub struct General {
     pub spin_us: u64,
     /// Print per-rank statistics to stderr at exit (same as `FERRY_STATS=1`).
     pub stats: bool,
+    /// Whether a waiting rank yields its core on every idle poll: `auto` does so when this
+    /// host runs more ranks than it has cores (then the rank we wait for may need our core),
+    /// `always`, or `never`. Yielding costs ~1 us per poll on an idle core, so `auto` only
+    /// turns it on when oversubscribed.
+    pub yield_when_idle: YieldWhenIdle,
+}
+
+/// When a waiting rank yields its core (see [`General::yield_when_idle`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum YieldWhenIdle {
+    /// Yield on every idle poll when the host runs more ranks than it has cores.
+    Auto,
+    /// Always yield on every idle poll.
+    Always,
+    /// Only yield occasionally (every 64 idle polls).
+    Never,
 }
 
 impl Default for General {
@@ -32,6 +72,7 @@ impl Default for General {
             timeout_ms: 60_000,
             spin_us: 50,
             stats: false,
+            yield_when_idle: YieldWhenIdle::Auto,
         }
     }
 }
@@ -164,6 +205,20 @@ impl Config {
         Duration::from_micros(self.general.spin_us)
     }
 
+    /// The waiting policy of a transport whose host runs `local_ranks` ranks of the job.
+    pub fn wait_policy(&self, local_ranks: usize) -> WaitPolicy {
+        let yield_each_poll = match self.general.yield_when_idle {
+            YieldWhenIdle::Always => true,
+            YieldWhenIdle::Never => false,
+            YieldWhenIdle::Auto => local_ranks > available_cores(),
+        };
+        WaitPolicy {
+            spin: self.spin(),
+            timeout: self.timeout(),
+            yield_each_poll,
+        }
+    }
+
     /// Parses TOML text (no environment overrides). `origin` names the source in errors.
     pub fn from_toml(text: &str, origin: &str) -> Result<Config> {
         let value: toml::Table = text
@@ -288,6 +343,7 @@ const NON_CONFIG_VARS: &[&str] = &[
     "FERRY_RANK",
     "FERRY_LOG",
     "FERRY_STATS",
+    "FERRY_LOCAL_SIZE",
 ];
 
 fn apply_env_overrides(table: &mut toml::Table, vars: &[(String, String)]) -> Result<()> {

@@ -47,6 +47,8 @@ impl MemTransport {
                 policy: WaitPolicy {
                     spin: Duration::from_micros(20),
                     timeout: Duration::from_secs(30),
+                    // Ranks are threads that may outnumber cores.
+                    yield_each_poll: size > crate::config::available_cores(),
                 },
             })
             .collect()

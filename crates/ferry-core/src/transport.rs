@@ -231,6 +231,9 @@ pub struct WaitPolicy {
     pub spin: Duration,
     /// Give up after this long without completing (failure detection by timeout, T5).
     pub timeout: Duration,
+    /// Yield the core on every idle poll (oversubscribed hosts: the rank we wait for may be
+    /// waiting for our core). Otherwise only every 64th idle poll yields.
+    pub yield_each_poll: bool,
 }
 
 impl Default for WaitPolicy {
@@ -238,6 +241,7 @@ impl Default for WaitPolicy {
         WaitPolicy {
             spin: Duration::from_micros(50),
             timeout: Duration::from_secs(60),
+            yield_each_poll: false,
         }
     }
 }
@@ -335,7 +339,7 @@ pub fn drive_exchange<T: Transport + ?Sized>(t: &mut T, ex: &mut Exchange<'_>) -
         if elapsed < policy.spin {
             std::hint::spin_loop();
             // Every few polls let another process on an oversubscribed core run.
-            if polls.is_multiple_of(64) {
+            if policy.yield_each_poll || polls.is_multiple_of(64) {
                 std::thread::yield_now();
             }
         } else {

@@ -182,10 +182,7 @@ impl MpiTransport {
             size: 1,
             nodes: Vec::new(),
             tags: TagMap::new(i32::MAX).ok_or_else(|| Error::new(ErrorKind::Mpi, "mpi init"))?,
-            policy: WaitPolicy {
-                spin: config.spin(),
-                timeout: config.timeout(),
-            },
+            policy: config.wait_policy(ferry_core::config::local_ranks_hint(1)),
             send_reqs: Vec::new(),
             send_bufs: Vec::new(),
             inflight_bytes: 0,

@@ -139,10 +139,7 @@ impl HybridTransport {
             size,
             calls: 0,
             pending: Pending::default(),
-            policy: WaitPolicy {
-                spin: config.spin(),
-                timeout: config.timeout(),
-            },
+            policy: config.wait_policy(ferry_core::config::local_ranks_hint(size)),
         })
     }
 

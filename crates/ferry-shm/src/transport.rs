@@ -385,10 +385,7 @@ impl ShmTransport {
             inline_cap,
             threshold: config.shm.single_copy_threshold.max(inline_cap + 1),
             stats,
-            policy: WaitPolicy {
-                spin: config.spin(),
-                timeout: config.timeout(),
-            },
+            policy: config.wait_policy(n),
             blocked: vec![false; n],
             waiting: Vec::new(),
             want_acks: Vec::new(),

@@ -396,10 +396,7 @@ impl TcpTransport {
             eager: t.eager_bytes,
             max_msg: t.max_message_bytes,
             connect_timeout: Duration::from_millis(t.connect_timeout_ms.max(1)),
-            policy: WaitPolicy {
-                spin: config.spin(),
-                timeout: config.timeout(),
-            },
+            policy: config.wait_policy(ferry_core::config::local_ranks_hint(size)),
         };
         tracing::debug!("rank {rank}: tcp backend listening on {local_addr}, {size} ranks");
         Ok(TcpTransport {
