@@ -198,3 +198,47 @@ fn float_bits_agree_across_backends() {
         assert_eq!(shm, mem, "p={p}");
     }
 }
+
+#[test]
+fn dead_peer_fails_the_collective_with_its_name_over_tcp() {
+    let gate = std::sync::Barrier::new(3);
+    let out = run_tcp(3, |mut t| {
+        let g = Group::world(3);
+        // Everyone talks once so that connections exist, then rank 2 goes away without BYE.
+        let mut v = [1u32];
+        let direct = CollOptions::with_algorithm(Algorithm::Direct);
+        allreduce_with(&mut t, &g, &mut v, &ReduceOp::Sum, &direct).unwrap();
+        if t.rank() == 2 {
+            drop(t);
+            gate.wait();
+            return None;
+        }
+        gate.wait();
+        let start = std::time::Instant::now();
+        let mut w = vec![1u64; 1000];
+        let err = allreduce_with(
+            &mut t,
+            &g,
+            &mut w,
+            &ReduceOp::Sum,
+            &CollOptions::with_algorithm(Algorithm::Direct),
+        )
+        .unwrap_err();
+        Some((err.to_string(), err.is_peer_failure(), start.elapsed()))
+    });
+    for (rank, o) in out.iter().enumerate().take(2) {
+        let (msg, peer_failure, took) = o.as_ref().unwrap();
+        assert!(*peer_failure, "{msg}");
+        assert!(
+            msg.starts_with(&format!("rank {rank}: allreduce")),
+            "rank {rank}: {msg}"
+        );
+        assert!(
+            msg.contains("rank 2"),
+            "rank {rank} must name the dead peer: {msg}"
+        );
+        // A broken connection is noticed at once (a peer never reached would take
+        // tcp.connect_timeout_ms).
+        assert!(took.as_secs() < 5, "rank {rank} took {took:?}");
+    }
+}
