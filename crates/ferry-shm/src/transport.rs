@@ -102,8 +102,13 @@ pub struct ShmTransport {
     cma_next: Vec<u64>,
     /// When each outstanding descriptor was posted, by (peer, seq % ACK_WINDOW).
     posted_at: Vec<Instant>,
-    /// An unclaimed descriptor older than this is withdrawn and sent as fragments.
+    /// An unclaimed descriptor is withdrawn and sent as fragments once it and the peer's
+    /// consumption of this rank's single-copy sends have both been idle this long.
     eager_wait: Duration,
+    /// Per peer: when this rank last saw the peer take one of its single-copy sends (claimed
+    /// or completed) or make room for its fragments. A peer busy copying earlier descriptors
+    /// of a window is not stalled, so its later descriptors stay offered (issue 02).
+    peer_progress: Vec<Instant>,
     /// The fragmented message currently streaming to each peer, by (key, serial).
     frag_owner: Vec<Option<(MsgKey, u64)>>,
     /// Single-copy reads claimed during a drain, performed after it: (recv index, desc).
@@ -377,6 +382,7 @@ impl ShmTransport {
             cma_next: vec![0; n],
             posted_at: vec![Instant::now(); n * ACK_WINDOW as usize],
             eager_wait: config.spin().max(Duration::from_micros(200)),
+            peer_progress: vec![Instant::now(); n],
             frag_owner: vec![None; n],
             to_read: Vec::new(),
             spare_sends: Vec::new(),
@@ -537,16 +543,28 @@ impl ShmTransport {
             let word = tx.ring().ack(seq);
             let v = word.load(Ordering::Acquire);
             if v == seq + 1 {
+                self.peer_progress[l] = Instant::now();
                 self.stats.record_send(peer, len);
                 return Ok(OpState::Done);
             }
             let claimed = ack_seq(v) == seq + 1 && v & ACK_CLAIMED != 0;
+            if claimed {
+                // The peer is copying this message right now: it consumes, nothing stalls.
+                self.peer_progress[l] = Instant::now();
+                self.want_acks.push((l, seq));
+                return Ok(OpState::Active { serial, progress });
+            }
             let posted = self.posted_at[l * ACK_WINDOW as usize + (seq % ACK_WINDOW) as usize];
-            if !claimed && posted.elapsed() >= self.eager_wait {
-                // The receiver has not taken the descriptor: it has not posted the receive
-                // or is not running. Withdraw it (unless it claims it right now) and send the
-                // data through the ring instead, so a send never waits for its receive to be
-                // posted (eager semantics like the TCP backend; no send/send deadlock).
+            let idle_since = posted.max(self.peer_progress[l]);
+            if idle_since.elapsed() >= self.eager_wait {
+                // Neither this descriptor nor any other single-copy send to this peer was
+                // taken for eager_wait: the peer has not posted the receive (it may itself
+                // be blocked in a send to us) or is not running. Withdraw it (unless it
+                // claims it right now) and send the data through the ring instead, so a send
+                // never waits for its receive to be posted (eager semantics like the TCP
+                // backend; no send/send deadlock). Withdrawing by the age of one descriptor
+                // alone would also fire while the peer copies the predecessors of a window
+                // (half the offers of a 64 x 1 MiB window), paying two copies for nothing.
                 if word
                     .compare_exchange(
                         v,
@@ -598,6 +616,7 @@ impl ShmTransport {
         }
         if pushed > 0 {
             self.stats.bump("shm fragments sent", pushed);
+            self.peer_progress[l] = Instant::now();
             self.wake(l);
         }
         if off == len {
@@ -1190,9 +1209,14 @@ impl ShmTransport {
                 // A yield costs about a microsecond here: pure spinning first, so that a
                 // dedicated core answers in tens of nanoseconds; then yield, so that ranks
                 // outnumbering cores let the sender run.
-                if waited >= PURE_SPIN {
+                if waited >= PURE_SPIN && !self.policy.yield_each_poll {
                     std::thread::yield_now();
                 }
+            }
+            // Oversubscribed host (more local ranks than cores, `general.yield_when_idle`):
+            // the sender may be waiting for this core, so hand it over on every idle poll.
+            if self.policy.yield_each_poll {
+                std::thread::yield_now();
             }
             std::hint::spin_loop();
         }
