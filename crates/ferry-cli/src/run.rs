@@ -306,6 +306,13 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
             env.push(("FERRY_BACKEND".into(), b.clone()));
         }
         let host = placement.get(r).cloned();
+        // How many ranks share this rank's host: waiting ranks yield their core when the host
+        // is oversubscribed (general.yield_when_idle = auto).
+        let local_size = match &host {
+            None => n,
+            Some(h) => placement.iter().filter(|p| *p == h).count(),
+        };
+        env.push(("FERRY_LOCAL_SIZE".into(), local_size.to_string()));
         let mut cmd = match &host {
             None => {
                 let mut c = Command::new(&args.command[0]);

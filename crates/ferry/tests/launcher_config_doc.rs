@@ -61,7 +61,12 @@ fn expected_default(debug: &str) -> String {
     match debug {
         "None" => "unset".to_string(),
         "[]" => "`[]`".to_string(),
-        "Auto" | "Cma" | "Off" => format!("`\"{}\"`", debug.to_ascii_lowercase()),
+        // Enumerations are written in TOML's lower case.
+        v if v.chars().all(|c| c.is_ascii_alphabetic())
+            && v.starts_with(|c: char| c.is_ascii_uppercase()) =>
+        {
+            format!("`\"{}\"`", v.to_ascii_lowercase())
+        }
         v => format!("`{v}`"),
     }
 }
