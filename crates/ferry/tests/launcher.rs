@@ -277,7 +277,7 @@ fn ranks_get_their_environment_and_jobs_never_collide() {
     let Some((ferry, _)) = tools(&[]) else {
         return;
     };
-    let script = "echo $FERRY_RANK $FERRY_SIZE $FERRY_JOB_ID $FERRY_RENDEZVOUS $FERRY_SECRET ${FERRY_BACKEND:-unset}";
+    let script = "echo $FERRY_RANK $FERRY_SIZE $FERRY_JOB_ID $FERRY_RENDEZVOUS $FERRY_SECRET ${FERRY_BACKEND:-unset} $FERRY_LOCAL_SIZE";
     let job = |extra: &[&str]| {
         let (out, _) = run_limited(
             Command::new(&ferry)
@@ -310,6 +310,7 @@ fn ranks_get_their_environment_and_jobs_never_collide() {
             l[5], "unset",
             "FERRY_BACKEND must stay unset without --backend"
         );
+        assert_eq!(l[6], "3", "FERRY_LOCAL_SIZE: all ranks on this host");
     }
     assert_eq!(b[0][2], "named-job");
     assert_eq!(b[0][5], "tcp");
@@ -512,7 +513,7 @@ fn hosts_are_reached_through_the_remote_command() {
     // A "remote" command that runs the rank locally through a second shell, as ssh would:
     // {qcmd} must survive that extra level of quoting, arguments with spaces included.
     // The secret reaches remote ranks through stdin: it must arrive whole (32 hex digits).
-    let script = "echo rank=$FERRY_RANK node=$FERRY_NODE backend=$FERRY_BACKEND via=$VIA secret=${#FERRY_SECRET} arg=\"$1\"; [ $FERRY_RANK != 3 ] || exit 5";
+    let script = "echo rank=$FERRY_RANK node=$FERRY_NODE backend=$FERRY_BACKEND via=$VIA secret=${#FERRY_SECRET} local=$FERRY_LOCAL_SIZE arg=\"$1\"; [ $FERRY_RANK != 3 ] || exit 5";
     let run = |extra: &[&str]| {
         let (out, _) = run_limited(
             Command::new(&ferry)
@@ -540,7 +541,7 @@ fn hosts_are_reached_through_the_remote_command() {
             .iter()
             .enumerate()
             .map(|(r, h)| {
-                format!("rank={r} node={h} backend=hybrid via={h} secret=32 arg=two words")
+                format!("rank={r} node={h} backend=hybrid via={h} secret=32 local=2 arg=two words")
             })
             .collect()
     };
