@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use ferry_core::{MsgKey, OpState, SendOp};
-use ferry_proto::frame::{Header, HEADER_LEN};
+use ferry_proto::frame::{FrameType, Header, HEADER_LEN};
 
 /// Bytes of the per-connection read buffer. Payloads larger than what is buffered are read
 /// straight into their destination, so this only bounds small-frame batching.
@@ -153,6 +153,9 @@ pub(crate) struct Conn {
     pub borrowed: usize,
     /// This rank opened the connection (as opposed to accepting it).
     pub dialled: bool,
+    /// A flush wrote bytes while zero-copy DATA was queued (the receiver is pulling); the
+    /// transport reads and clears it to keep the rendezvous grace period running.
+    pub streamed: bool,
 }
 
 impl Conn {
@@ -171,6 +174,7 @@ impl Conn {
             want_write: false,
             borrowed: 0,
             dialled: peer.is_some(),
+            streamed: false,
         }
     }
 
@@ -187,6 +191,15 @@ impl Conn {
             && self.wq.is_empty()
             && self.buffered() == 0
             && matches!(self.rstate, ReadState::Header)
+    }
+
+    /// Whether the queue holds a frame that must leave now. ACCEPTs alone may wait (corked)
+    /// for the next frame to this peer or for this rank to block (see the transport's module
+    /// documentation): a ping-pong's answer then carries them in the same `writev`.
+    pub fn urgent(&self) -> bool {
+        self.wq
+            .iter()
+            .any(|f| f.off > 0 || f.header[3] != FrameType::Accept as u8)
     }
 
     /// Reads into the free part of the buffer; `Ok(0)` is end of stream. The flag says the
@@ -253,7 +266,10 @@ impl Conn {
             };
             let mut n = match res {
                 Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
-                Ok(n) => n,
+                Ok(n) => {
+                    self.streamed |= self.borrowed > 0;
+                    n
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Flushed::WouldBlock),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e),
@@ -285,7 +301,6 @@ impl Conn {
 mod tests {
     use super::*;
     use ferry_core::Exchange;
-    use ferry_proto::frame::FrameType;
     use std::net::TcpListener;
 
     fn pair() -> (TcpStream, TcpStream) {

@@ -14,9 +14,11 @@
 //! Control messages (kind CONTROL, at most 4 KiB) use ADD, which the receiver never refuses
 //! (000 §4.4.1).
 //!
-//! ACCEPTs are corked: they leave with the next frame written to that peer (a ping-pong's answer
-//! carries the ACCEPT of the ping in the same `writev`), before this rank blocks, or at the
-//! latest every 16th progress call.
+//! ACCEPTs are corked: reading a frame never writes an ACCEPT by itself. It leaves with the next
+//! frame written to that peer (a ping-pong's answer carries the ACCEPT of the ping in the same
+//! `writev`, so a message costs one write system call), as soon as an exchange of this rank has
+//! to wait, before it blocks, and at the latest after 8 progress calls or once 32 answers are
+//! queued. The delay only postpones when a sender may free an outbox entry, never whether.
 //!
 //! # Shutdown
 //! [`Transport::finish`] serves peers until every message of the outbox was ACCEPTed (so no
@@ -84,6 +86,8 @@ const SPARE_MAX_BYTES: usize = 128 << 20;
 /// that its send can complete (at least the spin time).
 /// While GETs keep coming (the receiver is pulling a window of messages) the wait goes on.
 const RNDV_GRACE: Duration = Duration::from_millis(1);
+/// Progress calls a corked ACCEPT may wait for a frame to travel with (bounded delay).
+const CORK_CALLS: u64 = 8;
 /// Recv op progress values (OpState::Active::progress).
 const WAITING: usize = 0;
 const GET_SENT: usize = 1;
@@ -202,6 +206,11 @@ pub struct TcpTransport {
     /// Messages known to wait in a sender's outbox (refused or announced): whether GET was sent.
     remote: HashMap<Arrival, bool>,
     dirty: Vec<usize>,
+    /// Connections with requests queued in the current pass (flushed at its end, so a window
+    /// of messages leaves in one `writev` instead of one per message).
+    batch: Vec<usize>,
+    /// Progress call (`tick`) at which `dirty` was first seen non-empty (cork age).
+    dirty_since: Option<u64>,
     tick: u64,
     stats: Stats,
     count: Counters,
@@ -213,7 +222,8 @@ pub struct TcpTransport {
     spare_bytes: usize,
     /// Connections with zero-copy DATA frames queued.
     borrowing: Vec<usize>,
-    /// When the last GET was served (a receiver pulling keeps announced messages borrowed).
+    /// When the last GET was served or zero-copy DATA last made progress on a socket: a
+    /// receiver that is pulling keeps the remaining announced messages borrowed (no copy).
     last_get: Instant,
     /// Connections with whole frames buffered but not parsed yet (stopped at their budget).
     rescan: Vec<usize>,
@@ -443,6 +453,8 @@ impl TcpTransport {
             unsent: VecDeque::new(),
             remote: HashMap::new(),
             dirty: Vec::new(),
+            batch: Vec::new(),
+            dirty_since: None,
             tick: 0,
             stats: Stats::new(rank, size, NAME),
             count: Counters::default(),
@@ -509,7 +521,15 @@ impl TcpTransport {
         tcp_protocol::request_for(key, len, self.set.eager)
     }
 
+    /// Starts and advances the exchange's sends; the requests of one pass leave together, one
+    /// `writev` per connection (T4).
     fn start_sends(&mut self, ex: &mut Exchange<'_>) -> Result<()> {
+        let res = self.start_sends_inner(ex);
+        self.flush_batch();
+        res
+    }
+
+    fn start_sends_inner(&mut self, ex: &mut Exchange<'_>) -> Result<()> {
         let Exchange { sends, recvs } = ex;
         // Announced messages are copied into the outbox (and their sends completed) only when
         // nothing else of this exchange is pending and the receiver did not ask within the
@@ -625,7 +645,7 @@ impl TcpTransport {
                         conn.wq.push_back(OutFrame::new(&h, None));
                     }
                     self.count.announced += 1;
-                    self.flush_conn(c);
+                    self.batch_push(c);
                     self.stats.record_send(s.peer, len);
                     s.state = OpState::Active {
                         serial,
@@ -661,7 +681,8 @@ impl TcpTransport {
         Ok(())
     }
 
-    /// Writes the outbox message `id` to a connection; false if none is available yet.
+    /// Queues the outbox message `id` on a connection (written at the end of the pass); false
+    /// if none is available yet.
     fn transmit(&mut self, id: MsgId) -> Result<bool> {
         let (peer, key, serial) = id;
         let Some(c) = self.get_conn(peer, "send")? else {
@@ -698,7 +719,7 @@ impl TcpTransport {
             conn.outstanding += 1;
         }
         conn.wq.push_back(OutFrame::new(&header, payload));
-        self.flush_conn(c);
+        self.batch_push(c);
         Ok(true)
     }
 
@@ -979,7 +1000,11 @@ impl TcpTransport {
         if matches!(conn.phase, Phase::Connecting(_)) {
             return;
         }
-        match conn.flush(sends) {
+        let res = conn.flush(sends);
+        if std::mem::take(&mut conn.streamed) {
+            self.last_get = Instant::now();
+        }
+        match res {
             Ok(state) => {
                 // Only a full socket needs a wake-up for room. A queue whose head waits for
                 // its exchange keeps the interest it had (the flush that is handed the
@@ -1027,15 +1052,36 @@ impl TcpTransport {
         }
     }
 
-    fn flush_dirty(&mut self) {
-        while let Some(id) = self.dirty.pop() {
+    /// Marks connection `c` to be flushed at the end of the current pass.
+    fn batch_push(&mut self, c: usize) {
+        if !self.batch.contains(&c) {
+            self.batch.push(c);
+        }
+    }
+
+    fn flush_batch(&mut self) {
+        while let Some(id) = self.batch.pop() {
             self.flush_conn(id);
         }
     }
 
+    fn flush_dirty(&mut self) {
+        while let Some(id) = self.dirty.pop() {
+            self.flush_conn(id);
+        }
+        self.dirty_since = None;
+    }
+
     // ----- receiving -----
 
+    /// Matches posted receives against what arrived; the GETs of one pass leave together.
     fn match_recvs(&mut self, ex: &mut Exchange<'_>) -> Result<()> {
+        let res = self.match_recvs_inner(ex);
+        self.flush_batch();
+        res
+    }
+
+    fn match_recvs_inner(&mut self, ex: &mut Exchange<'_>) -> Result<()> {
         // Waiting receives were checked against everything stored when nothing was stored
         // since: skip the lookups (they dominated the polling loop's cost).
         let changed = self.stored_epoch != self.seen_epoch;
@@ -1122,7 +1168,7 @@ impl TcpTransport {
                         serial,
                         progress: GET_SENT,
                     };
-                    self.flush_conn(c);
+                    self.batch_push(c);
                 }
             }
         }
@@ -1223,7 +1269,11 @@ impl TcpTransport {
         } else {
             let mut v = Verdict::Keep;
             if r.writable {
-                if let Err(e) = conn.flush(Some(&mut ex.sends)) {
+                let res = conn.flush(Some(&mut ex.sends));
+                if std::mem::take(&mut conn.streamed) {
+                    self.last_get = Instant::now();
+                }
+                if let Err(e) = res {
                     v = self.io_fault(&conn, e);
                 }
             }
@@ -1252,8 +1302,11 @@ impl TcpTransport {
                 if conn.buffered() >= HEADER_LEN && !self.rescan.contains(&id) {
                     self.rescan.push(id);
                 }
+                let urgent = conn.urgent();
                 self.conns[id] = Some(conn);
-                self.flush_conn(id);
+                if urgent {
+                    self.flush_conn(id);
+                }
             }
             Verdict::Close => {
                 let mut conn = conn;
@@ -1907,6 +1960,12 @@ impl TcpTransport {
     // ----- housekeeping -----
 
     fn maintain(&mut self) -> Result<()> {
+        let res = self.maintain_inner();
+        self.flush_batch();
+        res
+    }
+
+    fn maintain_inner(&mut self) -> Result<()> {
         for _ in 0..self.unsent.len() {
             let Some(id) = self.unsent.pop_front() else {
                 break;
@@ -2290,10 +2349,16 @@ impl Transport for TcpTransport {
             }
             self.match_recvs(ex)?;
             self.maintain()?;
-            if self.dirty.len() >= 32 || self.tick & 15 == 0 {
-                // Corked ACCEPTs must not wait forever on a rank whose receives all complete
-                // from the inbox: senders free their outboxes on them.
-                self.flush_dirty();
+            // Corked ACCEPTs must not wait forever on a rank whose receives all complete
+            // without blocking (from the inbox): senders free their outboxes on them. They
+            // leave after CORK_CALLS progress calls at the latest, or when 32 are queued.
+            if self.dirty.is_empty() {
+                self.dirty_since = None;
+            } else {
+                let since = *self.dirty_since.get_or_insert(self.tick);
+                if self.dirty.len() >= 32 || self.tick.wrapping_sub(since) >= CORK_CALLS {
+                    self.flush_dirty();
+                }
             }
             if !self.own_part_complete(ex) {
                 self.start_sends(ex)?;
