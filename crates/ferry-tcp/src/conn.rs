@@ -400,6 +400,25 @@ mod tests {
     }
 
     #[test]
+    fn only_a_queue_of_whole_accepts_may_wait() {
+        let (a, _b) = pair();
+        let mut c = Conn::new(a, Some(1), Phase::Open, 0);
+        assert!(!c.urgent());
+        let mut accept = header(1, 0);
+        accept.ty = FrameType::Accept;
+        c.wq.push_back(OutFrame::new(&accept, None));
+        c.wq.push_back(OutFrame::new(&accept, None));
+        assert!(!c.urgent(), "corked ACCEPTs alone wait for company");
+        c.wq[0].off = 10;
+        assert!(c.urgent(), "a partly written frame must be finished");
+        c.wq[0].off = 0;
+        let mut refuse = header(2, 0);
+        refuse.ty = FrameType::Refuse;
+        c.wq.push_back(OutFrame::new(&refuse, None));
+        assert!(c.urgent(), "anything but an ACCEPT leaves at once");
+    }
+
+    #[test]
     fn borrowed_payload_of_another_exchange_is_an_error() {
         let (a, _b) = pair();
         let mut c = Conn::new(a, Some(1), Phase::Open, 0);
