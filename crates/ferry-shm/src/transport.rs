@@ -123,6 +123,11 @@ pub struct ShmTransport {
     policy: WaitPolicy,
     /// Per progress pass: peers with a send that could not push completely.
     blocked: Vec<bool>,
+    /// Per progress pass: peers seen copying one of this rank's single-copy sends. Later
+    /// descriptors to such a peer are not polled in that pass: the peer consumes (nothing to
+    /// withdraw), and every poll of a completion word the peer is about to write costs it a
+    /// cache-line transfer (a window of 64 sends polled all 64 words per pass).
+    busy: Vec<bool>,
     /// Filled by each progress pass, read by wait_for_input: what this rank waits for.
     waiting: Vec<usize>,
     want_acks: Vec<(usize, u64)>,
@@ -393,6 +398,7 @@ impl ShmTransport {
             stats,
             policy: config.wait_policy(n),
             blocked: vec![false; n],
+            busy: vec![false; n],
             waiting: Vec::new(),
             want_acks: Vec::new(),
             want_space: Vec::new(),
@@ -537,6 +543,10 @@ impl ShmTransport {
                 self.wake(l);
             }
             let seq = progress as u64 - 1;
+            if self.busy[l] {
+                // An earlier descriptor of this pass is being copied; see `busy`.
+                return Ok(OpState::Active { serial, progress });
+            }
             let Some(tx) = self.tx[l].as_ref() else {
                 return Err(self.err(ErrorKind::InvalidArgument, "send").with_peer(peer));
             };
@@ -551,6 +561,7 @@ impl ShmTransport {
             if claimed {
                 // The peer is copying this message right now: it consumes, nothing stalls.
                 self.peer_progress[l] = Instant::now();
+                self.busy[l] = true;
                 self.want_acks.push((l, seq));
                 return Ok(OpState::Active { serial, progress });
             }
@@ -637,6 +648,7 @@ impl ShmTransport {
 
     fn progress_sends(&mut self, ex: &mut Exchange<'_>) -> Result<()> {
         self.blocked.iter_mut().for_each(|b| *b = false);
+        self.busy.iter_mut().for_each(|b| *b = false);
         for s in ex.sends.iter_mut() {
             if s.state == OpState::Done {
                 continue;

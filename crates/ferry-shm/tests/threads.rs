@@ -287,6 +287,52 @@ fn blocking_large_sends_do_not_wait_for_receives() {
     assert!(withdrawn >= 1, "{stats:?}");
 }
 
+/// A receiver that takes a window of single-copy messages one by one, pausing between them
+/// well below the withdrawal delay, keeps the single copy for every message although the
+/// window as a whole takes longer than that delay: descriptors are withdrawn only when the
+/// peer stops consuming, not by their age (osu_bw at 1 MiB lost half its offers that way).
+#[test]
+fn a_consuming_receiver_keeps_the_single_copy_of_a_whole_window() {
+    let mut cfg = config(SingleCopy::Auto, 16, 4096);
+    // Withdrawal delay max(spin, 200 us) = 20 ms; the window takes 16 x >= 2 ms.
+    cfg.general.spin_us = 20_000;
+    const N: usize = 16;
+    const LEN: usize = 256 * 1024;
+    let stats = ShmTransport::run_threads(2, &cfg, |mut t| {
+        if t.rank() == 0 {
+            let msgs: Vec<Vec<u8>> = (0..N).map(|i| pattern(LEN, i)).collect();
+            let mut ex = Exchange::new();
+            for m in &msgs {
+                ex.send(1, MsgKey::user(1), m);
+            }
+            t.exchange(&mut ex).unwrap();
+        } else {
+            let mut buf = vec![0u8; LEN];
+            for i in 0..N {
+                std::thread::sleep(std::time::Duration::from_millis(2));
+                let mut ex = Exchange::new();
+                ex.recv_into(0, MsgKey::user(1), &mut buf);
+                t.exchange(&mut ex).unwrap();
+                drop(ex);
+                assert!(buf == pattern(LEN, i), "message {i}");
+            }
+        }
+        t.finish().unwrap();
+        t.stats()
+    })
+    .unwrap();
+    let count = |name: &str| -> u64 {
+        stats
+            .iter()
+            .flat_map(|s| s.extra.iter())
+            .filter(|(n, _)| *n == name)
+            .map(|(_, v)| *v)
+            .sum()
+    };
+    assert_eq!(count("shm single copies withdrawn"), 0, "{stats:?}");
+    assert_eq!(count("shm single-copy reads"), N as u64, "{stats:?}");
+}
+
 /// The receiver posts its receive around the moment the sender withdraws the descriptor:
 /// whichever wins the completion word, the message arrives exactly once and intact.
 #[test]
