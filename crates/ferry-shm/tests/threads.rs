@@ -294,9 +294,10 @@ fn blocking_large_sends_do_not_wait_for_receives() {
 #[test]
 fn a_consuming_receiver_keeps_the_single_copy_of_a_whole_window() {
     let mut cfg = config(SingleCopy::Auto, 16, 4096);
-    // Withdrawal delay max(spin, 200 us) = 20 ms; the window takes 16 x >= 2 ms.
-    cfg.general.spin_us = 20_000;
-    const N: usize = 16;
+    // Withdrawal delay max(spin, 200 us) = 60 ms (generous: a loaded CI machine may take the
+    // receiver off its core for a while); the window takes 24 x >= 5 ms.
+    cfg.general.spin_us = 60_000;
+    const N: usize = 24;
     const LEN: usize = 256 * 1024;
     let stats = ShmTransport::run_threads(2, &cfg, |mut t| {
         if t.rank() == 0 {
@@ -309,7 +310,7 @@ fn a_consuming_receiver_keeps_the_single_copy_of_a_whole_window() {
         } else {
             let mut buf = vec![0u8; LEN];
             for i in 0..N {
-                std::thread::sleep(std::time::Duration::from_millis(2));
+                std::thread::sleep(std::time::Duration::from_millis(5));
                 let mut ex = Exchange::new();
                 ex.recv_into(0, MsgKey::user(1), &mut buf);
                 t.exchange(&mut ex).unwrap();
