@@ -119,6 +119,49 @@ fn large_blocking_sends_in_both_directions_do_not_deadlock() {
 }
 
 #[test]
+fn large_blocking_sends_around_a_ring_do_not_deadlock() {
+    // Every rank sends a large message to the next before receiving from the previous: a
+    // cycle of blocked senders in which each rank holds an announced message it cannot match
+    // yet, so each copies its own after the short grace period.
+    let start = std::time::Instant::now();
+    common::run(3, common::config(), |mut t| {
+        let (me, n) = (t.rank(), t.size());
+        let msg = vec![me as u8 + 1; 1 << 20];
+        for _ in 0..3 {
+            t.send((me + 1) % n, MsgKey::user(2), &msg).unwrap();
+            let prev = (me + n - 1) % n;
+            let mut got = Vec::new();
+            t.recv(prev, MsgKey::user(2), &mut got).unwrap();
+            assert!(got.len() == 1 << 20 && got.iter().all(|&b| b == prev as u8 + 1));
+        }
+        t.finish().unwrap();
+    });
+    assert!(start.elapsed() < std::time::Duration::from_secs(30));
+}
+
+#[test]
+fn large_send_to_a_late_receiver_completes() {
+    // The receiver posts its receive long after the announcement and nothing waits to be
+    // pulled from the sender: the sender keeps the message borrowed through the longer grace
+    // period, then copies it, and the receiver still gets it (from the outbox).
+    common::run(2, common::config(), |mut t| {
+        let msg = vec![7u8; 1 << 20];
+        if t.rank() == 0 {
+            t.send(1, MsgKey::user(5), &msg).unwrap();
+            t.send(1, MsgKey::user(5), &msg).unwrap();
+        } else {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            for _ in 0..2 {
+                let mut got = Vec::new();
+                t.recv(0, MsgKey::user(5), &mut got).unwrap();
+                assert_eq!(got, msg);
+            }
+        }
+        t.finish().unwrap();
+    });
+}
+
+#[test]
 fn thousands_of_tiny_messages_in_one_exchange() {
     // More frames arrive at once than one pass parses per socket: the rest must be parsed
     // from the buffer without waiting for new input.
