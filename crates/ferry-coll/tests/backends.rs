@@ -152,7 +152,11 @@ fn workout(t: &mut dyn Transport) -> Vec<u64> {
 #[test]
 fn every_collective_over_shm() {
     for p in 2..=5 {
-        let digests = run_shm(p, |mut t| workout(&mut t));
+        let digests = run_shm(p, |mut t| {
+            let d = workout(&mut t);
+            t.finish().unwrap();
+            d
+        });
         assert!(digests.iter().all(|d| d == &digests[0]), "p={p}");
     }
 }
@@ -187,7 +191,11 @@ fn float_bits_agree_across_backends() {
         out
     };
     for p in [2, 3, 4] {
-        let shm = run_shm(p, |mut t| run(&mut t));
+        let shm = run_shm(p, |mut t| {
+            let r = run(&mut t);
+            t.finish().unwrap();
+            r
+        });
         let tcp = run_tcp(p, |mut t| {
             let r = run(&mut t);
             t.finish().unwrap();
