@@ -156,6 +156,9 @@ pub(crate) struct Conn {
     /// A flush wrote bytes while zero-copy DATA was queued (the receiver is pulling); the
     /// transport reads and clears it to keep the rendezvous grace period running.
     pub streamed: bool,
+    /// A flush wrote bytes (progress, for the exchange driver's polling budget); read and
+    /// cleared by the transport.
+    pub wrote: bool,
 }
 
 impl Conn {
@@ -175,6 +178,7 @@ impl Conn {
             borrowed: 0,
             dialled: peer.is_some(),
             streamed: false,
+            wrote: false,
         }
     }
 
@@ -268,6 +272,7 @@ impl Conn {
                 Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
                 Ok(n) => {
                     self.streamed |= self.borrowed > 0;
+                    self.wrote = true;
                     n
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Flushed::WouldBlock),
