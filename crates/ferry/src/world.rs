@@ -1,7 +1,7 @@
 //! Start-up: pick the backend from the environment and build this rank's [`World`].
 
 use ferry_core::single::SingleTransport;
-use ferry_core::{BackendKind, Config, Error, ErrorKind, LaunchInfo, Result, Transport};
+use ferry_core::{BackendKind, Config, Error, LaunchInfo, Result, Transport};
 
 /// This rank's view of the job: the transport plus the configuration it was built with.
 pub struct World {
@@ -42,10 +42,11 @@ pub fn init_with(config: Config, launch: LaunchInfo) -> Result<World> {
         // MPI backend (R3): rank and size come from MPI itself, not from LaunchInfo.
         #[cfg(feature = "mpi")]
         BackendKind::Mpi => Box::new(ferry_mpi::MpiTransport::init_for(&config, &launch)?),
-        other => {
-            return Err(Error::new(ErrorKind::Unsupported, "init")
-                .with_detail(format!("backend `{other}` is not available in this build")))
-        }
+        #[cfg(not(feature = "mpi"))]
+        BackendKind::Mpi => return Err(Error::new(ferry_core::ErrorKind::Unsupported, "init")
+            .with_detail(
+                "backend `mpi` is not available in this build (build with --features ferry/mpi)",
+            )),
     };
     let print_stats = config.general.stats
         || std::env::var("FERRY_STATS")
