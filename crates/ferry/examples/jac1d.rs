@@ -128,7 +128,7 @@ fn run() -> ferry::Result<()> {
             if wf == 0 && wt > 0 {
                 wdat[(-wb) as usize] = -5.0;
             }
-            if wf <= size - 1 && size - 1 < wt {
+            if wf < size && size - 1 < wt {
                 wdat[(size - 1 - wb) as usize] = 10.0;
             }
             let (lo, hi) = (wf.max(1), wt.min(size - 1));
