@@ -84,6 +84,52 @@ impl<T: Element> ReduceOp<T> {
         }
     }
 
+    /// `acc[i] = acc[i] op x[i]` (`acc` is the left operand), for callers outside the
+    /// collectives that combine contributions themselves (the data layer's switches), so that
+    /// one definition of every operator serves all layers. Lengths must agree and the operator
+    /// must have passed [`ReduceOp::check`]; otherwise `acc` is left unchanged.
+    pub fn combine(&self, acc: &mut [T], x: &[T]) {
+        if acc.len() == x.len() {
+            self.apply(acc, x);
+        }
+    }
+
+    /// The neutral element of a built-in operator for `T`: 0 for Sum, 1 for Prod, the largest
+    /// value for Min and the smallest for Max (floats use the infinities). Custom operators
+    /// have no known neutral element and give an error naming `op`.
+    pub fn identity(&self, op: &'static str) -> Result<T> {
+        self.check(op)?;
+        if matches!(self, ReduceOp::Custom(_)) {
+            return Err(Error::invalid(
+                op,
+                "a custom reduction has no known neutral element",
+            ));
+        }
+        let mut v = [T::default()];
+        macro_rules! set {
+            ($t:ty, $zero:expr, $one:expr, $max:expr, $min:expr) => {
+                if let Some(s) = cast_mut::<T, $t>(&mut v) {
+                    s[0] = match self {
+                        ReduceOp::Sum => $zero,
+                        ReduceOp::Prod => $one,
+                        ReduceOp::Min => $max,
+                        ReduceOp::Max => $min,
+                        ReduceOp::Custom(_) => $zero,
+                    };
+                    return Ok(v[0]);
+                }
+            };
+        }
+        set!(f64, 0.0, 1.0, f64::INFINITY, f64::NEG_INFINITY);
+        set!(f32, 0.0, 1.0, f32::INFINITY, f32::NEG_INFINITY);
+        macro_rules! ints {
+            ($($t:ty),*) => { $( set!($t, 0, 1, <$t>::MAX, <$t>::MIN); )* };
+        }
+        ints!(i64, i32, u64, u32, u8, i8, u16, i16, usize, isize);
+        Err(Error::new(ErrorKind::Unsupported, op)
+            .with_detail(format!("no neutral element for {}", T::NAME)))
+    }
+
     /// `acc[i] = acc[i] op x[i]`. The caller guarantees equal lengths and a checked operator.
     pub(crate) fn apply(&self, acc: &mut [T], x: &[T]) {
         debug_assert_eq!(acc.len(), x.len());
