@@ -10,6 +10,8 @@
 //! number of ranks times the input); a wrong result ends the program with an error.
 //! Run: `ferry run -n 4 --backend tcp target/release/examples/osu_allreduce -m 65536`.
 
+mod osu_common;
+
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -26,53 +28,23 @@ struct Args {
     opts: CollOptions,
 }
 
-fn parse_size(s: &str) -> Option<usize> {
-    let s = s.trim();
-    let (num, mult) = match s.chars().last()? {
-        'k' | 'K' => (&s[..s.len() - 1], 1 << 10),
-        'm' | 'M' => (&s[..s.len() - 1], 1 << 20),
-        _ => (s, 1),
-    };
-    num.parse::<usize>().ok().map(|n| n * mult)
-}
-
 fn parse_args() -> Result<Args, String> {
-    let mut a = Args {
-        min: 4,
-        max: 1 << 22,
-        iters: None,
-        warmup: None,
-        opts: CollOptions::default(),
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut value = || it.next().ok_or(format!("{flag} needs a value"));
-        match flag.as_str() {
-            "-m" => {
-                let v = value()?;
-                match v.split_once(':') {
-                    Some((lo, hi)) => {
-                        a.min = parse_size(lo).ok_or(format!("bad size `{lo}`"))?;
-                        a.max = parse_size(hi).ok_or(format!("bad size `{hi}`"))?;
-                    }
-                    None => a.max = parse_size(&v).ok_or(format!("bad size `{v}`"))?,
-                }
-            }
-            "-i" => a.iters = Some(value()?.parse().map_err(|e| format!("-i: {e}"))?),
-            "-x" => a.warmup = Some(value()?.parse().map_err(|e| format!("-x: {e}"))?),
-            "-a" => a.opts.algorithm = value()?.parse::<Algorithm>().map_err(|e| e.to_string())?,
-            "-o" => a.opts.order = ReduceOrder::RankOrderedFold,
-            "-h" | "--help" => {
-                return Err(
-                    "usage: osu_allreduce [-m [MIN:]MAX] [-i ITERS] [-x WARMUP] [-a ALG] [-o]"
-                        .into(),
-                )
-            }
-            other => return Err(format!("unknown argument `{other}`")),
+    let mut opts = CollOptions::default();
+    let sizes = osu_common::parse("osu_allreduce", " [-a ALG] [-o]", 4, |flag, value| {
+        match flag {
+            "-a" => opts.algorithm = value()?.parse::<Algorithm>().map_err(|e| e.to_string())?,
+            "-o" => opts.order = ReduceOrder::RankOrderedFold,
+            _ => return Ok(false),
         }
-    }
-    a.min = a.min.max(4);
-    Ok(a)
+        Ok(true)
+    })?;
+    Ok(Args {
+        min: sizes.min,
+        max: sizes.max,
+        iters: sizes.iters,
+        warmup: sizes.warmup,
+        opts,
+    })
 }
 
 fn run(args: &Args) -> ferry::Result<()> {
@@ -144,18 +116,5 @@ fn run(args: &Args) -> ferry::Result<()> {
 }
 
 fn main() -> ExitCode {
-    let args = match parse_args() {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("osu_allreduce: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    match run(&args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("osu_allreduce: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    osu_common::main("osu_allreduce", parse_args, run)
 }

@@ -20,6 +20,8 @@
 //! whole window as one exchange. Sizes 1 B to 4 MiB, or `-m [MIN:]MAX`; `-i`/`-x`/`-w WINDOW`
 //! override. Run: `ferry run -n 2 --backend shm target/release/examples/osu_bw`.
 
+mod osu_common;
+
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -38,52 +40,22 @@ struct Args {
     window: usize,
 }
 
-fn parse_size(s: &str) -> Option<usize> {
-    let s = s.trim();
-    let (num, mult) = match s.chars().last()? {
-        'k' | 'K' => (&s[..s.len() - 1], 1 << 10),
-        'm' | 'M' => (&s[..s.len() - 1], 1 << 20),
-        _ => (s, 1),
-    };
-    num.parse::<usize>().ok().map(|n| n * mult)
-}
-
 fn parse_args() -> Result<Args, String> {
-    let mut a = Args {
-        min: 1,
-        max: 1 << 22,
-        iters: None,
-        warmup: None,
-        window: 64,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut value = || it.next().ok_or(format!("{flag} needs a value"));
-        match flag.as_str() {
-            "-m" => {
-                let v = value()?;
-                match v.split_once(':') {
-                    Some((lo, hi)) => {
-                        a.min = parse_size(lo).ok_or(format!("bad size `{lo}`"))?;
-                        a.max = parse_size(hi).ok_or(format!("bad size `{hi}`"))?;
-                    }
-                    None => a.max = parse_size(&v).ok_or(format!("bad size `{v}`"))?,
-                }
-            }
-            "-i" => a.iters = Some(value()?.parse().map_err(|e| format!("-i: {e}"))?),
-            "-x" => a.warmup = Some(value()?.parse().map_err(|e| format!("-x: {e}"))?),
-            "-w" => a.window = value()?.parse().map_err(|e| format!("-w: {e}"))?,
-            "-h" | "--help" => {
-                return Err(
-                    "usage: osu_bw [-m [MIN:]MAX] [-i ITERS] [-x WARMUP] [-w WINDOW]".into(),
-                )
-            }
-            other => return Err(format!("unknown argument `{other}`")),
+    let mut window = 64;
+    let sizes = osu_common::parse("osu_bw", " [-w WINDOW]", 1, |flag, value| {
+        if flag != "-w" {
+            return Ok(false);
         }
-    }
-    a.min = a.min.max(1);
-    a.window = a.window.max(1);
-    Ok(a)
+        window = value()?.parse().map_err(|e| format!("-w: {e}"))?;
+        Ok(true)
+    })?;
+    Ok(Args {
+        min: sizes.min,
+        max: sizes.max,
+        iters: sizes.iters,
+        warmup: sizes.warmup,
+        window: window.max(1),
+    })
 }
 
 fn run(args: &Args) -> ferry::Result<()> {
@@ -166,18 +138,5 @@ fn run(args: &Args) -> ferry::Result<()> {
 }
 
 fn main() -> ExitCode {
-    let args = match parse_args() {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("osu_bw: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    match run(&args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("osu_bw: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    osu_common::main("osu_bw", parse_args, run)
 }

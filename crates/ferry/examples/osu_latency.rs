@@ -6,6 +6,8 @@
 //! 100 above. `-i ITERS` / `-x WARMUP` override the counts. Extra ranks (if any) only wait.
 //! Run: `ferry run -n 2 --backend tcp target/release/examples/osu_latency`.
 
+mod osu_common;
+
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -13,54 +15,10 @@ use ferry::{Error, MsgKey, Transport};
 
 const LARGE: usize = 8192;
 
-struct Args {
-    min: usize,
-    max: usize,
-    iters: Option<usize>,
-    warmup: Option<usize>,
-}
-
-fn parse_size(s: &str) -> Option<usize> {
-    let s = s.trim();
-    let (num, mult) = match s.chars().last()? {
-        'k' | 'K' => (&s[..s.len() - 1], 1 << 10),
-        'm' | 'M' => (&s[..s.len() - 1], 1 << 20),
-        _ => (s, 1),
-    };
-    num.parse::<usize>().ok().map(|n| n * mult)
-}
+type Args = osu_common::SizeArgs;
 
 fn parse_args() -> Result<Args, String> {
-    let mut a = Args {
-        min: 1,
-        max: 1 << 22,
-        iters: None,
-        warmup: None,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut value = || it.next().ok_or(format!("{flag} needs a value"));
-        match flag.as_str() {
-            "-m" => {
-                let v = value()?;
-                match v.split_once(':') {
-                    Some((lo, hi)) => {
-                        a.min = parse_size(lo).ok_or(format!("bad size `{lo}`"))?;
-                        a.max = parse_size(hi).ok_or(format!("bad size `{hi}`"))?;
-                    }
-                    None => a.max = parse_size(&v).ok_or(format!("bad size `{v}`"))?,
-                }
-            }
-            "-i" => a.iters = Some(value()?.parse().map_err(|e| format!("-i: {e}"))?),
-            "-x" => a.warmup = Some(value()?.parse().map_err(|e| format!("-x: {e}"))?),
-            "-h" | "--help" => {
-                return Err("usage: osu_latency [-m [MIN:]MAX] [-i ITERS] [-x WARMUP]".into())
-            }
-            other => return Err(format!("unknown argument `{other}`")),
-        }
-    }
-    a.min = a.min.max(1);
-    Ok(a)
+    osu_common::parse("osu_latency", "", 1, |_, _| Ok(false))
 }
 
 fn run(args: &Args) -> ferry::Result<()> {
@@ -124,18 +82,5 @@ fn run(args: &Args) -> ferry::Result<()> {
 }
 
 fn main() -> ExitCode {
-    let args = match parse_args() {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("osu_latency: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    match run(&args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("osu_latency: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    osu_common::main("osu_latency", parse_args, run)
 }
