@@ -407,14 +407,23 @@ pub struct ConfigWatcher {
 impl ConfigWatcher {
     /// Watches the file named by `FERRY_CONFIG`, if any.
     pub fn from_env(interval: Duration) -> ConfigWatcher {
-        let path = std::env::var_os("FERRY_CONFIG").map(PathBuf::from);
+        ConfigWatcher::new(
+            std::env::var_os("FERRY_CONFIG").map(PathBuf::from),
+            std::env::vars().collect(),
+            interval,
+        )
+    }
+
+    /// Watches `path` (none: nothing to watch), applying the overrides in `vars` to every
+    /// re-read, at most once per `interval`.
+    pub fn new(path: Option<PathBuf>, vars: Vec<(String, String)>, interval: Duration) -> Self {
         let modified = path
             .as_deref()
             .and_then(|p| std::fs::metadata(p).ok())
             .and_then(|m| m.modified().ok());
         ConfigWatcher {
             path,
-            vars: std::env::vars().collect(),
+            vars,
             modified,
             interval,
             last_check: std::time::Instant::now(),
@@ -464,6 +473,36 @@ mod tests {
         assert!(e.to_string().contains("tcp.connection_cap"), "{e}");
         let e = Config::from_toml("[tcp]\naddresses = [\"nohost\"]\n", "f.toml").unwrap_err();
         assert!(e.to_string().contains("tcp.addresses[0]"), "{e}");
+    }
+
+    #[test]
+    fn watcher_sees_a_changed_address_and_reports_a_broken_file() {
+        let dir = std::env::temp_dir().join(format!("ferry-watch-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("job.toml");
+        std::fs::write(
+            &file,
+            "[tcp]\naddresses = [\"127.0.0.1:7000\", \"127.0.0.1:7001\"]\n",
+        )
+        .unwrap();
+        let vars = vec![("FERRY_TCP_CONNECTION_CAP".to_string(), "2".to_string())];
+        let mut w = ConfigWatcher::new(Some(file.clone()), vars, Duration::ZERO);
+        assert!(w.poll().is_none(), "unchanged file must not reload");
+        // A rank moved to another port while the job runs (000 §5.1).
+        std::thread::sleep(Duration::from_millis(20));
+        std::fs::write(
+            &file,
+            "[tcp]\naddresses = [\"127.0.0.1:7000\", \"127.0.0.1:7101\"]\n",
+        )
+        .unwrap();
+        let c = w.poll().expect("changed file reloads").unwrap();
+        assert_eq!(c.tcp.addresses[1], "127.0.0.1:7101");
+        assert_eq!(c.tcp.connection_cap, 2, "overrides apply to re-reads too");
+        std::thread::sleep(Duration::from_millis(20));
+        std::fs::write(&file, "[tcp]\naddreses = []\n").unwrap();
+        let e = w.poll().expect("changed file reloads").unwrap_err();
+        assert!(e.to_string().contains("addreses"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
