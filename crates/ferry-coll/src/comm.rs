@@ -4,7 +4,7 @@
 //! one implementation serves the whole group and any sub-group (node-local or leader groups of
 //! the node-aware variants).
 
-use ferry_core::{Error, ErrorKind, Exchange, MsgKey, MsgKind, Result, Transport};
+use ferry_core::{Error, ErrorKind, Exchange, MsgKey, MsgKind, RecvBuf, Result, Transport};
 
 /// Collective kinds, encoded in the tag so that mismatched calls (one rank in `reduce`, another
 /// in `broadcast`) time out instead of mixing data.
@@ -121,10 +121,17 @@ impl<'a> Ctx<'a> {
         from: usize,
         buf: &mut [u8],
     ) -> Result<()> {
-        let mut ex = Exchange::new();
-        ex.send(self.ranks[to], self.key(), data);
-        ex.recv_into(self.ranks[from], self.key(), buf);
-        t.exchange(&mut ex).map_err(self.peer_err(from))
+        // One-peer step: the backend's lean sendrecv where it has one (same bits, fewer
+        // operation vectors).
+        t.sendrecv(
+            self.ranks[to],
+            self.key(),
+            data,
+            self.ranks[from],
+            self.key(),
+            RecvBuf::Slice(buf),
+        )
+        .map_err(self.peer_err(from))
     }
 
     /// Sends to `to` and receives a message of any length from `from`, progressed together.
@@ -136,10 +143,15 @@ impl<'a> Ctx<'a> {
         from: usize,
         buf: &mut Vec<u8>,
     ) -> Result<()> {
-        let mut ex = Exchange::new();
-        ex.send(self.ranks[to], self.key(), data);
-        ex.recv(self.ranks[from], self.key(), buf);
-        t.exchange(&mut ex).map_err(self.peer_err(from))
+        t.sendrecv(
+            self.ranks[to],
+            self.key(),
+            data,
+            self.ranks[from],
+            self.key(),
+            RecvBuf::Vec(buf),
+        )
+        .map_err(self.peer_err(from))
     }
 
     /// The (world rank, key) pair for participant `idx`, for building exchanges by hand.

@@ -299,6 +299,34 @@ pub trait Transport: Send {
         self.exchange(&mut ex)
     }
 
+    /// Sends `data` to `to` and receives one message from `from` into `buf`, progressed
+    /// together so that neither waits for the other (M3): the one-peer step of recursive
+    /// doubling, ring and pairwise collectives.
+    ///
+    /// The default runs one [`Exchange`] holding both operations. Backends may override it
+    /// with a leaner path (no operation vectors for a step that moves two small messages),
+    /// but only where the send cannot wait for the receiver: a send that might block must be
+    /// progressed together with the receive, or two ranks sending to each other deadlock (T1).
+    fn sendrecv(
+        &mut self,
+        to: usize,
+        send_key: MsgKey,
+        data: &[u8],
+        from: usize,
+        recv_key: MsgKey,
+        buf: RecvBuf<'_>,
+    ) -> Result<()> {
+        let mut ex = Exchange::new();
+        ex.send(to, send_key, data);
+        ex.recvs.push(RecvOp {
+            peer: from,
+            key: recv_key,
+            buf,
+            state: OpState::New,
+        });
+        self.exchange(&mut ex)
+    }
+
     /// Communication statistics of this rank so far (T7).
     fn stats(&self) -> Stats;
 

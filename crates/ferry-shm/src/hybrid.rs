@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use ferry_core::transport::{check_peer, drive_exchange};
 use ferry_core::{
-    Config, Error, ErrorKind, Exchange, LaunchInfo, MsgKey, OpState, Result, Stats, Store,
-    Transport, WaitPolicy,
+    Config, Error, ErrorKind, Exchange, LaunchInfo, MsgKey, OpState, RecvBuf, RecvOp, Result,
+    Stats, Store, Transport, WaitPolicy,
 };
 use ferry_tcp::TcpTransport;
 
@@ -250,6 +250,34 @@ impl Transport for HybridTransport {
         } else {
             self.tcp.recv(peer, key, buf)
         }
+    }
+
+    fn sendrecv(
+        &mut self,
+        to: usize,
+        send_key: MsgKey,
+        data: &[u8],
+        from: usize,
+        recv_key: MsgKey,
+        buf: RecvBuf<'_>,
+    ) -> Result<()> {
+        self.calls += 1;
+        check_peer(self.rank, self.size, to, "sendrecv")?;
+        check_peer(self.rank, self.size, from, "sendrecv")?;
+        if self.is_local(to) && self.is_local(from) {
+            // Both on this node: shm's lean step.
+            return self.shm.sendrecv(to, send_key, data, from, recv_key, buf);
+        }
+        // A remote peer: both operations progressed together across the two transports.
+        let mut ex = Exchange::new();
+        ex.send(to, send_key, data);
+        ex.recvs.push(RecvOp {
+            peer: from,
+            key: recv_key,
+            buf,
+            state: OpState::New,
+        });
+        drive_exchange(self, &mut ex)
     }
 
     fn stats(&self) -> Stats {

@@ -1159,7 +1159,7 @@ impl ShmTransport {
         peer: usize,
         key: MsgKey,
         serial: u64,
-        buf: &mut Vec<u8>,
+        buf: &mut RecvBuf<'_>,
     ) -> Result<bool> {
         let arrival = Arrival {
             source: peer,
@@ -1179,8 +1179,11 @@ impl ShmTransport {
                 }
                 let len = e.total_len as usize;
                 if e.key == key && e.serial == serial {
-                    buf.resize(len, 0);
-                    rx.read_payload(buf);
+                    // A length mismatch is reported by the general path.
+                    let Ok(dst) = buf.prepare(len) else {
+                        return Ok(false);
+                    };
+                    rx.read_payload(dst);
                     rx.pop();
                     self.wake(l);
                     self.stats.record_recv(peer, len);
@@ -1206,7 +1209,8 @@ impl ShmTransport {
                 self.wake(l);
                 if let Some(p) = self.inbox.take(&arrival) {
                     let n = p.len();
-                    *buf = p;
+                    buf.fill_from(p)
+                        .map_err(|want| self.len_error(peer, n, want))?;
                     self.stats.record_recv(peer, n);
                     return Ok(true);
                 }
@@ -1500,41 +1504,63 @@ impl Transport for ShmTransport {
         self.stats.calls += 1;
         check_peer(self.rank, self.size, peer, "recv")?;
         self.check_local(peer, "recv")?;
-        let serial = self.recv_flows.take(peer, key);
-        if let Some(l) = self.local_of[peer] {
-            if l != self.me && self.partial[l].is_none() {
-                let arrival = Arrival {
-                    source: peer,
-                    key,
-                    serial,
-                };
-                if !self.inbox.is_empty() {
-                    if let Some(p) = self.inbox.take(&arrival) {
-                        let n = p.len();
-                        *buf = p;
-                        self.stats.record_recv(peer, n);
-                        return Ok(());
+        self.recv_lean(peer, key, RecvBuf::Vec(buf))
+    }
+
+    fn sendrecv(
+        &mut self,
+        to: usize,
+        send_key: MsgKey,
+        data: &[u8],
+        from: usize,
+        recv_key: MsgKey,
+        buf: RecvBuf<'_>,
+    ) -> Result<()> {
+        self.stats.calls += 1;
+        check_peer(self.rank, self.size, to, "sendrecv")?;
+        check_peer(self.rank, self.size, from, "sendrecv")?;
+        self.check_local(to, "sendrecv")?;
+        self.check_local(from, "sendrecv")?;
+        let serial = self.send_flows.take(to, send_key);
+        // The send goes first only if it fits into the ring right now: then it never waits
+        // for `to`, and the receive may block alone without risking a deadlock (T1).
+        if let Some(l) = self.local_of[to] {
+            if l != self.me && data.len() <= self.inline_cap {
+                if let Some(tx) = self.tx[l].as_mut() {
+                    let e = Entry {
+                        typ: T_INLINE,
+                        key: send_key,
+                        serial,
+                        total_len: data.len() as u64,
+                    };
+                    if tx.push(&e, data) {
+                        self.wake(l);
+                        self.stats.record_send(to, data.len());
+                        return self.recv_lean(from, recv_key, buf);
                     }
-                }
-                if (self.pending_cma.is_empty() || !self.pending_cma.contains_key(&arrival))
-                    && self.try_fast_recv(l, peer, key, serial, buf)?
-                {
-                    return Ok(());
                 }
             }
         }
+        // Anything else (full ring, fragmented or single-copy send, self-send) is progressed
+        // together with the receive.
         let mut ex = Exchange::from_parts(
             std::mem::take(&mut self.spare_sends),
             std::mem::take(&mut self.spare_recvs),
         );
-        ex.recvs.push(RecvOp {
-            peer,
-            key,
-            buf: RecvBuf::Vec(buf),
+        ex.sends.push(SendOp {
+            peer: to,
+            key: send_key,
+            data,
             state: OpState::Active {
                 serial,
                 progress: 0,
             },
+        });
+        ex.recvs.push(RecvOp {
+            peer: from,
+            key: recv_key,
+            buf,
+            state: OpState::New,
         });
         let result = drive_exchange(self, &mut ex);
         (self.spare_sends, self.spare_recvs) = ex.into_parts();
@@ -1553,6 +1579,53 @@ impl Transport for ShmTransport {
                 .store(STATE_FINISHED, Ordering::Release);
         }
         Ok(())
+    }
+}
+
+impl ShmTransport {
+    /// One receive without the exchange machinery when the message is already here or arrives
+    /// inline during the spin phase; otherwise the general path. `peer` has been validated.
+    fn recv_lean(&mut self, peer: usize, key: MsgKey, mut buf: RecvBuf<'_>) -> Result<()> {
+        let serial = self.recv_flows.take(peer, key);
+        if let Some(l) = self.local_of[peer] {
+            if l != self.me && self.partial[l].is_none() {
+                let arrival = Arrival {
+                    source: peer,
+                    key,
+                    serial,
+                };
+                if !self.inbox.is_empty() {
+                    if let Some(p) = self.inbox.take(&arrival) {
+                        let n = p.len();
+                        buf.fill_from(p)
+                            .map_err(|want| self.len_error(peer, n, want))?;
+                        self.stats.record_recv(peer, n);
+                        return Ok(());
+                    }
+                }
+                if (self.pending_cma.is_empty() || !self.pending_cma.contains_key(&arrival))
+                    && self.try_fast_recv(l, peer, key, serial, &mut buf)?
+                {
+                    return Ok(());
+                }
+            }
+        }
+        let mut ex = Exchange::from_parts(
+            std::mem::take(&mut self.spare_sends),
+            std::mem::take(&mut self.spare_recvs),
+        );
+        ex.recvs.push(RecvOp {
+            peer,
+            key,
+            buf,
+            state: OpState::Active {
+                serial,
+                progress: 0,
+            },
+        });
+        let result = drive_exchange(self, &mut ex);
+        (self.spare_sends, self.spare_recvs) = ex.into_parts();
+        result
     }
 }
 
