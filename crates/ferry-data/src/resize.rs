@@ -60,6 +60,10 @@ pub struct Resized {
     pub epoch: u32,
     /// Whether the world changed at this point (partitionings must then be re-created).
     pub changed: bool,
+    /// The world before this point (equal to `group` if nothing changed). A joiner describes
+    /// its containers as empty parts of partitionings over it, so that the first switch to a
+    /// partitioning of `group` moves the data from the old holders (D7 migration).
+    pub previous: Group,
 }
 
 /// Size of the initial application world: `FERRY_WORLD_SIZE` if the launcher set it (elastic
@@ -96,12 +100,13 @@ pub fn join_world(t: &mut dyn Transport) -> Result<(Resized, i64)> {
                 my_index: Some(rank),
                 epoch: 0,
                 changed: false,
+                previous: Group::world(n),
             },
             0,
         ));
     }
     let buf = wait_as_spare(t)?;
-    let (epoch, phase, group) = decode(&buf).map_err(|e| e.on_rank(rank).with_peer(0))?;
+    let (epoch, phase, group, previous) = decode(&buf).map_err(|e| e.on_rank(rank).with_peer(0))?;
     let my_index = group.index_of(rank);
     tracing::debug!(
         rank,
@@ -116,6 +121,7 @@ pub fn join_world(t: &mut dyn Transport) -> Result<(Resized, i64)> {
             my_index,
             epoch,
             changed: true,
+            previous,
         },
         phase,
     ))
@@ -150,19 +156,26 @@ fn wait_as_spare(t: &mut dyn Transport) -> Result<Vec<u8>> {
     Ok(buf)
 }
 
-fn encode(epoch: u32, phase: i64, group: &Group) -> Vec<u8> {
-    let mut v = Vec::with_capacity(20 + 4 * group.size());
-    v.extend_from_slice(&epoch.to_le_bytes());
-    v.extend_from_slice(&phase.to_le_bytes());
+fn put_group(v: &mut Vec<u8>, group: &Group) {
     v.extend_from_slice(&group.generation().to_le_bytes());
     v.extend_from_slice(&(group.size() as u32).to_le_bytes());
     for &m in group.members() {
         v.extend_from_slice(&(m as u32).to_le_bytes());
     }
+}
+
+/// Decision wire format (little endian): epoch u32, phase i64, then the new and the previous
+/// group, each as generation u32, member count u32, members u32 each.
+fn encode(epoch: u32, phase: i64, group: &Group, previous: &Group) -> Vec<u8> {
+    let mut v = Vec::with_capacity(28 + 4 * (group.size() + previous.size()));
+    v.extend_from_slice(&epoch.to_le_bytes());
+    v.extend_from_slice(&phase.to_le_bytes());
+    put_group(&mut v, group);
+    put_group(&mut v, previous);
     v
 }
 
-fn decode(b: &[u8]) -> Result<(u32, i64, Group)> {
+fn decode(b: &[u8]) -> Result<(u32, i64, Group, Group)> {
     let bad = || Error::invalid("resize decision", format!("malformed ({} bytes)", b.len()));
     let u32_at = |o: usize| -> Result<u32> {
         b.get(o..o + 4)
@@ -176,20 +189,28 @@ fn decode(b: &[u8]) -> Result<(u32, i64, Group)> {
         .and_then(|s| s.try_into().ok())
         .map(i64::from_le_bytes)
         .ok_or_else(bad)?;
-    let generation = u32_at(12)?;
-    let count = u32_at(16)? as usize;
-    if count > MAX_MEMBERS || b.len() != 20 + 4 * count {
+    let group_at = |o: usize| -> Result<(Group, usize)> {
+        let generation = u32_at(o)?;
+        let count = u32_at(o + 4)? as usize;
+        if count > MAX_MEMBERS || b.len() < o + 8 + 4 * count {
+            return Err(bad());
+        }
+        let members = (0..count)
+            .map(|i| u32_at(o + 8 + 4 * i).map(|m| m as usize))
+            .collect::<Result<Vec<_>>>()?;
+        let g = if members.is_empty() {
+            Group::world(0)
+        } else {
+            Group::new(members, generation)?
+        };
+        Ok((g, o + 8 + 4 * count))
+    };
+    let (group, next) = group_at(12)?;
+    let (previous, end) = group_at(next)?;
+    if end != b.len() {
         return Err(bad());
     }
-    let members = (0..count)
-        .map(|i| u32_at(20 + 4 * i).map(|m| m as usize))
-        .collect::<Result<Vec<_>>>()?;
-    let group = if members.is_empty() {
-        Group::world(0)
-    } else {
-        Group::new(members, generation)?
-    };
-    Ok((epoch, phase, group))
+    Ok((epoch, phase, group, previous))
 }
 
 /// Ids requested for removal so far (empty without a launcher store).
@@ -279,7 +300,7 @@ pub fn allow_world_resize(
                 (e, g)
             }
         };
-        let msg = encode(new_epoch, phase, &group);
+        let msg = encode(new_epoch, phase, &group, world);
         let mut ex = Exchange::new();
         for &m in world.members().iter().chain(spares.iter()) {
             if m != master {
@@ -297,7 +318,7 @@ pub fn allow_world_resize(
         t.recv(master, DECISION, &mut buf).map_err(ctx)?;
         buf
     };
-    let (new_epoch, _, group) = decode(&msg).map_err(|e| ctx(e.with_peer(master)))?;
+    let (new_epoch, _, group, _) = decode(&msg).map_err(|e| ctx(e.with_peer(master)))?;
     let changed = new_epoch != epoch;
     tracing::debug!(
         rank,
@@ -312,6 +333,7 @@ pub fn allow_world_resize(
         group,
         epoch: new_epoch,
         changed,
+        previous: world.clone(),
     })
 }
 
@@ -325,7 +347,7 @@ pub fn release_spares(t: &mut dyn Transport) -> Result<()> {
     if n >= t.size() {
         return Ok(());
     }
-    let msg = encode(0, 0, &Group::world(0));
+    let msg = encode(0, 0, &Group::world(0), &Group::world(n));
     let mut ex = Exchange::new();
     for s in n..t.size() {
         ex.send(s, DECISION, &msg);
