@@ -387,13 +387,15 @@ mod tests {
     #[test]
     fn decisions_round_trip_and_malformed_ones_are_errors() {
         let g = Group::new(vec![0, 2, 3], RESIZE_GENERATION_BASE + 1).unwrap();
-        let (e, p, g2) = decode(&encode(1, 7, &g)).unwrap();
+        let old = Group::world(3);
+        let (e, p, g2, o2) = decode(&encode(1, 7, &g, &old)).unwrap();
+        assert_eq!((o2.members(), o2.generation()), (old.members(), 0));
         assert_eq!(
             (e, p, g2.members(), g2.generation()),
             (1, 7, g.members(), g.generation())
         );
         assert!(decode(&[1, 2, 3]).is_err());
-        let mut m = encode(1, 7, &g);
+        let mut m = encode(1, 7, &g, &old);
         m.pop();
         assert!(decode(&m).is_err());
     }
