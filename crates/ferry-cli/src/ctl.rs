@@ -5,8 +5,8 @@
 //! rendezvous store and the job secret. `ferry ctl` reads that file, connects to the store like
 //! a rank would, and reads the `launcher/status` entry that the launcher keeps up to date.
 //!
-//! `ferry ctl NAME remove PATTERN` needs resize points (processes leave at the program's next
-//! resize), which ferry does not have yet; it is refused with an error rather than faked.
+//! `ferry ctl NAME remove PATTERN` matches the pattern against the location strings of that
+//! table and leaves the ids in the store, where the master reads them at the next resize point.
 
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
@@ -139,12 +139,63 @@ pub fn status(name: &str) -> Result<u8, String> {
     Ok(0)
 }
 
-/// `ferry ctl NAME remove PATTERN`: refused until ferry has resize points.
+/// Store key holding the ids of processes to remove (read by the master at resize points,
+/// `ferry_data::resize::REMOVE_KEY`).
+pub const REMOVE_KEY: &str = "elastic/remove";
+
+/// Ids (`L<id>`) of the status table's location strings that `pattern` matches.
+pub fn matching_ids(table: &str, pattern: &regex::Regex) -> Vec<usize> {
+    table
+        .lines()
+        .filter_map(|line| {
+            let loc = line.split_whitespace().next()?;
+            let id: usize = loc.strip_prefix('L')?.split(':').next()?.parse().ok()?;
+            pattern.is_match(loc).then_some(id)
+        })
+        .collect()
+}
+
+/// `ferry ctl NAME remove PATTERN`: asks the job to remove, at its next resize point, every
+/// process whose location string `L<id>:<host>:<pid>` matches the extended regular expression
+/// `PATTERN` (interface.md "Elastic runs"; the master is never removed). The ids are appended
+/// to the store key the master reads; two `remove` commands at the same instant may race (the
+/// later write wins).
 pub fn remove(name: &str, pattern: &str) -> Result<u8, String> {
-    Err(format!(
-        "cannot remove `{pattern}` from job `{name}`: removing processes needs resize points \
-         (fault tolerance), which ferry does not support yet"
-    ))
+    let re = regex::Regex::new(pattern)
+        .map_err(|e| format!("`{pattern}` is not a regular expression: {e}"))?;
+    let path = jobs_dir().join(name);
+    let Some((addr, secret)) = read_registration(&path) else {
+        return Err(format!(
+            "no running job named `{name}` (nothing registered in {})",
+            path.display()
+        ));
+    };
+    let Some(client) = connect(&addr, &secret) else {
+        return Err(format!(
+            "job `{name}` is not running any more (its launcher at {addr} does not answer)"
+        ));
+    };
+    let table = client
+        .get(STATUS_KEY, Duration::from_secs(2))
+        .map_err(|e| format!("cannot read the processes of job `{name}`: {e}"))?;
+    let ids = matching_ids(&String::from_utf8_lossy(&table), &re);
+    if ids.is_empty() {
+        return Err(format!("`{pattern}` matches no process of job `{name}`"));
+    }
+    let old = client
+        .get(REMOVE_KEY, Duration::from_secs(2))
+        .map_err(|e| format!("cannot read the removal requests of job `{name}`: {e}"))?;
+    let mut list = String::from_utf8_lossy(&old).into_owned();
+    for id in &ids {
+        if !list.is_empty() {
+            list.push(',');
+        }
+        list.push_str(&id.to_string());
+    }
+    client
+        .set(REMOVE_KEY, list.as_bytes())
+        .map_err(|e| format!("cannot record the removal request in job `{name}`: {e}"))?;
+    Ok(0)
 }
 
 #[cfg(test)]
@@ -176,6 +227,17 @@ mod tests {
         drop(reg2);
         assert!(!jobs_dir().join(&name).exists());
         assert!(status(&name).is_err());
-        assert!(remove(&name, "L1:.*").is_err());
+        assert!(remove(&name, "L1:.*").is_err(), "no such job any more");
+    }
+
+    #[test]
+    fn removal_patterns_match_location_strings() {
+        let table = "L0:h:10 rank 0 running\nL1:h:11 rank 1 running\nL12:g:12 rank 12 done\n";
+        let ids = |p: &str| matching_ids(table, &regex::Regex::new(p).unwrap());
+        assert_eq!(ids("L1"), vec![1, 12]);
+        assert_eq!(ids("^L1:"), vec![1]);
+        assert_eq!(ids(":g:"), vec![12]);
+        assert_eq!(ids("L(0|1):h"), vec![0, 1]);
+        assert!(ids("x").is_empty());
     }
 }

@@ -42,8 +42,8 @@ enum Command {
 enum CtlAction {
     /// Print the job's processes: location `L<id>:<host>:<pid>`, rank and state.
     Status,
-    /// Remove the processes whose location matches PATTERN at the next resize point (not
-    /// supported yet: refused).
+    /// Remove the processes whose location matches PATTERN at the next resize point (rank 0,
+    /// the master, is never removed).
     Remove {
         /// Extended regular expression over location strings.
         pattern: String,
@@ -67,7 +67,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "NAME")]
     pub job_name: Option<String>,
 
-    /// Extra processes that would join the job at its next resize point (not supported yet).
+    /// Extra processes started with the job (FERRY_SIZE counts them, FERRY_WORLD_SIZE does
+    /// not); they join the application world at its next resize point (F7).
     #[arg(long, value_name = "S", default_value_t = 0)]
     pub spares: usize,
 

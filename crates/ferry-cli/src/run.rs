@@ -206,12 +206,12 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
     if n == 0 {
         return Err(Fatal::usage("-n must be at least 1"));
     }
-    if args.spares > 0 {
-        return Err(Fatal::usage(
-            "--spares is not supported yet: processes cannot join a running job until \
-             resizing (fault tolerance) lands in ferry",
-        ));
-    }
+    // Elastic jobs (F7): spares are started with the job and connected like every rank, but
+    // the application world is the first `n` (FERRY_WORLD_SIZE); they join at a resize point.
+    let spares = args.spares;
+    let total = n
+        .checked_add(spares)
+        .ok_or_else(|| Fatal::usage("too many --spares"))?;
     let backend = match &args.backend {
         Some(b) => Some(b.parse::<BackendKind>().map_err(|_| {
             let known: Vec<&str> = BackendKind::ALL.iter().map(|k| k.name()).collect();
@@ -231,7 +231,7 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
     }
     hosts.retain(|h| !h.trim().is_empty());
     remote::check_hosts(&hosts).map_err(Fatal::usage)?;
-    let placement = remote::place(n, &hosts, args.block);
+    let placement = remote::place(total, &hosts, args.block);
     let is_remote = !placement.is_empty();
 
     let secret = random_hex(16)?;
@@ -291,13 +291,22 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
 
     let output = Arc::new(Output::default());
     let tracker = Arc::new(Tracker::default());
-    let mut ranks: Vec<Rank> = Vec::with_capacity(n);
+    let mut ranks: Vec<Rank> = Vec::with_capacity(total);
+    // `ferry ctl NAME remove` appends to this key; resize points read it (it must exist so
+    // that readers need not wait for it).
+    server
+        .store()
+        .set("elastic/remove", b"")
+        .map_err(|e| Fatal {
+            msg: format!("cannot prepare the job's store: {e}"),
+            code: 1,
+        })?;
     let launcher_pid = std::process::id() as i32;
 
-    for r in 0..n {
+    for r in 0..total {
         let mut env: Vec<(String, String)> = vec![
             ("FERRY_RANK".into(), r.to_string()),
-            ("FERRY_SIZE".into(), n.to_string()),
+            ("FERRY_SIZE".into(), total.to_string()),
             ("FERRY_JOB_ID".into(), job_id.clone()),
             ("FERRY_SECRET".into(), secret.clone()),
             ("FERRY_RENDEZVOUS".into(), rendezvous.clone()),
@@ -305,11 +314,14 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
         if let Some(b) = &backend_env {
             env.push(("FERRY_BACKEND".into(), b.clone()));
         }
+        if spares > 0 {
+            env.push(("FERRY_WORLD_SIZE".into(), n.to_string()));
+        }
         let host = placement.get(r).cloned();
         // How many ranks share this rank's host: waiting ranks yield their core when the host
         // is oversubscribed (general.yield_when_idle = auto).
         let local_size = match &host {
-            None => n,
+            None => total,
             Some(h) => placement.iter().filter(|p| *p == h).count(),
         };
         env.push(("FERRY_LOCAL_SIZE".into(), local_size.to_string()));

@@ -114,6 +114,13 @@ impl Instance {
             .map_err(|e| e.context("data finalize").or_rank(self.rank))
     }
 
+    /// [`Instance::finalize`] over `group` instead of the initial world: after a resize point
+    /// (D7) only the current members meet; removed processes skip it (their transport's
+    /// `finish` still delivers what they owe).
+    pub fn finalize_in(&self, t: &mut dyn ferry_core::Transport, group: &Group) -> Result<()> {
+        ferry_coll::barrier(t, group).map_err(|e| e.context("data finalize").or_rank(self.rank))
+    }
+
     /// A group of `parent` without the members at group indexes `removed` (D2, examples.md
     /// §0.3): the others keep their order and are renumbered densely. Each call hands out a
     /// fresh generation, identical on every rank that makes the same calls.

@@ -2,9 +2,10 @@
 //!
 //! Usage: `jac1d [ksize [maxiter [repart]]]`: ksize thousands of cells (default 10000),
 //! maxiter (default 50), repart > 0 repartitions with changing task weights every `repart`
-//! iterations, repart < 0 offers a world-resize point every `-repart` iterations (ferry's
-//! worlds do not change size yet, so such a point keeps the world, as LAIK's single and MPI
-//! backends do).
+//! iterations, repart < 0 offers a world-resize point every `-repart` iterations: spares of
+//! `ferry run --spares` join there (starting at that iteration), processes named by
+//! `ferry ctl NAME remove` hand their cells on and leave, and the partitionings are re-created
+//! over the new world (D7 migration).
 //!
 //! Writes go to a block partitioning, reads to its corner halo (depth 1); two containers
 //! alternate roles. Residuum and final sum are Sum-reduced through a 1-element container
@@ -17,6 +18,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use ferry::coll::Group;
+use ferry::data::resize::{allow_world_resize, join_world};
 use ferry::data::{
     Block, Container, DataFlow, Instance, Partitioner, Partitioning, ReduceOp, Space,
 };
@@ -71,10 +73,18 @@ fn run() -> ferry::Result<()> {
         .ok_or_else(|| common::usage_error(format!("{ksize} k cells is too large")))?;
 
     let mut world = ferry::init()?;
-    let (rank, nprocs) = (world.rank(), world.size());
+    let rank = world.rank();
     let t = world.transport();
-    let mut inst = Instance::new(rank, nprocs)?;
-    let wg = inst.world().clone();
+    let mut inst = Instance::new(rank, t.size())?;
+    // Spares of an elastic run wait here for a resize point (or the end of the job).
+    let (joined, phase) = join_world(t)?;
+    if joined.my_index.is_none() {
+        return world.finish();
+    }
+    let joiner = joined.changed;
+    let mut epoch = joined.epoch;
+    let mut wg = joined.group;
+    let nprocs = wg.size();
     if rank == 0 {
         println!(
             "{ksize} k cells (mem {:.1} MB), running {maxiter} iterations with {nprocs} tasks",
@@ -89,13 +99,26 @@ fn run() -> ferry::Result<()> {
     let mut rd = Container::<f64>::new(&mut inst, "data1", &space);
     let mut wr = Container::<f64>::new(&mut inst, "data2", &space);
     let sspace = Space::new1(1)?;
-    let all = Partitioning::new(&sspace, &wg, &Partitioner::All)?;
+    let mut all = Partitioning::new(&sspace, &wg, &Partitioner::All)?;
     let mut sum = Container::<f64>::new(&mut inst, "sum", &sspace);
     sum.switch_to(t, &all, DataFlow::None, None)?;
 
-    // Initial values on the write partitioning; `rd` holds the last written values.
-    rd.switch_to(t, &pwrite, DataFlow::None, None)?;
-    if rd.num_mappings() > 0 {
+    if joiner {
+        // The members swapped the two buffers once per iteration done: hold the same
+        // container as the last written one (data ids must match for the migration).
+        if phase % 2 == 1 {
+            std::mem::swap(&mut rd, &mut wr);
+        }
+        // An empty part of the previous world's write partitioning: the switch fetches this
+        // process's cells from their old holders (the members do the same switch).
+        let (old_write, _) = partitionings(&space, &joined.previous, None)?;
+        rd.switch_to(t, &old_write, DataFlow::None, None)?;
+        rd.switch_to(t, &pwrite, DataFlow::Preserve, None)?;
+    } else {
+        // Initial values on the write partitioning; `rd` holds the last written values.
+        rd.switch_to(t, &pwrite, DataFlow::None, None)?;
+    }
+    if !joiner && rd.num_mappings() > 0 {
         let own = rd.my_ranges()[0];
         let v = rd.mapping_mut(0)?;
         let base = v.range.from()[0];
@@ -110,7 +133,9 @@ fn run() -> ferry::Result<()> {
         }
     }
 
-    let mut iter = 0i64;
+    // Joiners start at the iteration of the resize point that admitted them.
+    let mut iter = phase;
+    let mut removed = false;
     while iter < maxiter {
         rd.switch_to(t, &pread, DataFlow::Preserve, None)?;
         wr.switch_to(t, &pwrite, DataFlow::None, None)?;
@@ -172,8 +197,30 @@ fn run() -> ferry::Result<()> {
             pwrite = w;
             pread = r;
         }
-        // repart < 0: a world-resize point; ferry's world keeps its size (see module docs).
+        if repart < 0 && iter > 0 && iter % (-repart) == 0 {
+            let r = allow_world_resize(t, &wg, epoch, iter + 1)?;
+            epoch = r.epoch;
+            if r.changed {
+                // Preserve the just-written values over the new world; a removed process
+                // sends its cells away here and stops.
+                let (w, rp) = partitionings(&space, &r.group, None)?;
+                rd.switch_to(t, &w, DataFlow::Preserve, None)?;
+                pwrite = w;
+                pread = rp;
+                all = Partitioning::new(&sspace, &r.group, &Partitioner::All)?;
+                sum.switch_to(t, &all, DataFlow::None, None)?;
+                wg = r.group;
+                if r.my_index.is_none() {
+                    removed = true;
+                    break;
+                }
+            }
+        }
         iter += 1;
+    }
+    if removed {
+        // Not a member any more: the transport's finish delivers what this process owes.
+        return world.finish();
     }
 
     let mut local = 0.0f64;
@@ -189,6 +236,6 @@ fn run() -> ferry::Result<()> {
     if rank == 0 {
         println!("Global value sum after {iter} iterations: {total:.6}");
     }
-    inst.finalize(world.transport())?;
+    inst.finalize_in(world.transport(), &wg)?;
     world.finish()
 }

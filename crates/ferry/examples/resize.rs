@@ -4,17 +4,15 @@
 //! of the world prints `Epoch E / Phase P: Hello from process R of N`; the loop stops after
 //! phase `max`; between phases the program sleeps one second and offers a resize point.
 //!
-//! Resize points go through [`ferry::data::resize::allow_world_resize`]; ferry's worlds do not
-//! grow or shrink yet, so the world stays unchanged and the epoch stays 0 (as with LAIK's
-//! single and MPI backends, examples.md §0.3) while the phase advances because the application
-//! passes it.
+//! Resize points go through [`ferry::data::resize::allow_world_resize`]: spares of
+//! `ferry run --spares` join there and processes named by `ferry ctl NAME remove` leave (they
+//! stop printing and exit 0); each change increments the epoch (examples.md §0.3, §4).
 
 use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use ferry::data::resize::{allow_world_resize, Resized};
-use ferry::data::Group;
+use ferry::data::resize::{allow_world_resize, join_world};
 
 /// atoi: leading whitespace, optional sign, digits; anything else ends the number (0 if none).
 fn atoi(s: &str) -> i64 {
@@ -42,15 +40,9 @@ fn run(args: &[String]) -> ferry::Result<()> {
     }
     let mut world = ferry::init()?;
     let t = world.transport();
-    let mut current = Resized {
-        group: Group::world(t.size()),
-        my_index: Some(t.rank()),
-        epoch: 0,
-        changed: false,
-    };
-    // Processes started with the job begin at phase 0 (joiners would start at the resize
-    // point's phase).
-    let mut phase: i64 = 0;
+    // Processes started with the job begin at phase 0; spares wait here and join at the
+    // phase of the resize point that admits them (or end if none does).
+    let (mut current, mut phase) = join_world(t)?;
     while let Some(id) = current.my_index {
         let line = format!(
             "Epoch {} / Phase {}: Hello from process {} of {}\n",

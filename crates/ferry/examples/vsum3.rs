@@ -8,16 +8,16 @@
 //! master prints the total. Between phases the program sleeps one second and offers a resize
 //! point.
 //!
-//! Resize points go through [`ferry::data::resize::allow_world_resize`]; on a changed world
-//! the partitionings are re-created. ferry's worlds do not grow or shrink yet, so today the
-//! world and its partitionings stay, the epoch stays 0 and the phase advances (as with LAIK's
-//! single and MPI backends, examples.md §0.3).
+//! Resize points go through [`ferry::data::resize::allow_world_resize`]: spares of
+//! `ferry run --spares` join, processes named by `ferry ctl NAME remove` leave after handing
+//! their block on; on a changed world the partitionings are re-created over the new group and
+//! the next switch migrates the array (examples.md §0.3, §3).
 
 use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use ferry::data::resize::{allow_world_resize, Resized};
+use ferry::data::resize::{allow_world_resize, join_world};
 use ferry::data::{
     Container, DataFlow, Group, Instance, Partitioner, Partitioning, ReduceOp, Space,
 };
@@ -96,30 +96,37 @@ fn run(args: &[String]) -> ferry::Result<()> {
     let rank = world.rank();
     let mut inst = Instance::new(rank, world.size())?;
     let t = world.transport();
-    let mut current = Resized {
-        group: inst.world().clone(),
-        my_index: Some(rank),
-        epoch: 0,
-        changed: false,
-    };
+    // Spares of an elastic run wait here until a resize point admits them (they then start at
+    // that point's phase) or the job ends.
+    let (mut current, mut phase) = join_world(t)?;
+    if current.my_index.is_none() {
+        // A spare the job never needed.
+        return world.finish();
+    }
 
     let space = Space::new1(size as u64)?;
     let sum_space = Space::new1(1)?;
     let sum_op = ReduceOp::Sum;
-    let mut parts = Parts::new(&space, &sum_space, &current.group)?;
     let mut a: Container<f64> = Container::new(&mut inst, "array", &space);
     let mut s: Container<f64> = Container::new(&mut inst, "sum", &sum_space);
-
-    // Processes of the initial world: the master owns and fills everything.
-    let master = Partitioning::new(&space, &current.group, &Partitioner::Master)?;
-    a.switch_to(t, &master, DataFlow::None, None)?;
-    if rank == 0 {
-        for (i, v) in a.local_data_mut().iter_mut().enumerate() {
-            *v = i as f64;
+    let mut parts = if current.changed {
+        // A joiner: its array is an empty part of the previous world's block partitioning,
+        // so the first switch below fetches its new block from the old holders.
+        let old = Parts::new(&space, &sum_space, &current.previous)?;
+        a.switch_to(t, &old.block, DataFlow::None, None)?;
+        Parts::new(&space, &sum_space, &current.group)?
+    } else {
+        // Processes of the initial world: the master owns and fills everything.
+        let master = Partitioning::new(&space, &current.group, &Partitioner::Master)?;
+        a.switch_to(t, &master, DataFlow::None, None)?;
+        if rank == 0 {
+            for (i, v) in a.local_data_mut().iter_mut().enumerate() {
+                *v = i as f64;
+            }
         }
-    }
+        Parts::new(&space, &sum_space, &current.group)?
+    };
 
-    let mut phase: i64 = 0;
     loop {
         a.switch_to(t, &parts.block, DataFlow::Preserve, None)?;
         let Some(me) = current.my_index else {
@@ -160,8 +167,11 @@ fn run(args: &[String]) -> ferry::Result<()> {
             parts = Parts::new(&space, &sum_space, &current.group)?;
         }
     }
-    // Nobody may still be pulling this rank's last large messages when it shuts down.
-    inst.finalize(t)?;
+    // Nobody may still be pulling this rank's last large messages when it shuts down; removed
+    // processes (and spares never admitted) are not members any more and leave at once.
+    if current.my_index.is_some() {
+        inst.finalize_in(t, &current.group)?;
+    }
     world.finish()
 }
 

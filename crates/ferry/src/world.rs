@@ -160,7 +160,9 @@ impl World {
             return Ok(());
         }
         self.finished = true;
-        let result = self.transport.finish();
+        // Elastic jobs: spares never admitted at a resize point end cleanly with the job.
+        let released = ferry_data::resize::release_spares(&mut *self.transport);
+        let result = released.and(self.transport.finish());
         if self.print_stats {
             eprint!("{}", self.transport.stats());
         }

@@ -17,8 +17,9 @@
 //!
 //! Skips (printing why) when the conformance data is absent, the launcher binary is not built,
 //! or a backend answers that it is not part of this build. Elastic cases (launch column
-//! `tcp2:...`) are reported as skipped: joining and removing processes belongs to fault
-//! tolerance, a later issue.
+//! `tcp2:spares=S,remove=PAT`) run like the outside checks run them, on every launcher backend
+//! (not mpi): `ferry run -n RANKS --spares S --job-name J ...` and, about 0.5 s after the start,
+//! `ferry ctl J remove PAT`.
 //!
 //! Knobs: `FERRY_CONFORMANCE_BACKENDS=tcp,shm` restricts the multi-rank backends (and `mpi`),
 //! `FERRY_CONFORMANCE_ONLY=<substring>` restricts the cases, `FERRY_CONFORMANCE_TIMEOUT_S`
@@ -321,6 +322,8 @@ impl Runner {
         } else {
             backend
         };
+        let elastic = parse_elastic(&case.launch);
+        let job = format!("conf-{}-{}-{backend}", std::process::id(), case.id);
         let mut cmd = match (&self.ferry, &self.mpirun) {
             (_, Some(mpirun)) if backend == "mpi" => {
                 let mut c = Command::new(mpirun);
@@ -344,8 +347,11 @@ impl Runner {
                     &case.ranks.to_string(),
                     "--backend",
                     real_backend,
-                    "--",
                 ]);
+                if let Some((spares, _)) = &elastic {
+                    c.args(["--spares", &spares.to_string(), "--job-name", &job]);
+                }
+                c.arg("--");
                 if backend == "hybrid2" {
                     c.args(["sh", "-c", HYBRID2_WRAPPER]);
                 }
@@ -370,7 +376,35 @@ impl Runner {
         for (k, v) in translate_env(&case.env) {
             cmd.env(k, v);
         }
-        let r = match self.run(cmd) {
+        let remover = match (&elastic, &self.ferry) {
+            (Some((_, Some(pat))), Some(ferry)) => {
+                let (ferry, pat, job) = (ferry.clone(), pat.clone(), job.clone());
+                Some(std::thread::spawn(move || {
+                    std::thread::sleep(Duration::from_millis(500));
+                    Command::new(ferry)
+                        .args(["ctl", &job, "remove", &pat])
+                        .stdout(Stdio::null())
+                        .stderr(Stdio::piped())
+                        .output()
+                }))
+            }
+            _ => None,
+        };
+        let r = self.run(cmd);
+        if let Some(h) = remover {
+            match h.join() {
+                Ok(Ok(o)) if o.status.success() => {}
+                Ok(Ok(o)) => {
+                    return Outcome::Fail(format!(
+                        "ferry ctl remove failed: {}",
+                        String::from_utf8_lossy(&o.stderr).trim()
+                    ))
+                }
+                Ok(Err(e)) => return Outcome::Fail(format!("cannot run ferry ctl: {e}")),
+                Err(_) => return Outcome::Fail("ferry ctl thread panicked".into()),
+            }
+        }
+        let r = match r {
             Ok(r) => r,
             Err(e) => return Outcome::Fail(format!("cannot start: {e}")),
         };
@@ -419,8 +453,26 @@ impl Runner {
     }
 }
 
+/// The spares and removal pattern of an elastic launch column (`tcp2:spares=S,remove=PAT`).
+fn parse_elastic(launch: &str) -> Option<(usize, Option<String>)> {
+    let opts = launch.strip_prefix("tcp2:")?;
+    let mut spares = 0;
+    let mut remove = None;
+    for kv in opts.split(',') {
+        match kv.split_once('=') {
+            Some(("spares", v)) => spares = v.parse().unwrap_or(0),
+            Some(("remove", v)) => remove = Some(v.to_string()),
+            _ => {}
+        }
+    }
+    Some((spares, remove))
+}
+
 fn backends_for(case: &Case, multi: &[String]) -> Vec<String> {
-    if case.ranks == 1 {
+    if parse_elastic(&case.launch).is_some() {
+        // Elastic runs need the launcher's spares and job control.
+        multi.iter().filter(|m| *m != "mpi").cloned().collect()
+    } else if case.ranks == 1 {
         let mut b = vec!["single".to_string()];
         b.extend(multi.iter().filter(|m| *m == "mpi").cloned());
         b
@@ -498,13 +550,11 @@ fn conformance_cases() {
     let mut results: Vec<(Case, String, Outcome)> = Vec::new();
     let mut work: Vec<(Case, String)> = Vec::new();
     for c in &cases {
-        if c.launch != "-" {
+        if c.launch != "-" && parse_elastic(&c.launch).is_none() {
             results.push((
                 c.clone(),
-                "elastic".to_string(),
-                Outcome::Skip(
-                    "elastic launch (spares/removal) is fault tolerance, a later issue".into(),
-                ),
+                "other".to_string(),
+                Outcome::Skip(format!("unknown launch column `{}`", c.launch)),
             ));
             continue;
         }
