@@ -28,6 +28,8 @@ use ferry::data::{
     Container, DataFlow, Instance, Layout, LayoutOrder, Partitioner, PartitionerCtx, Partitioning,
     Range, ReduceOp, Space,
 };
+mod common;
+use common::{atoi, fmt_f, fmt_g, out};
 
 const USAGE: &str =
     "Usage: markov2 [options] [<statecount> [<fan-out> [<iterations> [<istate>]]]]\n\
@@ -40,80 +42,6 @@ Options:\n \
 -v: log the Markov graph (stderr)\n \
 -p: write profiling data to markov2_profiling.txt\n \
 -h: this help text\n";
-
-/// atoi: optional sign and leading digits; anything else ends the number (0 if none).
-fn atoi(s: &str) -> i64 {
-    let s = s.trim_start();
-    let (neg, digits) = match s.as_bytes().first() {
-        Some(b'-') => (true, &s[1..]),
-        Some(b'+') => (false, &s[1..]),
-        _ => (false, s),
-    };
-    let mut v: i64 = 0;
-    for b in digits.bytes().take_while(u8::is_ascii_digit) {
-        v = v.saturating_mul(10).saturating_add(i64::from(b - b'0'));
-    }
-    if neg {
-        -v
-    } else {
-        v
-    }
-}
-
-/// C's `%g`: 6 significant digits, trailing zeros removed, exponent form outside 1e-4..1e6.
-fn fmt_g(v: f64) -> String {
-    const P: i32 = 6;
-    if v == 0.0 {
-        return if v.is_sign_negative() { "-0" } else { "0" }.to_string();
-    }
-    if !v.is_finite() {
-        return if v.is_nan() {
-            if v.is_sign_negative() { "-nan" } else { "nan" }.to_string()
-        } else if v > 0.0 {
-            "inf".to_string()
-        } else {
-            "-inf".to_string()
-        };
-    }
-    let e = format!("{:.*e}", (P - 1) as usize, v);
-    let (mant, exp) = e.split_once('e').unwrap_or((&e, "0"));
-    let x: i32 = exp.parse().unwrap_or(0);
-    let strip = |s: &str| -> String {
-        if s.contains('.') {
-            s.trim_end_matches('0').trim_end_matches('.').to_string()
-        } else {
-            s.to_string()
-        }
-    };
-    if (-4..P).contains(&x) {
-        strip(&format!("{:.*}", (P - 1 - x) as usize, v))
-    } else {
-        format!(
-            "{}e{}{:02}",
-            strip(mant),
-            if x < 0 { '-' } else { '+' },
-            x.abs()
-        )
-    }
-}
-
-/// C's `%.<prec>f`, with glibc's spelling of non-finite values (`nan`, `-nan`, `inf`, `-inf`).
-fn fmt_f(v: f64, prec: usize) -> String {
-    if v.is_nan() {
-        return if v.is_sign_negative() { "-nan" } else { "nan" }.to_string();
-    }
-    if v.is_infinite() {
-        return if v < 0.0 { "-inf" } else { "inf" }.to_string();
-    }
-    format!("{v:.prec$}")
-}
-
-fn out(text: &str) -> ferry::Result<()> {
-    let mut so = std::io::stdout().lock();
-    so.write_all(text.as_bytes())
-        .and_then(|_| so.flush())
-        .map_err(|e| ferry::Error::io("write stdout", e))
-}
 
 #[derive(Debug, Default, Clone, Copy)]
 struct Opts {

@@ -8,30 +8,13 @@
 //! `ferry run --spares` join there and processes named by `ferry ctl NAME remove` leave (they
 //! stop printing and exit 0); each change increments the epoch (examples.md §0.3, §4).
 
-use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use ferry::data::resize::{allow_world_resize, join_world};
 
-/// atoi: leading whitespace, optional sign, digits; anything else ends the number (0 if none).
-fn atoi(s: &str) -> i64 {
-    let s = s.trim_start();
-    let (neg, digits) = match s.as_bytes().first() {
-        Some(b'-') => (true, &s[1..]),
-        Some(b'+') => (false, &s[1..]),
-        _ => (false, s),
-    };
-    let mut v: i64 = 0;
-    for b in digits.bytes().take_while(u8::is_ascii_digit) {
-        v = v.saturating_mul(10).saturating_add(i64::from(b - b'0'));
-    }
-    if neg {
-        -v
-    } else {
-        v
-    }
-}
+mod common;
+use common::{atoi, out};
 
 fn run(args: &[String]) -> ferry::Result<()> {
     let mut max = args.get(1).map(|a| atoi(a)).unwrap_or(0);
@@ -51,11 +34,7 @@ fn run(args: &[String]) -> ferry::Result<()> {
             id,
             current.group.size()
         );
-        let mut so = std::io::stdout().lock();
-        so.write_all(line.as_bytes())
-            .and_then(|_| so.flush())
-            .map_err(|e| ferry::Error::io("write stdout", e))?;
-        drop(so);
+        out(&line)?;
         if phase >= max {
             break;
         }

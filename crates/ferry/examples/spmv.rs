@@ -12,7 +12,6 @@
 //!    process adds its rows at their global positions, and a switch to Master with Sum
 //!    combines the copies (D4 reduction).
 
-use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -20,42 +19,8 @@ use ferry::data::{
     Block, Container, DataFlow, Instance, Partitioner, Partitioning, ReduceOp, Space,
 };
 
-/// atoi: optional sign and leading digits; anything else ends the number (0 if none).
-fn atoi(s: &str) -> i64 {
-    let s = s.trim_start();
-    let (neg, digits) = match s.as_bytes().first() {
-        Some(b'-') => (true, &s[1..]),
-        Some(b'+') => (false, &s[1..]),
-        _ => (false, s),
-    };
-    let mut v: i64 = 0;
-    for b in digits.bytes().take_while(u8::is_ascii_digit) {
-        v = v.saturating_mul(10).saturating_add(i64::from(b - b'0'));
-    }
-    if neg {
-        -v
-    } else {
-        v
-    }
-}
-
-/// C's `%.<prec>f`, with glibc's spelling of non-finite values (`nan`, `-nan`, `inf`, `-inf`).
-fn fmt_f(v: f64, prec: usize) -> String {
-    if v.is_nan() {
-        return if v.is_sign_negative() { "-nan" } else { "nan" }.to_string();
-    }
-    if v.is_infinite() {
-        return if v < 0.0 { "-inf" } else { "inf" }.to_string();
-    }
-    format!("{v:.prec$}")
-}
-
-fn out(text: &str) -> ferry::Result<()> {
-    let mut so = std::io::stdout().lock();
-    so.write_all(text.as_bytes())
-        .and_then(|_| so.flush())
-        .map_err(|e| ferry::Error::io("write stdout", e))
-}
+mod common;
+use common::{atoi, fmt_f, out};
 
 /// The rows `[from, to)` of the matrix in CSR form (row starts, column indexes, values).
 struct Csr {
