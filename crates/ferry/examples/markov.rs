@@ -25,8 +25,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use ferry::data::{
-    Container, DataFlow, Instance, Layout, LayoutOrder, Partitioner, PartitionerCtx, Partitioning,
-    Range, Space,
+    Container, DataFlow, Instance, Layout, LayoutOrder, Partitioner, Partitioning, Space,
 };
 mod common;
 use common::{atoi, fmt_f, fmt_g, out};
@@ -106,7 +105,7 @@ fn parse(args: &[String]) -> Result<Opts, Exit> {
 struct Graph {
     n: usize,
     m: usize,
-    from: Vec<u32>,
+    from: std::sync::Arc<Vec<u32>>,
     prob: Vec<f64>,
 }
 
@@ -147,7 +146,12 @@ impl Graph {
             .zip(&weight)
             .map(|(s, w)| w / total[*s as usize])
             .collect();
-        Ok(Graph { n, m, from, prob })
+        Ok(Graph {
+            n,
+            m,
+            from: std::sync::Arc::new(from),
+            prob,
+        })
     }
 
     fn print(&self) -> ferry::Result<()> {
@@ -170,70 +174,6 @@ impl Graph {
         }
         out(&s)
     }
-}
-
-/// The read partitioning: every task's block plus the sources of its states' in-edges, as
-/// merged ranges. All ranges of a task share one allocation (mapping group 1) unless
-/// `compact`, where each range gets its own.
-fn read_partitioner(graph: std::sync::Arc<Graph>, write: Partitioning, o: Opts) -> Partitioner {
-    Partitioner::custom("markov-read", move |ctx: &mut PartitionerCtx<'_>| {
-        let n = graph.n;
-        let k = graph.m + 1;
-        let group = if o.compact { 0 } else { 1 };
-        let mut mark = vec![false; if o.single { 0 } else { n }];
-        let mut list: Vec<u32> = Vec::new();
-        for task in 0..ctx.ntasks() {
-            let mut runs: Vec<(i64, i64)> = Vec::new();
-            let own: Vec<(i64, i64)> = write
-                .task_ranges(task)
-                .iter()
-                .map(|tr| (tr.range.from()[0], tr.range.to()[0]))
-                .collect();
-            if o.single {
-                // Single indexes, sorted and merged.
-                list.clear();
-                for &(a, b) in &own {
-                    for i in a..b {
-                        list.extend_from_slice(&graph.from[i as usize * k..(i as usize + 1) * k]);
-                    }
-                }
-                list.sort_unstable();
-                list.dedup();
-                for &x in &list {
-                    let x = i64::from(x);
-                    match runs.last_mut() {
-                        Some(r) if r.1 == x => r.1 = x + 1,
-                        _ => runs.push((x, x + 1)),
-                    }
-                }
-            } else {
-                mark.iter_mut().for_each(|b| *b = false);
-                for &(a, b) in &own {
-                    for i in a..b {
-                        for &s in &graph.from[i as usize * k..(i as usize + 1) * k] {
-                            mark[s as usize] = true;
-                        }
-                    }
-                }
-                let mut i = 0;
-                while i < n {
-                    if mark[i] {
-                        let start = i;
-                        while i < n && mark[i] {
-                            i += 1;
-                        }
-                        runs.push((start as i64, i as i64));
-                    } else {
-                        i += 1;
-                    }
-                }
-            }
-            for (a, b) in runs {
-                ctx.append(task, Range::new1(a, b), group)?;
-            }
-        }
-        Ok(())
-    })
 }
 
 struct Profile {
@@ -280,7 +220,15 @@ fn run(o: Opts) -> ferry::Result<()> {
     let pr = Partitioning::new(
         &space,
         &group,
-        &read_partitioner(graph.clone(), pw.clone(), o),
+        &common::neighbour_partitioner(
+            "markov-read",
+            graph.n,
+            graph.m + 1,
+            graph.from.clone(),
+            pw.clone(),
+            o.single,
+            o.compact,
+        ),
     )?;
     let master = Partitioning::new(&space, &group, &Partitioner::Master)?;
     let mut a: Container<f64> = Container::new(&mut inst, "prob-a", &space);

@@ -25,8 +25,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use ferry::data::{
-    Container, DataFlow, Instance, Layout, LayoutOrder, Partitioner, PartitionerCtx, Partitioning,
-    Range, ReduceOp, Space,
+    Container, DataFlow, Instance, Layout, LayoutOrder, Partitioner, Partitioning, ReduceOp, Space,
 };
 mod common;
 use common::{atoi, fmt_f, fmt_g, out};
@@ -105,7 +104,7 @@ fn parse(args: &[String]) -> Result<Opts, Exit> {
 struct Graph {
     n: usize,
     m: usize,
-    to: Vec<u32>,
+    to: std::sync::Arc<Vec<u32>>,
     prob: Vec<f64>,
 }
 
@@ -139,7 +138,12 @@ impl Graph {
             let total: f64 = w.iter().sum();
             prob.extend(w.iter().map(|x| x / total));
         }
-        Ok(Graph { n, m, to, prob })
+        Ok(Graph {
+            n,
+            m,
+            to: std::sync::Arc::new(to),
+            prob,
+        })
     }
 
     fn log(&self) {
@@ -156,70 +160,6 @@ impl Graph {
             tracing::info!("{s}");
         }
     }
-}
-
-/// The write partitioning: for every task, the targets of all edges leaving its states (its
-/// own states included, through the stay edges), as merged ranges; overlapping between tasks. All ranges of a task share one allocation (mapping group 1) unless
-/// `compact`, where each range gets its own.
-fn write_partitioner(graph: std::sync::Arc<Graph>, read: Partitioning, o: Opts) -> Partitioner {
-    Partitioner::custom("markov2-write", move |ctx: &mut PartitionerCtx<'_>| {
-        let n = graph.n;
-        let k = graph.m + 1;
-        let group = if o.compact { 0 } else { 1 };
-        let mut mark = vec![false; if o.single { 0 } else { n }];
-        let mut list: Vec<u32> = Vec::new();
-        for task in 0..ctx.ntasks() {
-            let mut runs: Vec<(i64, i64)> = Vec::new();
-            let own: Vec<(i64, i64)> = read
-                .task_ranges(task)
-                .iter()
-                .map(|tr| (tr.range.from()[0], tr.range.to()[0]))
-                .collect();
-            if o.single {
-                // Single indexes, sorted and merged.
-                list.clear();
-                for &(a, b) in &own {
-                    for i in a..b {
-                        list.extend_from_slice(&graph.to[i as usize * k..(i as usize + 1) * k]);
-                    }
-                }
-                list.sort_unstable();
-                list.dedup();
-                for &x in &list {
-                    let x = i64::from(x);
-                    match runs.last_mut() {
-                        Some(r) if r.1 == x => r.1 = x + 1,
-                        _ => runs.push((x, x + 1)),
-                    }
-                }
-            } else {
-                mark.iter_mut().for_each(|b| *b = false);
-                for &(a, b) in &own {
-                    for i in a..b {
-                        for &s in &graph.to[i as usize * k..(i as usize + 1) * k] {
-                            mark[s as usize] = true;
-                        }
-                    }
-                }
-                let mut i = 0;
-                while i < n {
-                    if mark[i] {
-                        let start = i;
-                        while i < n && mark[i] {
-                            i += 1;
-                        }
-                        runs.push((start as i64, i as i64));
-                    } else {
-                        i += 1;
-                    }
-                }
-            }
-            for (a, b) in runs {
-                ctx.append(task, Range::new1(a, b), group)?;
-            }
-        }
-        Ok(())
-    })
 }
 
 struct Profile {
@@ -301,7 +241,15 @@ fn run(mut o: Opts) -> ferry::Result<()> {
     let pw = Partitioning::new(
         &space,
         &group,
-        &write_partitioner(graph.clone(), pr.clone(), o),
+        &common::neighbour_partitioner(
+            "markov2-write",
+            graph.n,
+            graph.m + 1,
+            graph.to.clone(),
+            pr.clone(),
+            o.single,
+            o.compact,
+        ),
     )?;
     let master = Partitioning::new(&space, &group, &Partitioner::Master)?;
     let sum = ReduceOp::Sum;

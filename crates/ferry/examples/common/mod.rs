@@ -98,3 +98,76 @@ pub fn out(text: &str) -> ferry::Result<()> {
         .and_then(|_| so.flush())
         .map_err(|e| ferry::Error::io("write stdout", e))
 }
+
+/// A partitioner for graph iterations (markov, markov2): every task gets the states its own
+/// states are linked to — `adjacency` holds `k` neighbours per state (in-edge sources for a
+/// pull, out-edge targets for a push) — as merged 1d ranges of `[0, n)`. With `single` the
+/// neighbour list is built index by index, sorted and merged (LAIK's single-index hint);
+/// otherwise through a mark array. All ranges of a task share one allocation (mapping group 1)
+/// unless `compact`, where each range gets its own.
+pub fn neighbour_partitioner(
+    name: &'static str,
+    n: usize,
+    k: usize,
+    adjacency: std::sync::Arc<Vec<u32>>,
+    own: ferry::data::Partitioning,
+    single: bool,
+    compact: bool,
+) -> ferry::data::Partitioner {
+    use ferry::data::{Partitioner, PartitionerCtx, Range};
+    Partitioner::custom(name, move |ctx: &mut PartitionerCtx<'_>| {
+        let group = if compact { 0 } else { 1 };
+        let mut mark = vec![false; if single { 0 } else { n }];
+        let mut list: Vec<u32> = Vec::new();
+        for task in 0..ctx.ntasks() {
+            let mut runs: Vec<(i64, i64)> = Vec::new();
+            let mine: Vec<(i64, i64)> = own
+                .task_ranges(task)
+                .iter()
+                .map(|tr| (tr.range.from()[0], tr.range.to()[0]))
+                .collect();
+            if single {
+                list.clear();
+                for &(a, b) in &mine {
+                    for i in a..b {
+                        list.extend_from_slice(&adjacency[i as usize * k..(i as usize + 1) * k]);
+                    }
+                }
+                list.sort_unstable();
+                list.dedup();
+                for &x in &list {
+                    let x = i64::from(x);
+                    match runs.last_mut() {
+                        Some(r) if r.1 == x => r.1 = x + 1,
+                        _ => runs.push((x, x + 1)),
+                    }
+                }
+            } else {
+                mark.iter_mut().for_each(|b| *b = false);
+                for &(a, b) in &mine {
+                    for i in a..b {
+                        for &s in &adjacency[i as usize * k..(i as usize + 1) * k] {
+                            mark[s as usize] = true;
+                        }
+                    }
+                }
+                let mut i = 0;
+                while i < n {
+                    if mark[i] {
+                        let start = i;
+                        while i < n && mark[i] {
+                            i += 1;
+                        }
+                        runs.push((start as i64, i as i64));
+                    } else {
+                        i += 1;
+                    }
+                }
+            }
+            for (a, b) in runs {
+                ctx.append(task, Range::new1(a, b), group)?;
+            }
+        }
+        Ok(())
+    })
+}
