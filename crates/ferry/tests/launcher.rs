@@ -5,17 +5,14 @@
 //! `.ci/run` does before testing); without them each test says so and skips. Backend tests
 //! run over every backend of tcp, shm and hybrid that the build provides.
 
+mod support;
+
 use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
 
-/// `target/<profile>`, found from this test binary (`target/<profile>/deps/launcher-*`).
-fn target_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    let deps = exe.parent().expect("deps dir");
-    deps.parent().expect("profile dir").to_path_buf()
-}
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use support::{run_limited, target_dir};
 
 fn ferry_bin() -> Option<PathBuf> {
     let p = target_dir().join("ferry");
@@ -47,46 +44,6 @@ fn tools(examples: &[&str]) -> Option<(PathBuf, Vec<PathBuf>)> {
         }
     }
     Some((f, ex))
-}
-
-/// Runs `cmd` to completion with its output captured; kills it and fails the test if it takes
-/// longer than `limit` (so a broken launcher cannot hang the suite).
-fn run_limited(cmd: &mut Command, limit: Duration) -> (Output, Duration) {
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let start = Instant::now();
-    let mut child = cmd.spawn().expect("spawn ferry");
-    let mut out = child.stdout.take().unwrap();
-    let mut err = child.stderr.take().unwrap();
-    let t_out = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        out.read_to_end(&mut v).unwrap();
-        v
-    });
-    let t_err = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        err.read_to_end(&mut v).unwrap();
-        v
-    });
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{cmd:?} did not finish within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    };
-    let elapsed = start.elapsed();
-    let output = Output {
-        status,
-        stdout: t_out.join().unwrap(),
-        stderr: t_err.join().unwrap(),
-    };
-    (output, elapsed)
 }
 
 /// Whether process `pid` is dead: gone, or a zombie waiting for a parent that does not reap

@@ -2,10 +2,13 @@
 //! random rank to SIGKILL at a random moment (the launcher must name it, end the others and
 //! leave no process behind), and heavy output from many ranks at once (whole lines only).
 
-use std::io::Read;
+mod support;
+
 use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+
+use std::process::Command;
 use std::time::{Duration, Instant};
+use support::{run_limited, target_dir};
 
 fn stress_enabled() -> bool {
     if std::env::var("FERRY_STRESS").as_deref() == Ok("1") {
@@ -15,14 +18,6 @@ fn stress_enabled() -> bool {
     false
 }
 
-fn target_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    exe.parent()
-        .and_then(|d| d.parent())
-        .expect("profile dir")
-        .to_path_buf()
-}
-
 fn tool(rel: &str) -> Option<PathBuf> {
     let p = target_dir().join(rel);
     if p.exists() {
@@ -30,42 +25,6 @@ fn tool(rel: &str) -> Option<PathBuf> {
     } else {
         eprintln!("skipping: {} not built", p.display());
         None
-    }
-}
-
-fn run_limited(cmd: &mut Command, limit: Duration) -> Output {
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let start = Instant::now();
-    let mut child = cmd.spawn().expect("spawn");
-    let mut out = child.stdout.take().unwrap();
-    let mut err = child.stderr.take().unwrap();
-    let t_out = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        out.read_to_end(&mut v).unwrap();
-        v
-    });
-    let t_err = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        err.read_to_end(&mut v).unwrap();
-        v
-    });
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{cmd:?} did not finish within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    };
-    Output {
-        status,
-        stdout: t_out.join().unwrap(),
-        stderr: t_err.join().unwrap(),
     }
 }
 
@@ -107,7 +66,8 @@ fn random_rank_killed_at_random_times() {
                 .arg(&t_fail)
                 .args([victim.to_string(), mode.to_string(), delay.to_string()]),
             Duration::from_secs(60),
-        );
+        )
+        .0;
         let elapsed = start.elapsed();
         let stderr = String::from_utf8_lossy(&out.stderr);
         let want = if mode == "kill" {
@@ -154,7 +114,8 @@ fn many_ranks_heavy_output() {
             .arg(&t_print)
             .arg(lines.to_string()),
         Duration::from_secs(300),
-    );
+    )
+    .0;
     assert!(out.status.success());
     let stdout = String::from_utf8_lossy(&out.stdout);
     let mut next = vec![0usize; ranks];
