@@ -40,9 +40,19 @@ pub fn local_ranks_hint(size: usize) -> usize {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct General {
-    /// An operation that makes no progress for this long fails with a timeout naming the peers
-    /// it waited for (failure detection, T5).
-    pub timeout_ms: u64,
+    /// Optional per-operation timeout: an operation still waiting after this long fails with a
+    /// timeout naming the peers it waited for. 0 (the default) turns it off: failures are
+    /// detected by liveness (a dead or unreachable peer), never by how long a wait took, so a
+    /// rank may compute for hours before a barrier. `timeout_ms` is accepted as its old name.
+    #[serde(alias = "timeout_ms")]
+    pub operation_timeout_ms: u64,
+    /// How long a peer *host* may be unreachable (no acknowledgement of our data, no keepalive
+    /// answer, no heartbeat) before it is declared failed. Process death on a reachable host
+    /// is noticed at once (socket reset, pidfd), not after this.
+    pub failure_timeout_ms: u64,
+    /// Bound on start-up waits: rendezvous, address lookup, shared-memory attach. A rank that
+    /// does not arrive within it fails the start-up with an error naming it.
+    pub startup_timeout_ms: u64,
     /// Busy-poll this long before blocking while waiting for messages.
     pub spin_us: u64,
     /// Print per-rank statistics to stderr at exit (same as `FERRY_STATS=1`).
@@ -69,7 +79,9 @@ pub enum YieldWhenIdle {
 impl Default for General {
     fn default() -> Self {
         General {
-            timeout_ms: 60_000,
+            operation_timeout_ms: 0,
+            failure_timeout_ms: 10_000,
+            startup_timeout_ms: 60_000,
             spin_us: 50,
             stats: false,
             yield_when_idle: YieldWhenIdle::Auto,
@@ -195,9 +207,22 @@ pub struct Config {
 const SECTIONS: &[&str] = &["general", "tcp", "shm"];
 
 impl Config {
-    /// Operation timeout.
-    pub fn timeout(&self) -> Duration {
-        Duration::from_millis(self.general.timeout_ms)
+    /// The optional per-operation timeout (`general.operation_timeout_ms`; `None` when 0).
+    pub fn operation_timeout(&self) -> Option<Duration> {
+        match self.general.operation_timeout_ms {
+            0 => None,
+            ms => Some(Duration::from_millis(ms)),
+        }
+    }
+
+    /// How long an unreachable peer host is given before it is declared failed.
+    pub fn failure_timeout(&self) -> Duration {
+        Duration::from_millis(self.general.failure_timeout_ms)
+    }
+
+    /// Bound on start-up waits (rendezvous, shared-memory attach).
+    pub fn startup_timeout(&self) -> Duration {
+        Duration::from_millis(self.general.startup_timeout_ms)
     }
 
     /// Polling time before blocking.
@@ -214,7 +239,8 @@ impl Config {
         };
         WaitPolicy {
             spin: self.spin(),
-            timeout: self.timeout(),
+            timeout: self.operation_timeout(),
+            failure_timeout: self.failure_timeout(),
             yield_each_poll,
         }
     }
@@ -282,8 +308,11 @@ impl Config {
 
     fn validate(&self, origin: &str) -> Result<()> {
         let bad = |key: &str, why: &str| Err(Error::config(format!("{origin}: `{key}` {why}")));
-        if self.general.timeout_ms == 0 {
-            return bad("general.timeout_ms", "must be at least 1");
+        if self.general.failure_timeout_ms == 0 {
+            return bad("general.failure_timeout_ms", "must be at least 1");
+        }
+        if self.general.startup_timeout_ms == 0 {
+            return bad("general.startup_timeout_ms", "must be at least 1");
         }
         if self.tcp.connection_cap < 1 {
             return bad("tcp.connection_cap", "must be at least 1");
@@ -455,6 +484,23 @@ mod tests {
     fn defaults_are_valid() {
         let c = Config::load(None, &[]).unwrap();
         assert_eq!(c, Config::default());
+    }
+
+    #[test]
+    fn waits_are_bounded_by_liveness_unless_an_operation_timeout_is_set() {
+        let c = Config::default();
+        assert_eq!(c.operation_timeout(), None);
+        assert_eq!(c.wait_policy(1).timeout, None);
+        assert_eq!(c.failure_timeout(), Duration::from_secs(10));
+        // The old key name still sets the optional operation timeout, from a file or the
+        // environment.
+        let f = Config::from_toml("[general]\ntimeout_ms = 500\n", "f.toml").unwrap();
+        assert_eq!(f.operation_timeout(), Some(Duration::from_millis(500)));
+        let vars = [("FERRY_GENERAL_TIMEOUT_MS".to_string(), "700".to_string())];
+        let e = Config::load(None, &vars).unwrap();
+        assert_eq!(e.wait_policy(1).timeout, Some(Duration::from_millis(700)));
+        let z = Config::from_toml("[general]\nfailure_timeout_ms = 0\n", "f.toml").unwrap_err();
+        assert!(z.to_string().contains("general.failure_timeout_ms"), "{z}");
     }
 
     #[test]

@@ -46,7 +46,8 @@ impl MemTransport {
                 stats: Stats::new(rank, size, "mem"),
                 policy: WaitPolicy {
                     spin: Duration::from_micros(20),
-                    timeout: Duration::from_secs(30),
+                    timeout: Some(Duration::from_secs(30)),
+                    failure_timeout: Duration::from_secs(10),
                     // Ranks are threads that may outnumber cores.
                     yield_each_poll: size > crate::config::available_cores(),
                 },

@@ -229,8 +229,12 @@ fn unreachable_op<T>() -> T {
 pub struct WaitPolicy {
     /// Busy-poll this long before blocking (bounded polling, perf-anchors: wake-ups cost ~25 us).
     pub spin: Duration,
-    /// Give up after this long without completing (failure detection by timeout, T5).
-    pub timeout: Duration,
+    /// Optional per-operation timeout: give up after this long without completing. `None`
+    /// (the default) waits as long as the peers are alive; backends detect dead peers.
+    pub timeout: Option<Duration>,
+    /// How long a peer host may be unreachable before it is declared failed (used by
+    /// backends for keepalive, user timeouts and heartbeats; never for waiting on live peers).
+    pub failure_timeout: Duration,
     /// Yield the core on every idle poll (oversubscribed hosts: the rank we wait for may be
     /// waiting for our core). Otherwise only every 64th idle poll yields.
     pub yield_each_poll: bool,
@@ -240,7 +244,8 @@ impl Default for WaitPolicy {
     fn default() -> Self {
         WaitPolicy {
             spin: Duration::from_micros(50),
-            timeout: Duration::from_secs(60),
+            timeout: None,
+            failure_timeout: Duration::from_secs(10),
             yield_each_poll: false,
         }
     }
@@ -337,7 +342,8 @@ pub trait Transport: Send {
     }
 }
 
-/// The default exchange driver: bounded polling, then blocking waits, then a timeout error.
+/// The default exchange driver: bounded polling, then blocking waits; fails when the backend
+/// reports a failed peer, or after the optional per-operation timeout.
 pub fn drive_exchange<T: Transport + ?Sized>(t: &mut T, ex: &mut Exchange<'_>) -> Result<()> {
     if t.progress_exchange(ex)? {
         return Ok(());
@@ -351,18 +357,8 @@ pub fn drive_exchange<T: Transport + ?Sized>(t: &mut T, ex: &mut Exchange<'_>) -
         }
         polls = polls.wrapping_add(1);
         let elapsed = start.elapsed();
-        if elapsed >= policy.timeout {
-            let pending = ex.pending_peers();
-            let mut err = Error::new(ErrorKind::Timeout, "exchange")
-                .on_rank(t.rank())
-                .with_detail(format!(
-                    "no progress within {:?}; still waiting for ranks {:?}",
-                    policy.timeout, pending
-                ));
-            if let [single] = pending[..] {
-                err = err.with_peer(single);
-            }
-            return Err(err);
+        if let Some(limit) = policy.timeout.filter(|&limit| elapsed >= limit) {
+            return Err(operation_timeout_error(t.rank(), ex, limit));
         }
         if elapsed < policy.spin {
             std::hint::spin_loop();
@@ -371,10 +367,26 @@ pub fn drive_exchange<T: Transport + ?Sized>(t: &mut T, ex: &mut Exchange<'_>) -
                 std::thread::yield_now();
             }
         } else {
-            let left = policy.timeout - elapsed;
-            t.wait_for_input(left.min(Duration::from_millis(10)))?;
+            let slice = Duration::from_millis(10);
+            let left = policy.timeout.map_or(slice, |limit| limit - elapsed);
+            t.wait_for_input(left.min(slice))?;
         }
     }
+}
+
+/// The error of an exchange that hit the optional per-operation timeout, naming the ranks it
+/// still waited for.
+pub fn operation_timeout_error(rank: usize, ex: &Exchange<'_>, limit: Duration) -> Error {
+    let pending = ex.pending_peers();
+    let mut err = Error::new(ErrorKind::Timeout, "exchange")
+        .on_rank(rank)
+        .with_detail(format!(
+            "not complete within {limit:?} (general.operation_timeout_ms); still waiting for ranks {pending:?}"
+        ));
+    if let [single] = pending[..] {
+        err = err.with_peer(single);
+    }
+    err
 }
 
 /// Validates that `peer` is a rank of a job of `size` ranks.

@@ -39,6 +39,9 @@ const POOL_MAX_BYTES: usize = 64 << 20;
 /// because a spinning rank keeps the core from the peer or from whatever else must run.
 const YIELD_FOR: Duration = Duration::from_millis(2);
 const NAP: Duration = Duration::from_micros(50);
+/// Settling borrowed buffers after a failed exchange warns once it has waited this long without
+/// an operation timeout (the wait itself continues: MPI may still touch the buffers).
+const SETTLE_WARN_AFTER: Duration = Duration::from_secs(10);
 
 /// Smallest message moved without a copy through caller memory inside [`Transport::exchange`]
 /// (below it a copy costs less than the bookkeeping).
@@ -594,7 +597,7 @@ impl MpiTransport {
             if let Err(e) = self.progress_borrowed(ex) {
                 tracing::warn!("{e}");
             }
-            if !warned && start.elapsed() > self.policy.timeout {
+            if !warned && start.elapsed() > self.policy.timeout.unwrap_or(SETTLE_WARN_AFTER) {
                 warned = true;
                 tracing::warn!(
                     rank = self.rank,
@@ -889,18 +892,10 @@ impl MpiTransport {
             if polls & 7 == 0 || elapsed >= self.policy.spin {
                 elapsed = start.elapsed();
             }
-            if elapsed >= self.policy.timeout {
-                let pending = ex.pending_peers();
-                let mut err = Error::new(ErrorKind::Timeout, "exchange")
-                    .on_rank(self.rank)
-                    .with_detail(format!(
-                        "no completion within {:?}; still waiting for ranks {:?}",
-                        self.policy.timeout, pending
-                    ));
-                if let [single] = pending[..] {
-                    err = err.with_peer(single);
-                }
-                return Err(err);
+            if let Some(limit) = self.policy.timeout.filter(|&limit| elapsed >= limit) {
+                return Err(ferry_core::transport::operation_timeout_error(
+                    self.rank, ex, limit,
+                ));
             }
             if elapsed < self.policy.spin {
                 std::hint::spin_loop();
@@ -921,7 +916,9 @@ impl MpiTransport {
             return Ok(());
         }
         self.finished = true;
-        let deadline = Instant::now() + self.policy.timeout;
+        // MPI reports a dead peer itself (or the job is ended by mpirun); live receivers get
+        // all the time they need, bounded only by the optional operation timeout.
+        let deadline = self.policy.timeout.map(|limit| Instant::now() + limit);
         let mut result = Ok(());
         loop {
             if let Err(e) = self.progress_sends() {
@@ -944,13 +941,17 @@ impl MpiTransport {
             if result.is_err() || (self.send_reqs.is_empty() && !pending_recvs) {
                 break;
             }
-            if Instant::now() >= deadline {
+            if let Some(limit) = self
+                .policy
+                .timeout
+                .filter(|_| deadline.is_some_and(|d| Instant::now() >= d))
+            {
                 result = Err(Error::new(ErrorKind::Timeout, "finish")
                     .on_rank(self.rank)
                     .with_detail(format!(
-                        "{} sends were not taken by their receivers within {:?}",
+                        "{} sends were not taken by their receivers within {limit:?} \
+                         (general.operation_timeout_ms)",
                         self.send_reqs.len(),
-                        self.policy.timeout
                     )));
                 break;
             }

@@ -103,7 +103,7 @@ impl HybridTransport {
                 node_name.as_bytes().to_vec()
             } else {
                 store
-                    .get(&format!("shm/node/{r}"), config.timeout())
+                    .get(&format!("shm/node/{r}"), config.startup_timeout())
                     .map_err(|e| e.context("hybrid init").or_rank(rank).with_peer(r))?
             };
             names.push(v);

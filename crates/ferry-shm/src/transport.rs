@@ -212,8 +212,12 @@ impl ShmTransport {
             probes.push(attach_block(&seg, r)?);
         }
         let all: Vec<usize> = (0..size).collect();
-        let single_copy =
-            decide_single_copy(&seg, config, Instant::now() + config.timeout(), &all)?;
+        let single_copy = decide_single_copy(
+            &seg,
+            config,
+            Instant::now() + config.startup_timeout(),
+            &all,
+        )?;
         probes
             .into_iter()
             .enumerate()
@@ -256,7 +260,7 @@ impl ShmTransport {
         deadline: Option<Instant>,
     ) -> Result<ShmTransport> {
         let config = spec.config;
-        let deadline = deadline.unwrap_or_else(|| Instant::now() + config.timeout());
+        let deadline = deadline.unwrap_or_else(|| Instant::now() + config.startup_timeout());
         let layout = Layout::for_job(local_size, config.shm.ring_slots, config.shm.slot_bytes)?;
         let name = spec
             .name

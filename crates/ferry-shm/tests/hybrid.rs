@@ -17,7 +17,7 @@ fn two_nodes_of_two_ranks() {
     let store = Arc::new(MemStore::new());
     let job = format!("hyb{}", std::process::id());
     let mut cfg = Config::default();
-    cfg.general.timeout_ms = 30_000;
+    cfg.general.operation_timeout_ms = 30_000;
     cfg.shm.single_copy_threshold = 16 * 1024;
     let size = 4;
     let nodes = ["a", "a", "b", "b"];

@@ -13,7 +13,7 @@ fn config(single_copy: SingleCopy) -> Config {
     c.shm.ring_slots = 4;
     c.shm.slot_bytes = 256;
     c.shm.single_copy_threshold = 4096;
-    c.general.timeout_ms = 20_000;
+    c.general.operation_timeout_ms = 20_000;
     c
 }
 

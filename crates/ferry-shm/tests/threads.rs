@@ -13,7 +13,7 @@ fn config(single_copy: SingleCopy, slots: usize, slot_bytes: usize) -> Config {
     c.shm.ring_slots = slots;
     c.shm.slot_bytes = slot_bytes;
     c.shm.single_copy_threshold = 4096;
-    c.general.timeout_ms = 20_000;
+    c.general.operation_timeout_ms = 20_000;
     c
 }
 
@@ -188,7 +188,7 @@ fn backpressure_with_tiny_inbox() {
 #[test]
 fn waiting_for_a_finished_rank_fails_naming_it() {
     let mut cfg = config(SingleCopy::Auto, 4, 256);
-    cfg.general.timeout_ms = 10_000;
+    cfg.general.operation_timeout_ms = 10_000;
     let out = ShmTransport::run_threads(2, &cfg, |mut t| {
         if t.rank() == 1 {
             t.finish().unwrap();

@@ -12,7 +12,7 @@
 //!   large payloads read straight into the posted receive buffer;
 //! - T5: a peer whose connection breaks without an orderly `Bye`, or that cannot be reached within
 //!   `tcp.connect_timeout_ms`, fails the operations that need it with an error naming rank,
-//!   operation, peer and cause; everything else is bounded by `general.timeout_ms`;
+//!   operation, peer and cause; everything else waits as long as the peers are alive (optionally bounded by `general.operation_timeout_ms`);
 //! - T7: per-peer statistics plus connection, eviction, refusal and GET counters;
 //! - T8: a per-job secret in the connection handshake; strangers, garbage and truncated frames
 //!   cost the offending connection only.

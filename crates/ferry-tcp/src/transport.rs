@@ -313,7 +313,7 @@ impl TcpTransport {
                 continue;
             }
             let raw = store
-                .get(&format!("tcp/addr/{p}"), config.timeout())
+                .get(&format!("tcp/addr/{p}"), config.startup_timeout())
                 .map_err(|e| e.context("tcp init").or_rank(rank))?;
             let text = String::from_utf8_lossy(&raw);
             let addr = text
@@ -2153,7 +2153,9 @@ impl TcpTransport {
     }
 
     fn shutdown(&mut self) -> Result<()> {
-        let deadline = Instant::now() + self.set.policy.timeout;
+        // Peers that are alive get all the time they need to take what they are owed (a slow
+        // rank is not a dead one); only the optional operation timeout bounds the wait.
+        let deadline = self.set.policy.timeout.map(|limit| Instant::now() + limit);
         let mut empty = Exchange::new();
         // 1. Deliver what peers may still need from the outbox (000 §4.4.1: a rank must not
         //    exit while a peer still needs one of its messages).
@@ -2178,16 +2180,21 @@ impl TcpTransport {
             if waiting.is_empty() {
                 break;
             }
-            if Instant::now() >= deadline {
+            if let Some(limit) = self
+                .set
+                .policy
+                .timeout
+                .filter(|_| deadline.is_some_and(|deadline| Instant::now() >= deadline))
+            {
                 let mut peers = waiting;
                 peers.sort_unstable();
                 peers.dedup();
                 result = Err(Error::new(ErrorKind::Timeout, "finish")
                     .on_rank(self.rank)
                     .with_detail(format!(
-                        "{} messages to ranks {peers:?} were not taken within {:?}",
+                        "{} messages to ranks {peers:?} were not taken within {limit:?} \
+                         (general.operation_timeout_ms)",
                         self.outbox.len(),
-                        self.set.policy.timeout
                     )));
                 break;
             }
@@ -2228,7 +2235,12 @@ impl TcpTransport {
                 }
             }
         }
-        let linger = Instant::now() + self.set.policy.timeout.min(Duration::from_secs(2));
+        let linger = Instant::now()
+            + self
+                .set
+                .policy
+                .timeout
+                .map_or(Duration::from_secs(2), |t| t.min(Duration::from_secs(2)));
         while self.n_conns > 0 && Instant::now() < linger {
             let _ = self.poll_io(&mut empty, 10);
         }
@@ -2267,18 +2279,10 @@ impl TcpTransport {
                 active = now;
             }
             let elapsed = now.duration_since(start);
-            if elapsed >= policy.timeout {
-                let pending = ex.pending_peers();
-                let mut err = Error::new(ErrorKind::Timeout, "exchange")
-                    .on_rank(self.rank)
-                    .with_detail(format!(
-                        "no progress within {:?}; still waiting for ranks {:?}",
-                        policy.timeout, pending
-                    ));
-                if let [single] = pending[..] {
-                    err = err.with_peer(single);
-                }
-                return Err(err);
+            if let Some(limit) = policy.timeout.filter(|&limit| elapsed >= limit) {
+                return Err(ferry_core::transport::operation_timeout_error(
+                    self.rank, ex, limit,
+                ));
             }
             if now.duration_since(active) < policy.spin {
                 std::hint::spin_loop();
@@ -2286,8 +2290,9 @@ impl TcpTransport {
                     std::thread::yield_now();
                 }
             } else {
-                let left = policy.timeout - elapsed;
-                self.wait_for_input(left.min(Duration::from_millis(10)))?;
+                let slice = Duration::from_millis(10);
+                let left = policy.timeout.map_or(slice, |limit| limit - elapsed);
+                self.wait_for_input(left.min(slice))?;
             }
         }
     }

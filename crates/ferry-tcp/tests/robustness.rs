@@ -164,7 +164,7 @@ fn silent_stranger_is_dropped_after_the_handshake_timeout() {
 #[test]
 fn peer_that_disappears_mid_exchange_fails_the_receive() {
     let mut cfg = common::config();
-    cfg.general.timeout_ms = 10_000;
+    cfg.general.operation_timeout_ms = 10_000;
     let errs = common::run(3, cfg, |mut t| {
         let me = t.rank();
         match me {

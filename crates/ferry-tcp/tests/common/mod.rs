@@ -14,7 +14,7 @@ pub const SECRET: &str = "test-secret";
 /// loaded 2-core machine.
 pub fn config() -> Config {
     let mut c = Config::default();
-    c.general.timeout_ms = 20_000;
+    c.general.operation_timeout_ms = 20_000;
     c.tcp.connect_timeout_ms = 5_000;
     c
 }
