@@ -217,7 +217,9 @@ impl fmt::Display for Error {
                 None => break,
             }
         }
-        let mut cause = level.cause().map(|e| e as &(dyn std::error::Error + 'static));
+        let mut cause = level
+            .cause()
+            .map(|e| e as &(dyn std::error::Error + 'static));
         while let Some(err) = cause {
             write!(f, ": {err}")?;
             cause = err.source();
@@ -327,7 +329,11 @@ mod tests {
         }
         let text = report(&App(e));
         for part in ["rank 3", "peer failed", "connection reset", "exchange"] {
-            assert_eq!(text.matches(part).count(), 1, "`{part}` not once in: {text}");
+            assert_eq!(
+                text.matches(part).count(),
+                1,
+                "`{part}` not once in: {text}"
+            );
         }
     }
 
