@@ -6,8 +6,11 @@
 //! launcher (`PR_SET_PDEATHSIG`), and are ended (SIGTERM, then SIGKILL) when one of them fails
 //! or when the launcher is interrupted.
 
+mod collapse;
 mod ctl;
 mod forward;
+mod guard;
+mod limits;
 mod remote;
 mod run;
 mod signals;

@@ -11,9 +11,11 @@ use std::time::{Duration, Instant};
 use ferry_core::tcp_store::StoreServer;
 use ferry_core::{BackendKind, Store};
 
-use crate::ctl::{Registration, STATUS_KEY};
+use crate::collapse::{self, Collapse};
+use crate::ctl::{NameLock, Registration, STATUS_KEY};
 use crate::forward::{self, Output, Pipe, Tracker};
-use crate::{remote, signals, RunArgs};
+use crate::guard::{self, Guardian};
+use crate::{limits, remote, signals, RunArgs};
 
 /// Poll interval while ending ranks after a failed start.
 const TICK: Duration = Duration::from_millis(5);
@@ -63,17 +65,21 @@ struct Rank {
     child: Child,
     pid: i32,
     host: Option<String>,
+    /// How it ended, once seen. The rank is not reaped before the job ends (see `guard`).
     status: Option<ExitStatus>,
+    reaped: bool,
 }
 
 impl Rank {
+    /// Sends `sig` to the rank's process group: the rank and whatever it started.
     fn signal(&self, sig: i32) {
-        if self.status.is_some() {
-            // Reaped: the pid may belong to someone else by now.
+        if self.reaped {
+            // The pid may belong to someone else by now.
             return;
         }
         // SAFETY: plain kill(2) calls on the rank's process group (its children too), or on
-        // the rank alone if it left that group; errors (already gone) are harmless.
+        // the rank alone if it left that group; errors (already gone) are harmless. The rank
+        // is unreaped, so neither id can have been reused.
         unsafe {
             if libc::kill(-self.pid, sig) != 0 {
                 libc::kill(self.pid, sig);
@@ -222,9 +228,15 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
         })?),
         None => None,
     };
-    if let Some(name) = &args.job_name {
-        check_job_name(name)?;
-    }
+    // A name is claimed before anything is started, atomically (see `ctl`): of two launchers
+    // given the same name at the same instant, one runs and the other starts nothing.
+    let name_lock = match &args.job_name {
+        Some(name) => {
+            check_job_name(name)?;
+            Some(NameLock::take(name).map_err(|msg| Fatal { msg, code: 1 })?)
+        }
+        None => None,
+    };
     let mut hosts = args.hosts.clone();
     if let Some(f) = &args.hostfile {
         hosts = remote::read_hostfile(f).map_err(Fatal::usage)?;
@@ -233,6 +245,14 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
     remote::check_hosts(&hosts).map_err(Fatal::usage)?;
     let placement = remote::place(total, &hosts, args.block);
     let is_remote = !placement.is_empty();
+    // Before anything is started: a count this host cannot hold is refused (item: -n 100000).
+    let verdict = limits::check(total);
+    if let Some(why) = verdict.refuse {
+        return Err(Fatal { msg: why, code: 1 });
+    }
+    for w in &verdict.warnings {
+        eprintln!("ferry: warning: {w}");
+    }
 
     let secret = random_hex(16)?;
     let job_id = match &args.job_name {
@@ -240,6 +260,14 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
         None => format!("f{}-{}", std::process::id(), random_hex(4)?),
     };
 
+    // Forked while the launcher still has a single thread (see `guard`).
+    let guardian = Guardian::start(total).map_err(|e| Fatal {
+        msg: format!("cannot start the guardian process: {e}"),
+        code: 1,
+    })?;
+    if let Err(e) = guard::become_subreaper() {
+        tracing::warn!("cannot become a child subreaper: {e}");
+    }
     // Before the store server and the output threads exist, so that they inherit the mask.
     signals::block().map_err(|e| Fatal {
         msg: format!("cannot block signals: {e}"),
@@ -260,18 +288,18 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
     };
 
     // Named jobs can be inspected with `ferry ctl NAME status`.
-    let _registration = match &args.job_name {
-        Some(name) => {
+    let _registration = match (&args.job_name, name_lock) {
+        (Some(name), Some(lock)) => {
             let mut local = server.local_addr();
             if local.ip().is_unspecified() {
                 local.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
             }
             Some(
-                Registration::create(name, &local.to_string(), &secret)
+                Registration::create(lock, name, &local.to_string(), &secret)
                     .map_err(|msg| Fatal { msg, code: 1 })?,
             )
         }
-        None => None,
+        _ => None,
     };
 
     // Backend default for ranks on several hosts: shared memory alone cannot serve them.
@@ -291,6 +319,8 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
 
     let output = Arc::new(Output::default());
     let tracker = Arc::new(Tracker::default());
+    // Identical start-up errors of many ranks are printed once (see `collapse`).
+    let collapse = (total > 1 && !args.tag_output).then(|| Arc::new(Collapse::default()));
     let mut ranks: Vec<Rank> = Vec::with_capacity(total);
     // `ferry ctl NAME remove` appends to this key; resize points read it (it must exist so
     // that readers need not wait for it).
@@ -302,8 +332,12 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
             code: 1,
         })?;
     let launcher_pid = std::process::id() as i32;
+    let mut launch = Launch::new(total);
 
     for r in 0..total {
+        if launch.must_stop(&ranks, args.keep_going) {
+            break;
+        }
         let mut env: Vec<(String, String)> = vec![
             ("FERRY_RANK".into(), r.to_string()),
             ("FERRY_SIZE".into(), total.to_string()),
@@ -411,8 +445,8 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
             Ok(c) => c,
             Err(e) => {
                 let msg = format!("cannot start rank {r} (`{}`): {e}", args.command[0]);
-                end_all(&mut ranks, args.grace_ms);
-                tracker.wait(DRAIN);
+                end_all(&mut ranks, args.grace_ms, &output, &tracker, guardian.pid());
+                guardian.dismiss();
                 return Err(Fatal::start(msg));
             }
         };
@@ -421,6 +455,7 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
             let _ = stdin.write_all(format!("{secret}\n").as_bytes());
         }
         let pid = child.id() as i32;
+        guardian.watch(pid);
         let pipes = [
             child.stdout.take().map(Pipe::Out),
             child.stderr.take().map(Pipe::Err),
@@ -430,11 +465,15 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
             pid,
             host,
             status: None,
+            reaped: false,
         });
         for p in pipes.into_iter().flatten() {
             let tag = args.tag_output.then(|| format!("[{r}] "));
-            if let Err(e) = forward::spawn(p, output.clone(), tracker.clone(), r, tag) {
-                end_all(&mut ranks, args.grace_ms);
+            let spawned =
+                forward::spawn(p, output.clone(), tracker.clone(), r, tag, collapse.clone());
+            if let Err(e) = spawned {
+                end_all(&mut ranks, args.grace_ms, &output, &tracker, guardian.pid());
+                guardian.dismiss();
                 return Err(Fatal {
                     msg: format!("cannot start output thread for rank {r}: {e}"),
                     code: 1,
@@ -443,17 +482,91 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
         }
     }
 
-    let code = supervise(&mut ranks, &args, &output, &*server.store());
-    if !tracker.wait(DRAIN) {
-        output.message(
-            "ferry: some output may be missing: a rank's child process still holds its pipes",
-        );
+    let mut code = supervise(&mut ranks, &args, &output, &*server.store());
+    let not_started = total - ranks.len();
+    if not_started > 0 {
+        code.messages.push(format!(
+            "{not_started} rank{} not started: {}",
+            if not_started == 1 { " was" } else { "s were" },
+            if launch.interrupted {
+                "the launch was interrupted"
+            } else {
+                "a rank had failed during the launch"
+            }
+        ));
     }
+    finish(&mut ranks, &output, &tracker, guardian.pid());
+    guardian.dismiss();
     for line in &code.messages {
         output.message(&format!("ferry: {line}"));
     }
     drop(server);
     Ok(code.exit)
+}
+
+/// What the launch loop watches between two ranks: an interrupt, or a rank that failed
+/// already (then the job is over and starting more ranks would only multiply errors).
+struct Launch {
+    /// Ranks seen ended with success (not checked again).
+    done: Vec<bool>,
+    /// The launch stopped because of SIGINT, SIGTERM or SIGHUP.
+    interrupted: bool,
+}
+
+impl Launch {
+    fn new(total: usize) -> Launch {
+        Launch {
+            done: vec![false; total],
+            interrupted: false,
+        }
+    }
+
+    /// Whether to stop starting ranks. Nothing is consumed or reaped: the supervisor sees
+    /// the same signals and exits afterwards and reports them.
+    fn must_stop(&mut self, ranks: &[Rank], keep_going: bool) -> bool {
+        let pending = signals::pending();
+        if pending.stop {
+            self.interrupted = true;
+            return true;
+        }
+        if !pending.child || keep_going {
+            return false;
+        }
+        // Consumed here so that the next child exit raises it again; the supervisor looks
+        // at every rank when it starts anyway.
+        signals::take_child();
+        for (r, rank) in ranks.iter().enumerate() {
+            if self.done[r] {
+                continue;
+            }
+            match guard::observe(rank.pid) {
+                Ok(Some(status)) if status.success() => self.done[r] = true,
+                Ok(Some(_)) | Err(_) => return true,
+                Ok(None) => {}
+            }
+        }
+        false
+    }
+}
+
+/// After the last rank ended: ends what the ranks left in their process groups (SIGTERM,
+/// then SIGKILL once their output has drained or after [`DRAIN`]), reaps the ranks, and kills
+/// orphans of theirs that came to the launcher as subreaper.
+fn finish(ranks: &mut [Rank], output: &Output, tracker: &Tracker, guardian: i32) {
+    ranks.iter().for_each(|r| r.signal(libc::SIGTERM));
+    if !tracker.wait(DRAIN) {
+        output.message(
+            "ferry: some output may be missing: a process started by a rank still holds its pipes",
+        );
+    }
+    ranks.iter().for_each(|r| r.signal(libc::SIGKILL));
+    for rank in ranks.iter_mut().filter(|r| !r.reaped) {
+        if let Ok(status) = rank.child.wait() {
+            rank.status.get_or_insert(status);
+        }
+        rank.reaped = true;
+    }
+    guard::sweep_strays(&[guardian], DRAIN);
 }
 
 struct Outcome {
@@ -469,9 +582,16 @@ const SETTLE: Duration = Duration::from_millis(150);
 
 /// A failed rank, as seen by the supervisor.
 struct Failure {
+    rank: usize,
     signaled: bool,
+    /// What happened, after `rank R ` (so that equal failures of many ranks merge).
     text: String,
     code: u8,
+}
+
+/// The messages of `pending` failures (emptied), equal ones of several ranks as one.
+fn merge(pending: &mut Vec<Failure>) -> Vec<String> {
+    collapse::merge_messages(pending.drain(..).map(|f| (f.rank, f.text)).collect())
 }
 
 /// Watches the ranks until all are gone; ends the job after the first failure (unless
@@ -497,10 +617,15 @@ fn supervise(ranks: &mut [Rank], args: &RunArgs, output: &Output, store: &dyn St
             if rank.status.is_some() {
                 continue;
             }
-            match rank.child.try_wait() {
+            match guard::observe(rank.pid) {
                 Ok(Some(status)) => {
                     rank.status = Some(status);
                     changed = true;
+                    if !status.success() {
+                        // What the failed rank started goes with it (its group; a rank that
+                        // ended well keeps its group until the job ends).
+                        rank.signal(libc::SIGTERM);
+                    }
                     let failure = describe(r, status);
                     states[r] = match &failure {
                         None => "done".to_string(),
@@ -512,13 +637,17 @@ fn supervise(ranks: &mut [Rank], args: &RunArgs, output: &Output, store: &dyn St
                         continue;
                     }
                     if let Some((text, code)) = failure {
+                        let prefix = format!("rank {r} ");
                         let f = Failure {
+                            rank: r,
                             signaled: status.signal().is_some(),
-                            text: text + &rank.where_(),
+                            text: text.strip_prefix(&prefix).unwrap_or(&text).to_string()
+                                + &rank.where_(),
                             code,
                         };
                         if exit.is_some() {
-                            messages.push(f.text); // blame already decided (--keep-going)
+                            // Blame already decided (--keep-going).
+                            messages.push(format!("rank {r} {}", f.text));
                         } else {
                             settle_until.get_or_insert(Instant::now() + SETTLE);
                             pending.push(f);
@@ -531,6 +660,7 @@ fn supervise(ranks: &mut [Rank], args: &RunArgs, output: &Output, store: &dyn St
                     messages.push(format!("rank {r}: cannot wait for its process: {e}"));
                     exit.get_or_insert(1);
                     rank.status = Some(ExitStatus::from_raw(1 << 8));
+                    rank.reaped = true;
                 }
             }
         }
@@ -543,7 +673,7 @@ fn supervise(ranks: &mut [Rank], args: &RunArgs, output: &Output, store: &dyn St
             // an error about it): it is named first and gives the exit status.
             pending.sort_by_key(|f| !f.signaled);
             exit = pending.first().map(|f| f.code);
-            messages.extend(pending.drain(..).map(|f| f.text));
+            messages.extend(merge(&mut pending));
         }
         if running == 0 {
             break;
@@ -556,7 +686,7 @@ fn supervise(ranks: &mut [Rank], args: &RunArgs, output: &Output, store: &dyn St
                     if running == 1 { "" } else { "s" }
                 ));
                 // Failures still settling are reported; the interrupt gives the status.
-                messages.extend(pending.drain(..).map(|f| f.text));
+                messages.extend(merge(&mut pending));
                 exit.get_or_insert((128 + sig).clamp(1, 255) as u8);
                 ending = Some((Instant::now(), false));
                 ranks.iter().for_each(|r| r.signal(libc::SIGTERM));
@@ -625,20 +755,21 @@ fn publish_status(store: &dyn Store, ranks: &[Rank], states: &[String], local_ho
 }
 
 /// Ends the ranks started so far (start-up failed part way) and reaps them.
-fn end_all(ranks: &mut [Rank], grace_ms: u64) {
+fn end_all(ranks: &mut [Rank], grace_ms: u64, output: &Output, tracker: &Tracker, guardian: i32) {
     ranks.iter().for_each(|r| r.signal(libc::SIGTERM));
     let deadline = Instant::now() + Duration::from_millis(grace_ms);
     let mut killed = false;
     loop {
         let mut running = 0;
         for rank in ranks.iter_mut().filter(|r| r.status.is_none()) {
-            match rank.child.try_wait() {
+            match guard::observe(rank.pid) {
                 Ok(Some(s)) => rank.status = Some(s),
                 Ok(None) => running += 1,
                 Err(_) => rank.status = Some(ExitStatus::from_raw(1 << 8)),
             }
         }
         if running == 0 {
+            finish(ranks, output, tracker, guardian);
             return;
         }
         if !killed && Instant::now() >= deadline {
