@@ -605,6 +605,8 @@ fn supervise(ranks: &mut [Rank], args: &RunArgs, output: &Output, store: &dyn St
     let mut exit: Option<u8> = None;
     // Failures seen before the blame was decided, and until when to keep collecting them.
     let mut pending: Vec<Failure> = Vec::new();
+    // Failures after the blame was decided (--keep-going), reported at the end.
+    let mut later: Vec<Failure> = Vec::new();
     let mut settle_until: Option<Instant> = None;
     // When the job is being ended: since when, and whether SIGKILL went out already.
     let mut ending: Option<(Instant, bool)> = None;
@@ -646,8 +648,7 @@ fn supervise(ranks: &mut [Rank], args: &RunArgs, output: &Output, store: &dyn St
                             code,
                         };
                         if exit.is_some() {
-                            // Blame already decided (--keep-going).
-                            messages.push(format!("rank {r} {}", f.text));
+                            later.push(f); // blame already decided (--keep-going)
                         } else {
                             settle_until.get_or_insert(Instant::now() + SETTLE);
                             pending.push(f);
@@ -729,6 +730,7 @@ fn supervise(ranks: &mut [Rank], args: &RunArgs, output: &Output, store: &dyn St
             signals::Event::Child | signals::Event::Timeout => {}
         }
     }
+    messages.extend(merge(&mut later));
     if ended_by_us > 0 {
         messages.push(format!(
             "ended {ended_by_us} remaining rank{}",
