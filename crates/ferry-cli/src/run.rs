@@ -24,6 +24,8 @@ const IDLE: Duration = Duration::from_millis(500);
 /// How long the launcher waits for the ranks' last output once every rank is gone (a rank's
 /// own child may hold the pipes open).
 const DRAIN: Duration = Duration::from_secs(1);
+/// How long processes left behind by the ranks get between SIGTERM and SIGKILL at the end.
+const TERM_WAIT: Duration = Duration::from_millis(200);
 
 /// A reason `ferry run` could not run the job, with the exit status to report.
 #[derive(Debug)]
@@ -521,8 +523,9 @@ impl Launch {
         }
     }
 
-    /// Whether to stop starting ranks. Nothing is consumed or reaped: the supervisor sees
-    /// the same signals and exits afterwards and reports them.
+    /// Whether to stop starting ranks. Interrupts stay pending and no rank is reaped: the
+    /// supervisor takes the same signals and sees the same exits afterwards, and reports
+    /// them.
     fn must_stop(&mut self, ranks: &[Rank], keep_going: bool) -> bool {
         let pending = signals::pending();
         if pending.stop {
@@ -549,12 +552,14 @@ impl Launch {
     }
 }
 
-/// After the last rank ended: ends what the ranks left in their process groups (SIGTERM,
-/// then SIGKILL once their output has drained or after [`DRAIN`]), reaps the ranks, and kills
-/// orphans of theirs that came to the launcher as subreaper.
+/// After the last rank ended: waits up to [`DRAIN`] for the ranks' last output (a process a
+/// rank started in the background may still be writing it), then ends what the ranks left in
+/// their process groups (SIGTERM, SIGKILL shortly after), reaps the ranks, and kills orphans
+/// of theirs that came to the launcher as subreaper.
 fn finish(ranks: &mut [Rank], output: &Output, tracker: &Tracker, guardian: i32) {
+    let drained = tracker.wait(DRAIN);
     ranks.iter().for_each(|r| r.signal(libc::SIGTERM));
-    if !tracker.wait(DRAIN) {
+    if !drained && !tracker.wait(TERM_WAIT) {
         output.message(
             "ferry: some output may be missing: a process started by a rank still holds its pipes",
         );
