@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use crate::forward::{Output, Sink};
 
 /// A group is written once no rank joined it for this long.
-pub const QUIET: Duration = Duration::from_millis(150);
+pub const QUIET: Duration = Duration::from_millis(200);
 /// A group is written at the latest this long after its first line (well under the time the
 /// launcher waits for output at the end of the job).
 pub const MAX_HOLD: Duration = Duration::from_millis(500);

@@ -203,7 +203,7 @@ fn sigterm_ends_a_launch_in_progress() {
     let mut line = String::new();
     reader.read_line(&mut line).unwrap();
     let counter = std::thread::spawn(move || 1 + reader.lines().count());
-    std::thread::sleep(Duration::from_millis(200));
+    std::thread::sleep(Duration::from_millis(50));
     let killed_at = Instant::now();
     let _ = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
@@ -235,7 +235,7 @@ fn one_job_per_name_even_when_started_together() {
                 cmd.args(["run", "-n", "1", "--job-name", &name]).args([
                     "sh",
                     "-c",
-                    "echo started; sleep 2",
+                    "echo started; sleep 3",
                 ]);
                 barrier.wait();
                 let (out, _) = run_limited(&mut cmd, Duration::from_secs(60));
