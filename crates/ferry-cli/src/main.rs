@@ -14,6 +14,7 @@ mod limits;
 mod remote;
 mod run;
 mod signals;
+mod supervise;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
