@@ -4,7 +4,8 @@
 //!
 //! The launcher never leaves ranks behind: they run in their own process groups, die with the
 //! launcher (`PR_SET_PDEATHSIG`), and are ended (SIGTERM, then SIGKILL) when one of them fails
-//! or when the launcher is interrupted.
+//! or when the launcher is interrupted; what they start goes with their groups, also when the
+//! launcher is SIGKILLed (see `guard`).
 
 mod collapse;
 mod ctl;
