@@ -8,7 +8,7 @@
 //! `ferry ctl NAME remove PATTERN` matches the pattern against the location strings of that
 //! table and leaves the ids in the store, where the master reads them at the next resize point.
 //!
-//! One name, one job: the launcher holds an exclusive `flock` on `jobs/NAME.lock` for the
+//! One name, one job: the launcher holds an exclusive `flock` on `jobs/.NAME.lock` for the
 //! job's life. Taking it is atomic (of two launchers started at the same instant exactly one
 //! gets it) and the kernel releases it however the launcher ends, SIGKILL included, so a dead
 //! job never blocks its name.
@@ -83,7 +83,9 @@ impl NameLock {
     pub fn take(name: &str) -> Result<NameLock, String> {
         let dir = jobs_dir();
         private_dir(&dir)?;
-        let path = dir.join(format!("{name}.lock"));
+        // Dot-prefixed: job names cannot start with a dot, so no job's registration can be
+        // named like another job's lock (`a.lock` is a valid job name).
+        let path = dir.join(format!(".{name}.lock"));
         // The holder removes the file when it ends: a launcher that opened the old file just
         // before may lock it after that, holding a lock on a file nobody else can find. So the
         // lock only counts if the path still names the locked file; otherwise try again.
@@ -274,6 +276,13 @@ mod tests {
             Registration::create(NameLock::take(&name).unwrap(), &name, &addr, "sec").unwrap();
         let again = NameLock::take(&name).err().expect("live job");
         assert!(again.contains("already running"), "{again}");
+        // A job named like the first one's lock file is another job, and does not free the
+        // first one's name.
+        let other = format!("{name}.lock");
+        let other_reg =
+            Registration::create(NameLock::take(&other).unwrap(), &other, &addr, "sec").unwrap();
+        assert!(NameLock::take(&name).is_err(), "name freed by another job");
+        drop(other_reg);
         assert_eq!(status(&name).unwrap(), 0);
         drop(srv);
         assert!(status(&name).is_err(), "the store is gone");
@@ -292,7 +301,7 @@ mod tests {
         assert_eq!(status(&name).unwrap(), 0);
         drop(reg2);
         assert!(!jobs_dir().join(&name).exists());
-        assert!(!jobs_dir().join(format!("{name}.lock")).exists());
+        assert!(!jobs_dir().join(format!(".{name}.lock")).exists());
         assert!(status(&name).is_err());
         assert!(remove(&name, "L1:.*").is_err(), "no such job any more");
     }
