@@ -175,8 +175,18 @@ pub fn check(ranks: usize) -> Verdict {
     judge(ranks as u64, &task_rooms(), file_room().as_ref())
 }
 
+/// Most processes Linux can have at all (`PID_MAX_LIMIT` on 64-bit): a bound that holds even
+/// where the limits above cannot be read.
+const PID_MAX_LIMIT: u64 = 1 << 22;
+
 fn judge(ranks: u64, tasks: &[Room], files: Option<&Room>) -> Verdict {
     let mut v = Verdict::default();
+    if ranks > PID_MAX_LIMIT {
+        v.refuse = Some(format!(
+            "{ranks} ranks do not fit on this host: Linux has at most {PID_MAX_LIMIT} processes"
+        ));
+        return v;
+    }
     let need_tasks = ranks.saturating_mul(TASKS_PER_RANK);
     if let Some(tight) = tasks.iter().min_by_key(|r| r.left) {
         if need_tasks > tight.left {
@@ -243,6 +253,10 @@ mod tests {
         assert!(v.refuse.is_none() && v.warnings.len() == 1, "{v:?}");
         let v = judge(60, &tasks, Some(&room(100)));
         assert!(v.refuse.expect("files").contains("open files"));
+        assert!(
+            judge(u64::MAX, &[], None).refuse.is_some(),
+            "no limits known"
+        );
     }
 
     #[test]
