@@ -186,11 +186,13 @@ impl fmt::Display for Error {
     /// The whole story on one line, each part once: the rank, then each level of the chain
     /// (operation and peer), the kind and the detail, then the foreign cause (an I/O error, ...)
     /// and its own causes. A nested ferry error on the same rank or with the same peer does not
-    /// repeat them, and a kind shared with the level below is shown once, at the lowest level:
-    /// `rank 3: allreduce (peer rank 1): exchange: peer failed: connection reset by peer`.
+    /// repeat them, and a kind shared with the level above is shown once, at the top (so a
+    /// message always starts `rank R: OP (peer rank P): KIND`):
+    /// `rank 3: allreduce (peer rank 1): peer failed: exchange: connection reset by peer`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut shown_rank = None;
         let mut shown_peer = None;
+        let mut shown_kind = None;
         let mut level = self;
         loop {
             if let Some(rank) = level.rank.filter(|r| shown_rank != Some(*r)) {
@@ -202,10 +204,11 @@ impl fmt::Display for Error {
                 write!(f, " (peer rank {peer})")?;
                 shown_peer = Some(peer);
             }
-            let inner = level.inner();
-            if inner.is_none_or(|i| i.kind != level.kind) {
+            if shown_kind != Some(level.kind) {
                 write!(f, ": {}", level.kind.describe())?;
+                shown_kind = Some(level.kind);
             }
+            let inner = level.inner();
             if let Some(detail) = &level.detail {
                 write!(f, ": {detail}")?;
             }
@@ -282,7 +285,7 @@ mod tests {
         assert_eq!(outer.kind(), ErrorKind::PeerFailed);
         assert_eq!(
             outer.to_string(),
-            "rank 2: allreduce (peer rank 3): recv: peer failed: connection reset"
+            "rank 2: allreduce (peer rank 3): peer failed: recv: connection reset"
         );
         assert!(outer.cause().is_some());
         assert!(outer
@@ -312,7 +315,7 @@ mod tests {
         let text = report(&e);
         assert_eq!(
             text,
-            "rank 3: allreduce (peer rank 1): exchange: peer failed: connection reset"
+            "rank 3: allreduce (peer rank 1): peer failed: exchange: connection reset"
         );
         // Wrapped once more in a foreign error that reports its source, as anyhow does.
         #[derive(Debug)]
