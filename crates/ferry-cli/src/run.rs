@@ -252,7 +252,9 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
         None => format!("f{}-{}", std::process::id(), random_hex(4)?),
     };
 
-    // Forked while the launcher still has a single thread (see `guard`).
+    // Forked while the launcher still has a single thread (see `guard`). It inherits the job
+    // name's lock, so after a SIGKILLed launcher the name stays taken until the guardian has
+    // ended the ranks' process groups.
     let guardian = Guardian::start(total).map_err(|e| Fatal {
         msg: format!("cannot start the guardian process: {e}"),
         code: 1,
