@@ -7,8 +7,15 @@
 //!
 //! `ferry ctl NAME remove PATTERN` matches the pattern against the location strings of that
 //! table and leaves the ids in the store, where the master reads them at the next resize point.
+//!
+//! One name, one job: the launcher holds an exclusive `flock` on `jobs/.NAME.lock` for the
+//! job's life. Taking it is atomic (of two launchers started at the same instant exactly one
+//! gets it) and the kernel releases it however the launcher ends, SIGKILL included, so a dead
+//! job never blocks its name.
 
+use std::fs::File;
 use std::io::Write;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -63,26 +70,85 @@ fn connect(addr: &str, secret: &str) -> Option<TcpStoreClient> {
     TcpStoreClient::connect(addr, secret, Duration::from_millis(500)).ok()
 }
 
+/// The exclusive claim of a job name: an `flock`ed file, removed when dropped (the kernel
+/// drops the lock itself if the launcher dies without dropping it).
+pub struct NameLock {
+    path: PathBuf,
+    // Holds the lock: it lasts as long as this descriptor.
+    _file: File,
+}
+
+impl NameLock {
+    /// Takes the name `name`, or fails with "job `name` is already running".
+    pub fn take(name: &str) -> Result<NameLock, String> {
+        let dir = jobs_dir();
+        private_dir(&dir)?;
+        // Dot-prefixed: job names cannot start with a dot, so no job's registration can be
+        // named like another job's lock (`a.lock` is a valid job name).
+        let path = dir.join(format!(".{name}.lock"));
+        // The holder removes the file when it ends: a launcher that opened the old file just
+        // before may lock it after that, holding a lock on a file nobody else can find. So the
+        // lock only counts if the path still names the locked file; otherwise try again.
+        for _ in 0..100 {
+            let file = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .mode(0o600)
+                .open(&path)
+                .map_err(|e| format!("cannot open the job lock {}: {e}", path.display()))?;
+            // SAFETY: flock on a descriptor this function owns.
+            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+                let e = std::io::Error::last_os_error();
+                if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+                    return Err(format!(
+                        "job `{name}` is already running (see `ferry ctl {name} status`)"
+                    ));
+                }
+                return Err(format!("cannot lock {}: {e}", path.display()));
+            }
+            let held = file.metadata().map_err(|e| e.to_string())?;
+            match std::fs::metadata(&path) {
+                Ok(now) if now.ino() == held.ino() && now.dev() == held.dev() => {
+                    return Ok(NameLock { path, _file: file });
+                }
+                _ => continue,
+            }
+        }
+        Err(format!(
+            "cannot lock {}: it keeps being replaced",
+            path.display()
+        ))
+    }
+}
+
+impl Drop for NameLock {
+    fn drop(&mut self) {
+        // Removed while still locked (the lock goes with the descriptor, after this).
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
 /// The registration of a running named job; removed when dropped.
 pub struct Registration {
     path: PathBuf,
-    addr: String,
+    // Dropped after the registration file is removed (fields drop after `drop`).
+    _lock: NameLock,
 }
 
 impl Registration {
-    /// Registers job `name` with its store address and secret. Fails if a live job of that
-    /// name exists; a stale file (its launcher died) is replaced.
-    pub fn create(name: &str, addr: &str, secret: &str) -> Result<Registration, String> {
+    /// Registers job `name` with its store address and secret, holding `lock` (the name's
+    /// claim, see [`NameLock::take`]) until dropped. A stale file (its launcher died) is
+    /// replaced.
+    pub fn create(
+        lock: NameLock,
+        name: &str,
+        addr: &str,
+        secret: &str,
+    ) -> Result<Registration, String> {
         let dir = jobs_dir();
-        private_dir(&dir)?;
         let path = dir.join(name);
-        if let Some((old_addr, old_secret)) = read_registration(&path) {
-            if connect(&old_addr, &old_secret).is_some() {
-                return Err(format!(
-                    "a job named `{name}` is already running (see `ferry ctl {name} status`)"
-                ));
-            }
-        }
         let tmp = dir.join(format!(".{name}.{}", std::process::id()));
         let write = || -> std::io::Result<()> {
             let mut f = std::fs::OpenOptions::new()
@@ -99,19 +165,14 @@ impl Registration {
             let _ = std::fs::remove_file(&tmp);
             format!("cannot register job `{name}` in {}: {e}", path.display())
         })?;
-        Ok(Registration {
-            path,
-            addr: addr.to_string(),
-        })
+        Ok(Registration { path, _lock: lock })
     }
 }
 
 impl Drop for Registration {
     fn drop(&mut self) {
-        // Only remove our own registration, not that of a job that replaced a stale one.
-        if read_registration(&self.path).is_some_and(|(a, _)| a == self.addr) {
-            let _ = std::fs::remove_file(&self.path);
-        }
+        // Ours: nobody else can write it while we hold the name's lock.
+        let _ = std::fs::remove_file(&self.path);
     }
 }
 
@@ -211,21 +272,36 @@ mod tests {
         srv.store()
             .set(STATUS_KEY, b"L0:host:1 rank 0 running\n")
             .unwrap();
-        let reg = Registration::create(&name, &addr, "sec").unwrap();
-        assert!(
-            Registration::create(&name, &addr, "sec").is_err(),
-            "live job"
-        );
+        let reg =
+            Registration::create(NameLock::take(&name).unwrap(), &name, &addr, "sec").unwrap();
+        let again = NameLock::take(&name).err().expect("live job");
+        assert!(again.contains("already running"), "{again}");
+        // A job named like the first one's lock file is another job, and does not free the
+        // first one's name.
+        let other = format!("{name}.lock");
+        let other_reg =
+            Registration::create(NameLock::take(&other).unwrap(), &other, &addr, "sec").unwrap();
+        assert!(NameLock::take(&name).is_err(), "name freed by another job");
+        drop(other_reg);
         assert_eq!(status(&name).unwrap(), 0);
         drop(srv);
-        // The launcher is gone: the file is stale and a new job may take the name.
-        assert!(status(&name).is_err());
+        assert!(status(&name).is_err(), "the store is gone");
+        drop(reg);
+        assert!(!jobs_dir().join(&name).exists());
+        // A launcher killed outright leaves its registration (the kernel freed its lock): a
+        // new job takes the name and replaces the stale file.
+        std::fs::write(jobs_dir().join(&name), format!("{addr}\nsec\n")).unwrap();
         let srv2 = StoreServer::bind("127.0.0.1:0", "sec2").unwrap();
-        let reg2 = Registration::create(&name, &srv2.local_addr().to_string(), "sec2").unwrap();
-        drop(reg); // must not remove the new job's file
-        assert!(jobs_dir().join(&name).exists());
+        let addr2 = srv2.local_addr().to_string();
+        srv2.store()
+            .set(STATUS_KEY, b"L0:host:2 rank 0 running\n")
+            .unwrap();
+        let reg2 =
+            Registration::create(NameLock::take(&name).unwrap(), &name, &addr2, "sec2").unwrap();
+        assert_eq!(status(&name).unwrap(), 0);
         drop(reg2);
         assert!(!jobs_dir().join(&name).exists());
+        assert!(!jobs_dir().join(format!(".{name}.lock")).exists());
         assert!(status(&name).is_err());
         assert!(remove(&name, "L1:.*").is_err(), "no such job any more");
     }

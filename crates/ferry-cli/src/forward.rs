@@ -6,12 +6,17 @@
 //! without a newline is forwarded whole with one added. A line longer than [`MAX_LINE`] is
 //! cut into pieces of that size (each ended by a newline), so that a rank printing without
 //! newlines cannot make the launcher's memory grow without bound.
+//!
+//! A rank's first error line on stderr may be held back a moment to be merged with the same
+//! line from other ranks (see `collapse`).
 
 use std::io::Read;
 use std::process::{ChildStderr, ChildStdout};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+use crate::collapse::{looks_like_error, Collapse};
 
 /// Longest line forwarded in one piece.
 pub const MAX_LINE: usize = 1 << 20;
@@ -132,13 +137,15 @@ pub enum Pipe {
 }
 
 /// Starts a thread that forwards `pipe` until end of file; with `tag`, every line is
-/// prefixed with it (`--tag-output`).
+/// prefixed with it (`--tag-output`). With `collapse`, the first error line of a stderr pipe
+/// is merged with identical ones of other ranks (not with `tag`).
 pub fn spawn(
     pipe: Pipe,
     output: Arc<Output>,
     tracker: Arc<Tracker>,
     rank: usize,
     tag: Option<String>,
+    collapse: Option<Arc<Collapse>>,
 ) -> std::io::Result<JoinHandle<()>> {
     tracker.start();
     let t = tracker.clone();
@@ -151,9 +158,18 @@ pub fn spawn(
                 Pipe::Out(r) => (Box::new(r), Sink::Stdout),
                 Pipe::Err(r) => (Box::new(r), Sink::Stderr),
             };
-            match tag {
-                None => pump(reader, |b| output.write_lines(sink, b)),
-                Some(tag) => {
+            match (tag, collapse) {
+                (None, Some(c)) if sink == Sink::Stderr => {
+                    let mut held = false;
+                    pump(reader, |b| {
+                        if held {
+                            return output.write_lines(sink, b);
+                        }
+                        held = hold_first_error(&output, &c, rank, b);
+                    })
+                }
+                (None, _) => pump(reader, |b| output.write_lines(sink, b)),
+                (Some(tag), _) => {
                     let mut tagged = Vec::new();
                     pump(reader, |b| {
                         tag_lines(tag.as_bytes(), b, &mut tagged);
@@ -167,6 +183,29 @@ pub fn spawn(
         tracker.finish();
     }
     spawned
+}
+
+/// Writes `lines` (complete lines) to stderr, handing the first one that looks like an error
+/// to `collapse` (in order: what comes before it is written first, what follows after it).
+/// Returns whether a line was held.
+fn hold_first_error(output: &Output, collapse: &Collapse, rank: usize, lines: &[u8]) -> bool {
+    let mut at = 0;
+    for line in lines.split_inclusive(|&b| b == b'\n') {
+        if looks_like_error(line) {
+            if at > 0 {
+                output.write_lines(Sink::Stderr, &lines[..at]);
+            }
+            collapse.hold(output, rank, line);
+            let rest = &lines[at + line.len()..];
+            if !rest.is_empty() {
+                output.write_lines(Sink::Stderr, rest);
+            }
+            return true;
+        }
+        at += line.len();
+    }
+    output.write_lines(Sink::Stderr, lines);
+    false
 }
 
 /// Writes `lines` (complete lines) into `out` with `tag` before each one.

@@ -4,13 +4,18 @@
 //!
 //! The launcher never leaves ranks behind: they run in their own process groups, die with the
 //! launcher (`PR_SET_PDEATHSIG`), and are ended (SIGTERM, then SIGKILL) when one of them fails
-//! or when the launcher is interrupted.
+//! or when the launcher is interrupted; what they start goes with their groups, also when the
+//! launcher is SIGKILLed (see `guard`).
 
+mod collapse;
 mod ctl;
 mod forward;
+mod guard;
+mod limits;
 mod remote;
 mod run;
 mod signals;
+mod supervise;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -6,22 +6,16 @@ use std::io::{Read, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use ferry_core::tcp_store::StoreServer;
 use ferry_core::{BackendKind, Store};
 
-use crate::ctl::{Registration, STATUS_KEY};
+use crate::collapse::Collapse;
+use crate::ctl::{NameLock, Registration};
 use crate::forward::{self, Output, Pipe, Tracker};
-use crate::{remote, signals, RunArgs};
-
-/// Poll interval while ending ranks after a failed start.
-const TICK: Duration = Duration::from_millis(5);
-/// Longest sleep of the main loop without a signal (a safety net: SIGCHLD wakes it anyway).
-const IDLE: Duration = Duration::from_millis(500);
-/// How long the launcher waits for the ranks' last output once every rank is gone (a rank's
-/// own child may hold the pipes open).
-const DRAIN: Duration = Duration::from_secs(1);
+use crate::guard::{self, Guardian};
+use crate::supervise::{end_all, finish, supervise, Launch};
+use crate::{limits, remote, signals, RunArgs};
 
 /// A reason `ferry run` could not run the job, with the exit status to report.
 #[derive(Debug)]
@@ -59,21 +53,25 @@ impl fmt::Display for Fatal {
 }
 
 /// One started rank.
-struct Rank {
-    child: Child,
-    pid: i32,
-    host: Option<String>,
-    status: Option<ExitStatus>,
+pub(crate) struct Rank {
+    pub(crate) child: Child,
+    pub(crate) pid: i32,
+    pub(crate) host: Option<String>,
+    /// How it ended, once seen. The rank is not reaped before the job ends (see `guard`).
+    pub(crate) status: Option<ExitStatus>,
+    pub(crate) reaped: bool,
 }
 
 impl Rank {
-    fn signal(&self, sig: i32) {
-        if self.status.is_some() {
-            // Reaped: the pid may belong to someone else by now.
+    /// Sends `sig` to the rank's process group: the rank and whatever it started.
+    pub(crate) fn signal(&self, sig: i32) {
+        if self.reaped {
+            // The pid may belong to someone else by now.
             return;
         }
         // SAFETY: plain kill(2) calls on the rank's process group (its children too), or on
-        // the rank alone if it left that group; errors (already gone) are harmless.
+        // the rank alone if it left that group; errors (already gone) are harmless. The rank
+        // is unreaped, so neither id can have been reused.
         unsafe {
             if libc::kill(-self.pid, sig) != 0 {
                 libc::kill(self.pid, sig);
@@ -81,7 +79,7 @@ impl Rank {
         }
     }
 
-    fn where_(&self) -> String {
+    pub(crate) fn where_(&self) -> String {
         match &self.host {
             Some(h) => format!(" on host {h}"),
             None => String::new(),
@@ -90,7 +88,7 @@ impl Rank {
 }
 
 /// How a rank ended, as told on stderr, and the exit status `ferry run` reports for it.
-fn describe(rank: usize, status: ExitStatus) -> Option<(String, u8)> {
+pub(crate) fn describe(rank: usize, status: ExitStatus) -> Option<(String, u8)> {
     if let Some(code) = status.code() {
         if code == 0 {
             return None;
@@ -222,9 +220,15 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
         })?),
         None => None,
     };
-    if let Some(name) = &args.job_name {
-        check_job_name(name)?;
-    }
+    // A name is claimed before anything is started, atomically (see `ctl`): of two launchers
+    // given the same name at the same instant, one runs and the other starts nothing.
+    let name_lock = match &args.job_name {
+        Some(name) => {
+            check_job_name(name)?;
+            Some(NameLock::take(name).map_err(|msg| Fatal { msg, code: 1 })?)
+        }
+        None => None,
+    };
     let mut hosts = args.hosts.clone();
     if let Some(f) = &args.hostfile {
         hosts = remote::read_hostfile(f).map_err(Fatal::usage)?;
@@ -233,6 +237,14 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
     remote::check_hosts(&hosts).map_err(Fatal::usage)?;
     let placement = remote::place(total, &hosts, args.block);
     let is_remote = !placement.is_empty();
+    // Before anything is started: a count this host cannot hold is refused (item: -n 100000).
+    let verdict = limits::check(total);
+    if let Some(why) = verdict.refuse {
+        return Err(Fatal { msg: why, code: 1 });
+    }
+    for w in &verdict.warnings {
+        eprintln!("ferry: warning: {w}");
+    }
 
     let secret = random_hex(16)?;
     let job_id = match &args.job_name {
@@ -240,6 +252,16 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
         None => format!("f{}-{}", std::process::id(), random_hex(4)?),
     };
 
+    // Forked while the launcher still has a single thread (see `guard`). It inherits the job
+    // name's lock, so after a SIGKILLed launcher the name stays taken until the guardian has
+    // ended the ranks' process groups.
+    let guardian = Guardian::start(total).map_err(|e| Fatal {
+        msg: format!("cannot start the guardian process: {e}"),
+        code: 1,
+    })?;
+    if let Err(e) = guard::become_subreaper() {
+        tracing::warn!("cannot become a child subreaper: {e}");
+    }
     // Before the store server and the output threads exist, so that they inherit the mask.
     signals::block().map_err(|e| Fatal {
         msg: format!("cannot block signals: {e}"),
@@ -260,18 +282,18 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
     };
 
     // Named jobs can be inspected with `ferry ctl NAME status`.
-    let _registration = match &args.job_name {
-        Some(name) => {
+    let _registration = match (&args.job_name, name_lock) {
+        (Some(name), Some(lock)) => {
             let mut local = server.local_addr();
             if local.ip().is_unspecified() {
                 local.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
             }
             Some(
-                Registration::create(name, &local.to_string(), &secret)
+                Registration::create(lock, name, &local.to_string(), &secret)
                     .map_err(|msg| Fatal { msg, code: 1 })?,
             )
         }
-        None => None,
+        _ => None,
     };
 
     // Backend default for ranks on several hosts: shared memory alone cannot serve them.
@@ -291,6 +313,8 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
 
     let output = Arc::new(Output::default());
     let tracker = Arc::new(Tracker::default());
+    // Identical start-up errors of many ranks are printed once (see `collapse`).
+    let collapse = (total > 1 && !args.tag_output).then(|| Arc::new(Collapse::default()));
     let mut ranks: Vec<Rank> = Vec::with_capacity(total);
     // `ferry ctl NAME remove` appends to this key; resize points read it (it must exist so
     // that readers need not wait for it).
@@ -302,8 +326,12 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
             code: 1,
         })?;
     let launcher_pid = std::process::id() as i32;
+    let mut launch = Launch::new(total);
 
     for r in 0..total {
+        if launch.must_stop(&ranks, args.keep_going) {
+            break;
+        }
         let mut env: Vec<(String, String)> = vec![
             ("FERRY_RANK".into(), r.to_string()),
             ("FERRY_SIZE".into(), total.to_string()),
@@ -411,8 +439,8 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
             Ok(c) => c,
             Err(e) => {
                 let msg = format!("cannot start rank {r} (`{}`): {e}", args.command[0]);
-                end_all(&mut ranks, args.grace_ms);
-                tracker.wait(DRAIN);
+                end_all(&mut ranks, args.grace_ms, &output, &tracker, guardian.pid());
+                guardian.dismiss();
                 return Err(Fatal::start(msg));
             }
         };
@@ -421,6 +449,7 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
             let _ = stdin.write_all(format!("{secret}\n").as_bytes());
         }
         let pid = child.id() as i32;
+        guardian.watch(pid);
         let pipes = [
             child.stdout.take().map(Pipe::Out),
             child.stderr.take().map(Pipe::Err),
@@ -430,11 +459,15 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
             pid,
             host,
             status: None,
+            reaped: false,
         });
         for p in pipes.into_iter().flatten() {
             let tag = args.tag_output.then(|| format!("[{r}] "));
-            if let Err(e) = forward::spawn(p, output.clone(), tracker.clone(), r, tag) {
-                end_all(&mut ranks, args.grace_ms);
+            let spawned =
+                forward::spawn(p, output.clone(), tracker.clone(), r, tag, collapse.clone());
+            if let Err(e) = spawned {
+                end_all(&mut ranks, args.grace_ms, &output, &tracker, guardian.pid());
+                guardian.dismiss();
                 return Err(Fatal {
                     msg: format!("cannot start output thread for rank {r}: {e}"),
                     code: 1,
@@ -443,210 +476,26 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
         }
     }
 
-    let code = supervise(&mut ranks, &args, &output, &*server.store());
-    if !tracker.wait(DRAIN) {
-        output.message(
-            "ferry: some output may be missing: a rank's child process still holds its pipes",
-        );
+    let mut code = supervise(&mut ranks, &args, &output, &*server.store());
+    let not_started = total - ranks.len();
+    if not_started > 0 {
+        code.messages.push(format!(
+            "{not_started} rank{} not started: {}",
+            if not_started == 1 { " was" } else { "s were" },
+            if launch.interrupted {
+                "the launch was interrupted"
+            } else {
+                "a rank had failed during the launch"
+            }
+        ));
     }
+    finish(&mut ranks, &output, &tracker, guardian.pid());
+    guardian.dismiss();
     for line in &code.messages {
         output.message(&format!("ferry: {line}"));
     }
     drop(server);
     Ok(code.exit)
-}
-
-struct Outcome {
-    exit: u8,
-    messages: Vec<String>,
-}
-
-/// How long the launcher keeps collecting failures after the first one before it decides
-/// which rank to blame and ends the job. Ranks that die together are seen in an order that
-/// says little about which went first: a SIGKILLed rank becomes reapable only after its
-/// sockets closed, so its peers may report its death and exit before it does.
-const SETTLE: Duration = Duration::from_millis(150);
-
-/// A failed rank, as seen by the supervisor.
-struct Failure {
-    signaled: bool,
-    text: String,
-    code: u8,
-}
-
-/// Watches the ranks until all are gone; ends the job after the first failure (unless
-/// --keep-going) or on SIGINT/SIGTERM/SIGHUP.
-fn supervise(ranks: &mut [Rank], args: &RunArgs, output: &Output, store: &dyn Store) -> Outcome {
-    let local_host = ferry_core::launch::hostname();
-    let mut states: Vec<String> = vec!["running".to_string(); ranks.len()];
-    publish_status(store, ranks, &states, &local_host);
-    let grace = Duration::from_millis(args.grace_ms);
-    let mut messages = Vec::new();
-    let mut exit: Option<u8> = None;
-    // Failures seen before the blame was decided, and until when to keep collecting them.
-    let mut pending: Vec<Failure> = Vec::new();
-    let mut settle_until: Option<Instant> = None;
-    // When the job is being ended: since when, and whether SIGKILL went out already.
-    let mut ending: Option<(Instant, bool)> = None;
-    let mut stop: Option<i32> = None;
-    let mut ended_by_us = 0usize;
-    loop {
-        let mut running = 0;
-        let mut changed = false;
-        for (r, rank) in ranks.iter_mut().enumerate() {
-            if rank.status.is_some() {
-                continue;
-            }
-            match rank.child.try_wait() {
-                Ok(Some(status)) => {
-                    rank.status = Some(status);
-                    changed = true;
-                    let failure = describe(r, status);
-                    states[r] = match &failure {
-                        None => "done".to_string(),
-                        Some(_) if ending.is_some() => "ended by ferry".to_string(),
-                        Some((text, _)) => text.replacen(&format!("rank {r} "), "", 1),
-                    };
-                    if ending.is_some() {
-                        ended_by_us += 1;
-                        continue;
-                    }
-                    if let Some((text, code)) = failure {
-                        let f = Failure {
-                            signaled: status.signal().is_some(),
-                            text: text + &rank.where_(),
-                            code,
-                        };
-                        if exit.is_some() {
-                            messages.push(f.text); // blame already decided (--keep-going)
-                        } else {
-                            settle_until.get_or_insert(Instant::now() + SETTLE);
-                            pending.push(f);
-                        }
-                    }
-                }
-                Ok(None) => running += 1,
-                Err(e) => {
-                    // Cannot happen for our own child; treat as failed rather than loop forever.
-                    messages.push(format!("rank {r}: cannot wait for its process: {e}"));
-                    exit.get_or_insert(1);
-                    rank.status = Some(ExitStatus::from_raw(1 << 8));
-                }
-            }
-        }
-        if changed {
-            publish_status(store, ranks, &states, &local_host);
-        }
-        let settled = settle_until.is_some_and(|t| running == 0 || Instant::now() >= t);
-        if settled && exit.is_none() {
-            // A rank killed by a signal is the likelier cause (its peers typically exit with
-            // an error about it): it is named first and gives the exit status.
-            pending.sort_by_key(|f| !f.signaled);
-            exit = pending.first().map(|f| f.code);
-            messages.extend(pending.drain(..).map(|f| f.text));
-        }
-        if running == 0 {
-            break;
-        }
-        if let Some(sig) = stop.take() {
-            if ending.is_none() {
-                output.message(&format!(
-                    "ferry: received {}, ending {running} rank{}",
-                    signals::name(sig),
-                    if running == 1 { "" } else { "s" }
-                ));
-                // Failures still settling are reported; the interrupt gives the status.
-                messages.extend(pending.drain(..).map(|f| f.text));
-                exit.get_or_insert((128 + sig).clamp(1, 255) as u8);
-                ending = Some((Instant::now(), false));
-                ranks.iter().for_each(|r| r.signal(libc::SIGTERM));
-            } else if let Some((_, killed)) = ending.as_mut() {
-                // A second interrupt: no more patience.
-                *killed = true;
-                ranks.iter().for_each(|r| r.signal(libc::SIGKILL));
-            }
-        }
-        if ending.is_none() && exit.is_some() && !args.keep_going {
-            ending = Some((Instant::now(), false));
-            ranks.iter().for_each(|r| r.signal(libc::SIGTERM));
-        }
-        let mut sleep = IDLE;
-        if exit.is_none() {
-            if let Some(t) = settle_until {
-                sleep = sleep.min(t.saturating_duration_since(Instant::now()));
-            }
-        }
-        if let Some((since, killed)) = ending.as_mut() {
-            let waited = since.elapsed();
-            if !*killed && waited >= grace {
-                *killed = true;
-                ranks.iter().for_each(|r| r.signal(libc::SIGKILL));
-            } else if !*killed {
-                sleep = sleep.min(grace - waited);
-            }
-        }
-        match signals::wait(sleep) {
-            signals::Event::Stop(sig) => stop = Some(sig),
-            signals::Event::Suspend => {
-                ranks.iter().for_each(|r| r.signal(libc::SIGTSTP));
-                // SIGTSTP is blocked here, so stop ourselves the way the shell expects.
-                // SAFETY: kill(2) on our own pid.
-                unsafe {
-                    libc::kill(libc::getpid(), libc::SIGSTOP);
-                }
-            }
-            signals::Event::Resume => ranks.iter().for_each(|r| r.signal(libc::SIGCONT)),
-            signals::Event::Child | signals::Event::Timeout => {}
-        }
-    }
-    if ended_by_us > 0 {
-        messages.push(format!(
-            "ended {ended_by_us} remaining rank{}",
-            if ended_by_us == 1 { "" } else { "s" }
-        ));
-    }
-    Outcome {
-        exit: exit.unwrap_or(0),
-        messages,
-    }
-}
-
-/// Publishes the process table for `ferry ctl NAME status`: one line per process,
-/// `L<id>:<host>:<pid> rank <r> <state>`.
-fn publish_status(store: &dyn Store, ranks: &[Rank], states: &[String], local_host: &str) {
-    let mut table = String::new();
-    for (r, (rank, state)) in ranks.iter().zip(states).enumerate() {
-        let host = rank.host.as_deref().unwrap_or(local_host);
-        table.push_str(&format!("L{r}:{host}:{} rank {r} {state}\n", rank.pid));
-    }
-    if let Err(e) = store.set(STATUS_KEY, table.as_bytes()) {
-        tracing::warn!("cannot publish the job status: {e}");
-    }
-}
-
-/// Ends the ranks started so far (start-up failed part way) and reaps them.
-fn end_all(ranks: &mut [Rank], grace_ms: u64) {
-    ranks.iter().for_each(|r| r.signal(libc::SIGTERM));
-    let deadline = Instant::now() + Duration::from_millis(grace_ms);
-    let mut killed = false;
-    loop {
-        let mut running = 0;
-        for rank in ranks.iter_mut().filter(|r| r.status.is_none()) {
-            match rank.child.try_wait() {
-                Ok(Some(s)) => rank.status = Some(s),
-                Ok(None) => running += 1,
-                Err(_) => rank.status = Some(ExitStatus::from_raw(1 << 8)),
-            }
-        }
-        if running == 0 {
-            return;
-        }
-        if !killed && Instant::now() >= deadline {
-            killed = true;
-            ranks.iter().for_each(|r| r.signal(libc::SIGKILL));
-        }
-        std::thread::sleep(TICK);
-    }
 }
 
 #[cfg(test)]

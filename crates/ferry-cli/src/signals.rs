@@ -73,6 +73,46 @@ pub fn wait(timeout: Duration) -> Event {
     }
 }
 
+/// Which watched signals are pending (blocked and not yet taken).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Pending {
+    /// SIGINT, SIGTERM or SIGHUP.
+    pub stop: bool,
+    /// SIGCHLD.
+    pub child: bool,
+}
+
+/// Looks at the pending signals without taking them (the main loop takes them later).
+pub fn pending() -> Pending {
+    // SAFETY: sigpending fills a set we own; sigismember reads it.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        if libc::sigpending(&mut set) != 0 {
+            return Pending::default();
+        }
+        let has = |sig| libc::sigismember(&set, sig) == 1;
+        Pending {
+            stop: has(libc::SIGINT) || has(libc::SIGTERM) || has(libc::SIGHUP),
+            child: has(libc::SIGCHLD),
+        }
+    }
+}
+
+/// Takes a pending SIGCHLD, so that the next child exit shows as pending again.
+pub fn take_child() {
+    // SAFETY: a set holding SIGCHLD only, a zero timeout; no siginfo wanted.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGCHLD);
+        let zero = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        libc::sigtimedwait(&set, std::ptr::null_mut(), &zero);
+    }
+}
+
 /// Conventional name of a signal number, for messages.
 pub fn name(sig: i32) -> &'static str {
     match sig {

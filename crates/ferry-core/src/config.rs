@@ -1,5 +1,5 @@
 //! Configuration (R4): one TOML file named by `FERRY_CONFIG`, plus `FERRY_<SECTION>_<KEY>`
-//! environment overrides (e.g. `FERRY_TCP_CONNECTION_CAP=2`, `FERRY_GENERAL_TIMEOUT_MS=500`).
+//! environment overrides (e.g. `FERRY_TCP_CONNECTION_CAP=2`, `FERRY_GENERAL_FAILURE_TIMEOUT_MS=3000`).
 //!
 //! Unknown keys and bad values are errors that name the key. Every key, its meaning and its
 //! default is listed in `docs/CONFIGURATION.md`; the defaults are the `Default` impls below.
@@ -249,11 +249,12 @@ impl Config {
     pub fn from_toml(text: &str, origin: &str) -> Result<Config> {
         let value: toml::Table = text
             .parse()
-            .map_err(|e: toml::de::Error| Error::config(format!("{origin}: {}", e.message())))?;
-        Config::from_table(value, origin)
+            .map_err(|e: toml::de::Error| syntax_error(text, origin, &e))?;
+        Config::from_table(value, &Origins::file(origin))
     }
 
-    fn from_table(table: toml::Table, origin: &str) -> Result<Config> {
+    fn from_table(table: toml::Table, origins: &Origins) -> Result<Config> {
+        let origin = &origins.file;
         for key in table.keys() {
             if !SECTIONS.contains(&key.as_str()) {
                 return Err(Error::config(format!(
@@ -266,16 +267,16 @@ impl Config {
             Ok(cfg) => cfg,
             Err(e) => {
                 let e: toml::de::Error = e;
+                let key = offending_key(&table);
                 return Err(Error::config(format!(
-                    "{origin}: {}{}",
-                    offending_key(&table)
-                        .map(|k| format!("`{k}`: "))
-                        .unwrap_or_default(),
+                    "{}: {}{}",
+                    origins.of(key.as_deref().unwrap_or("")),
+                    key.map(|k| format!("`{k}`: ")).unwrap_or_default(),
                     e.message()
                 )));
             }
         };
-        cfg.validate(origin)?;
+        cfg.validate(origins)?;
         Ok(cfg)
     }
 
@@ -296,18 +297,21 @@ impl Config {
                         .with_source(e)
                 })?;
                 let t: toml::Table = text.parse().map_err(|e: toml::de::Error| {
-                    Error::config(format!("{}: {}", p.display(), e.message()))
+                    syntax_error(&text, &p.display().to_string(), &e)
                 })?;
                 (t, p.display().to_string())
             }
             None => (toml::Table::new(), "defaults".to_string()),
         };
-        apply_env_overrides(&mut table, vars)?;
-        Config::from_table(table, &origin)
+        let env = apply_env_overrides(&mut table, vars)?;
+        Config::from_table(table, &Origins { file: origin, env })
     }
 
-    fn validate(&self, origin: &str) -> Result<()> {
-        let bad = |key: &str, why: &str| Err(Error::config(format!("{origin}: `{key}` {why}")));
+    fn validate(&self, origins: &Origins) -> Result<()> {
+        let bad = |key: &str, why: &str| {
+            let origin = origins.of(key);
+            Err(Error::config(format!("{origin}: `{key}` {why}")))
+        };
         if self.general.failure_timeout_ms == 0 {
             return bad("general.failure_timeout_ms", "must be at least 1");
         }
@@ -375,7 +379,67 @@ const NON_CONFIG_VARS: &[&str] = &[
     "FERRY_LOCAL_SIZE",
 ];
 
-fn apply_env_overrides(table: &mut toml::Table, vars: &[(String, String)]) -> Result<()> {
+/// Where the settings came from, so that an error names the source of the bad value: the
+/// file (or `defaults`), or the environment variable that set the key.
+struct Origins {
+    /// The configuration file's path, or `defaults` without one.
+    file: String,
+    /// `(section.key, NAME=value)` of every key set from the environment.
+    env: Vec<(String, String)>,
+}
+
+impl Origins {
+    fn file(origin: &str) -> Origins {
+        Origins {
+            file: origin.to_string(),
+            env: Vec::new(),
+        }
+    }
+
+    /// The source of `key` (`section.key`, or `section.key[i]` for an element of a list).
+    fn of(&self, key: &str) -> &str {
+        let key = key.split('[').next().unwrap_or(key);
+        self.env
+            .iter()
+            .find(|(k, _)| k == key)
+            .map_or(self.file.as_str(), |(_, var)| var.as_str())
+    }
+}
+
+/// A TOML syntax error with the line and key it is on (the parser's message alone names
+/// neither), and the limit when a number does not fit TOML's 64-bit signed integers.
+fn syntax_error(text: &str, origin: &str, e: &toml::de::Error) -> Error {
+    let mut msg = origin.to_string();
+    if let Some(span) = e.span() {
+        let start = span.start.min(text.len());
+        let line_no = text[..start].matches('\n').count() + 1;
+        msg.push_str(&format!(", line {line_no}"));
+        let line_start = text[..start].rfind('\n').map_or(0, |i| i + 1);
+        let line = text[line_start..].lines().next().unwrap_or("");
+        if let Some((key, _)) = line.split_once('=') {
+            let key = key.trim();
+            if !key.is_empty() && !key.starts_with('[') {
+                msg.push_str(&format!(": `{key}`"));
+            }
+        }
+    }
+    msg.push_str(&format!(": {}", e.message()));
+    if e.message().contains("too large") {
+        msg.push_str(&format!(
+            " (configuration integers are at most {})",
+            i64::MAX
+        ));
+    }
+    Error::config(msg)
+}
+
+/// Applies the `FERRY_<SECTION>_<KEY>` variables of `vars` to `table`; returns which keys
+/// they set (for error messages).
+fn apply_env_overrides(
+    table: &mut toml::Table,
+    vars: &[(String, String)],
+) -> Result<Vec<(String, String)>> {
+    let mut set = Vec::new();
     for (name, raw) in vars {
         let Some(rest) = name.strip_prefix("FERRY_") else {
             continue;
@@ -393,7 +457,9 @@ fn apply_env_overrides(table: &mut toml::Table, vars: &[(String, String)]) -> Re
             // secret, ...); they are not configuration keys.
             continue;
         };
-        let value = parse_env_value(raw);
+        let value = parse_env_value(raw)
+            .map_err(|why| Error::config(format!("{name}={raw}: `{section}.{key}`: {why}")))?;
+        set.push((format!("{section}.{key}"), format!("{name}={raw}")));
         let entry = table
             .entry(section.to_string())
             .or_insert_with(|| toml::Value::Table(toml::Table::new()));
@@ -408,18 +474,29 @@ fn apply_env_overrides(table: &mut toml::Table, vars: &[(String, String)]) -> Re
             }
         }
     }
-    Ok(())
+    Ok(set)
 }
 
 /// Environment values are TOML scalars when they parse as such (numbers, booleans, arrays),
-/// strings otherwise.
-fn parse_env_value(raw: &str) -> toml::Value {
+/// strings otherwise. A whole number TOML cannot hold (beyond 64-bit signed) is an error
+/// saying so, not a string that the key then rejects as the wrong type.
+fn parse_env_value(raw: &str) -> std::result::Result<toml::Value, String> {
     let doc = format!("v = {raw}");
     match doc.parse::<toml::Table>() {
-        Ok(mut t) => t
+        Ok(mut t) => Ok(t
             .remove("v")
-            .unwrap_or(toml::Value::String(raw.to_string())),
-        Err(_) => toml::Value::String(raw.to_string()),
+            .unwrap_or(toml::Value::String(raw.to_string()))),
+        Err(_) => {
+            let digits = raw.trim().trim_start_matches(['+', '-']).replace('_', "");
+            if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(format!(
+                    "{} is out of range (configuration integers are at most {})",
+                    raw.trim(),
+                    i64::MAX
+                ));
+            }
+            Ok(toml::Value::String(raw.to_string()))
+        }
     }
 }
 
@@ -519,6 +596,54 @@ mod tests {
         assert!(e.to_string().contains("tcp.connection_cap"), "{e}");
         let e = Config::from_toml("[tcp]\naddresses = [\"nohost\"]\n", "f.toml").unwrap_err();
         assert!(e.to_string().contains("tcp.addresses[0]"), "{e}");
+    }
+
+    #[test]
+    fn bad_environment_values_name_the_variable() {
+        let vars = vec![("FERRY_TCP_CONNECTION_CAP".to_string(), "abc".to_string())];
+        let e = Config::load(None, &vars).unwrap_err().to_string();
+        assert!(
+            e.contains("FERRY_TCP_CONNECTION_CAP=abc: `tcp.connection_cap`"),
+            "{e}"
+        );
+        assert!(!e.contains("defaults"), "{e}");
+        let vars = vec![("FERRY_SHM_RING_SLOTS".to_string(), "3".to_string())];
+        let e = Config::load(None, &vars).unwrap_err().to_string();
+        assert!(
+            e.contains("FERRY_SHM_RING_SLOTS=3: `shm.ring_slots`"),
+            "{e}"
+        );
+        let vars = vec![("FERRY_TCP_ADDRESSES".to_string(), "[\"x\"]".to_string())];
+        let e = Config::load(None, &vars).unwrap_err().to_string();
+        assert!(e.contains("FERRY_TCP_ADDRESSES="), "{e}");
+    }
+
+    #[test]
+    fn integers_beyond_toml_range_are_range_errors() {
+        let big = u64::MAX.to_string();
+        let vars = vec![("FERRY_TCP_MAX_MESSAGE_BYTES".to_string(), big.clone())];
+        let e = Config::load(None, &vars).unwrap_err().to_string();
+        assert!(!e.contains("invalid type"), "{e}");
+        assert!(
+            e.contains(&format!("FERRY_TCP_MAX_MESSAGE_BYTES={big}")),
+            "{e}"
+        );
+        assert!(e.contains("out of range"), "{e}");
+        assert!(e.contains(&i64::MAX.to_string()), "{e}");
+        // i64::MAX itself fits.
+        let vars = vec![(
+            "FERRY_TCP_MAX_MESSAGE_BYTES".to_string(),
+            i64::MAX.to_string(),
+        )];
+        assert_eq!(
+            Config::load(None, &vars).unwrap().tcp.max_message_bytes,
+            i64::MAX as u64
+        );
+        let e = Config::from_toml(&format!("[tcp]\n\nmax_message_bytes = {big}\n"), "f.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("f.toml, line 3: `max_message_bytes`"), "{e}");
+        assert!(e.contains(&i64::MAX.to_string()), "{e}");
     }
 
     #[test]

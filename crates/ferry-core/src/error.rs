@@ -1,5 +1,5 @@
 //! Errors as values (T5, F2): every failure names the rank it happened on, the operation, the
-//! peer when there is one, and the cause as a `source()` chain.
+//! peer when there is one, and the cause, printed once as part of the message.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -52,8 +52,9 @@ impl ErrorKind {
 
 /// A ferry error: kind, the operation, on which rank, with which peer, and why.
 ///
-/// Displayed as `rank 2: recv from rank 3: peer failed: connection reset by peer`, with the
-/// detail and the `source()` chain after the kind.
+/// Displayed as `rank 2: recv (peer rank 3): peer failed: connection reset by peer`: the
+/// detail and the whole cause chain follow the kind, each part once (see the `Display` impl;
+/// [`Error::cause`] gives the cause to code).
 pub struct Error {
     kind: ErrorKind,
     op: Cow<'static, str>,
@@ -182,34 +183,78 @@ impl Error {
 }
 
 impl fmt::Display for Error {
+    /// The whole story on one line, each part once: the rank, then each level of the chain
+    /// (operation and peer), the kind and the detail, then the foreign cause (an I/O error, ...)
+    /// and its own causes. A nested ferry error on the same rank or with the same peer does not
+    /// repeat them, and a kind shared with the level above is shown once, at the top (so a
+    /// message always starts `rank R: OP (peer rank P): KIND`):
+    /// `rank 3: allreduce (peer rank 1): peer failed: exchange: connection reset by peer`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if let Some(rank) = self.rank {
-            write!(f, "rank {rank}: ")?;
+        let mut shown_rank = None;
+        let mut shown_peer = None;
+        let mut shown_kind = None;
+        let mut level = self;
+        loop {
+            if let Some(rank) = level.rank.filter(|r| shown_rank != Some(*r)) {
+                write!(f, "rank {rank}: ")?;
+                shown_rank = Some(rank);
+            }
+            f.write_str(&level.op)?;
+            if let Some(peer) = level.peer.filter(|p| shown_peer != Some(*p)) {
+                write!(f, " (peer rank {peer})")?;
+                shown_peer = Some(peer);
+            }
+            if shown_kind != Some(level.kind) {
+                write!(f, ": {}", level.kind.describe())?;
+                shown_kind = Some(level.kind);
+            }
+            let inner = level.inner();
+            if let Some(detail) = &level.detail {
+                write!(f, ": {detail}")?;
+            }
+            match inner {
+                Some(i) => {
+                    f.write_str(": ")?;
+                    level = i;
+                }
+                None => break,
+            }
         }
-        write!(f, "{}", self.op)?;
-        if let Some(peer) = self.peer {
-            write!(f, " (peer rank {peer})")?;
-        }
-        write!(f, ": {}", self.kind.describe())?;
-        if let Some(detail) = &self.detail {
-            write!(f, ": {detail}")?;
-        }
-        // The chain is printed inline so that a single `{}` tells the whole story, as the
-        // launcher and the examples print errors with `{}`.
-        let mut cause = self
-            .source
-            .as_deref()
+        let mut cause = level
+            .cause()
             .map(|e| e as &(dyn std::error::Error + 'static));
         while let Some(err) = cause {
             write!(f, ": {err}")?;
-            cause = if err.is::<Error>() {
-                // A nested ferry Error already printed its own chain.
-                None
-            } else {
-                err.source()
-            };
+            cause = err.source();
         }
         Ok(())
+    }
+}
+
+impl Error {
+    /// The cause of this error (a lower-level ferry error, an I/O error, ...), if any.
+    ///
+    /// [`std::error::Error::source`] returns `None` instead, because the cause is already
+    /// part of this error's `Display`: error reporters that print the `source()` chain
+    /// (anyhow, eyre, ...) would otherwise print every cause twice.
+    pub fn cause(&self) -> Option<&(dyn std::error::Error + Send + Sync + 'static)> {
+        self.source.as_deref()
+    }
+
+    /// The innermost cause of the chain that is not a ferry error (e.g. the
+    /// [`std::io::Error`] of a failed system call), for callers that inspect it.
+    pub fn root_cause(&self) -> Option<&(dyn std::error::Error + Send + Sync + 'static)> {
+        let mut level = self;
+        while let Some(inner) = level.inner() {
+            level = inner;
+        }
+        level.cause()
+    }
+
+    /// The cause if it is itself a ferry error (a lower level of the same failure).
+    fn inner(&self) -> Option<&Error> {
+        let cause = self.source.as_deref()? as &(dyn std::error::Error + 'static);
+        cause.downcast_ref::<Error>()
     }
 }
 
@@ -219,13 +264,8 @@ impl fmt::Debug for Error {
     }
 }
 
-impl std::error::Error for Error {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.source
-            .as_deref()
-            .map(|e| e as &(dyn std::error::Error + 'static))
-    }
-}
+/// `source()` is `None`: the cause is printed by `Display` (see [`Error::cause`]).
+impl std::error::Error for Error {}
 
 #[cfg(test)]
 mod tests {
@@ -245,8 +285,74 @@ mod tests {
         assert_eq!(outer.kind(), ErrorKind::PeerFailed);
         assert_eq!(
             outer.to_string(),
-            "rank 2: allreduce (peer rank 3): peer failed: rank 2: recv (peer rank 3): peer failed: connection reset"
+            "rank 2: allreduce (peer rank 3): peer failed: recv: connection reset"
         );
-        assert!(std::error::Error::source(&outer).is_some());
+        assert!(outer.cause().is_some());
+        assert!(outer
+            .root_cause()
+            .and_then(|c| c.downcast_ref::<std::io::Error>())
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionReset));
+    }
+
+    /// What anyhow, eyre and similar reporters print: the error, then every `source()`.
+    fn report(e: &(dyn std::error::Error + 'static)) -> String {
+        let mut text = e.to_string();
+        let mut cause = e.source();
+        while let Some(c) = cause {
+            text.push_str(&format!(": {c}"));
+            cause = c.source();
+        }
+        text
+    }
+
+    #[test]
+    fn a_chain_is_told_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "connection reset");
+        let e = Error::io("exchange", io)
+            .on_rank(3)
+            .with_peer(1)
+            .context("allreduce");
+        let text = report(&e);
+        assert_eq!(
+            text,
+            "rank 3: allreduce (peer rank 1): peer failed: exchange: connection reset"
+        );
+        // Wrapped once more in a foreign error that reports its source, as anyhow does.
+        #[derive(Debug)]
+        struct App(Error);
+        impl fmt::Display for App {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("solver step 7")
+            }
+        }
+        impl std::error::Error for App {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let text = report(&App(e));
+        for part in ["rank 3", "peer failed", "connection reset", "exchange"] {
+            assert_eq!(
+                text.matches(part).count(),
+                1,
+                "`{part}` not once in: {text}"
+            );
+        }
+    }
+
+    #[test]
+    fn different_ranks_peers_and_kinds_are_all_shown() {
+        let inner = Error::new(ErrorKind::Timeout, "recv")
+            .on_rank(1)
+            .with_peer(2)
+            .with_detail("waited 5 s");
+        let outer = Error::new(ErrorKind::PeerFailed, "barrier")
+            .on_rank(0)
+            .with_peer(1)
+            .with_source(inner);
+        assert_eq!(
+            outer.to_string(),
+            "rank 0: barrier (peer rank 1): peer failed: rank 1: recv (peer rank 2): timed out: waited 5 s"
+        );
     }
 }

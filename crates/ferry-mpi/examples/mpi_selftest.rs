@@ -4,7 +4,7 @@
 //! `mpirun -n N mpi_selftest check`    exchanges of many shapes; prints `ok <name>` lines and
 //!                                     exits 1 on the first failure.
 //! `mpirun -n N mpi_selftest timeout`  rank 0 waits for a message that never comes and must get a
-//!                                     timeout error (set `FERRY_GENERAL_TIMEOUT_MS`).
+//!                                     timeout error (set `FERRY_GENERAL_OPERATION_TIMEOUT_MS`).
 //! `mpirun -n 2 mpi_selftest bench`    ping-pong latency (8 B) and bandwidth (1 MiB) figures.
 //! `mpirun -n N mpi_selftest stress [ROUNDS]`  random all-to-all rounds (sizes, keys incl.
 //!                                     colliding hashed ones, receive order), every byte checked.

@@ -1,0 +1,319 @@
+//! Watching a job: the checks between two ranks of the launch, the supervisor loop that
+//! notices failed ranks and ends the job (R1, T5), and the end of a job (output drained,
+//! leftovers of the ranks ended, ranks reaped).
+
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
+use std::time::{Duration, Instant};
+
+use ferry_core::Store;
+
+use crate::collapse;
+use crate::ctl::STATUS_KEY;
+use crate::forward::{Output, Tracker};
+use crate::guard;
+use crate::run::{describe, Rank};
+use crate::{signals, RunArgs};
+
+/// Poll interval while ending ranks after a failed start.
+const TICK: Duration = Duration::from_millis(5);
+/// Longest sleep of the main loop without a signal (a safety net: SIGCHLD wakes it anyway).
+const IDLE: Duration = Duration::from_millis(500);
+/// How long the launcher waits for the ranks' last output once every rank is gone (a rank's
+/// own child may hold the pipes open).
+const DRAIN: Duration = Duration::from_secs(1);
+/// How long processes left behind by the ranks get between SIGTERM and SIGKILL at the end.
+const TERM_WAIT: Duration = Duration::from_millis(200);
+
+/// What the launch loop watches between two ranks: an interrupt, or a rank that failed
+/// already (then the job is over and starting more ranks would only multiply errors).
+pub(crate) struct Launch {
+    /// Ranks seen ended with success (not checked again).
+    done: Vec<bool>,
+    /// The launch stopped because of SIGINT, SIGTERM or SIGHUP.
+    pub(crate) interrupted: bool,
+}
+
+impl Launch {
+    pub(crate) fn new(total: usize) -> Launch {
+        Launch {
+            done: vec![false; total],
+            interrupted: false,
+        }
+    }
+
+    /// Whether to stop starting ranks. Interrupts stay pending and no rank is reaped: the
+    /// supervisor takes the same signals and sees the same exits afterwards, and reports
+    /// them.
+    pub(crate) fn must_stop(&mut self, ranks: &[Rank], keep_going: bool) -> bool {
+        let pending = signals::pending();
+        if pending.stop {
+            self.interrupted = true;
+            return true;
+        }
+        if !pending.child || keep_going {
+            return false;
+        }
+        // Consumed here so that the next child exit raises it again; the supervisor looks
+        // at every rank when it starts anyway.
+        signals::take_child();
+        for (r, rank) in ranks.iter().enumerate() {
+            if self.done[r] {
+                continue;
+            }
+            match guard::observe(rank.pid) {
+                Ok(Some(status)) if status.success() => self.done[r] = true,
+                Ok(Some(_)) | Err(_) => return true,
+                Ok(None) => {}
+            }
+        }
+        false
+    }
+}
+
+/// After the last rank ended: waits up to [`DRAIN`] for the ranks' last output (a process a
+/// rank started in the background may still be writing it), then ends what the ranks left in
+/// their process groups (SIGTERM, SIGKILL shortly after), reaps the ranks, and kills orphans
+/// of theirs that came to the launcher as subreaper.
+pub(crate) fn finish(ranks: &mut [Rank], output: &Output, tracker: &Tracker, guardian: i32) {
+    let drained = tracker.wait(DRAIN);
+    ranks.iter().for_each(|r| r.signal(libc::SIGTERM));
+    if !drained && !tracker.wait(TERM_WAIT) {
+        output.message(
+            "ferry: some output may be missing: a process started by a rank still holds its pipes",
+        );
+    }
+    ranks.iter().for_each(|r| r.signal(libc::SIGKILL));
+    for rank in ranks.iter_mut().filter(|r| !r.reaped) {
+        if let Ok(status) = rank.child.wait() {
+            rank.status.get_or_insert(status);
+        }
+        rank.reaped = true;
+    }
+    guard::sweep_strays(&[guardian], DRAIN);
+}
+
+/// How the job ended: the launcher's exit status and its closing messages.
+pub(crate) struct Outcome {
+    pub(crate) exit: u8,
+    pub(crate) messages: Vec<String>,
+}
+
+/// How long the launcher keeps collecting failures after the first one before it decides
+/// which rank to blame and ends the job. Ranks that die together are seen in an order that
+/// says little about which went first: a SIGKILLed rank becomes reapable only after its
+/// sockets closed, so its peers may report its death and exit before it does.
+const SETTLE: Duration = Duration::from_millis(150);
+
+/// A failed rank, as seen by the supervisor.
+struct Failure {
+    rank: usize,
+    signaled: bool,
+    /// What happened, after `rank R ` (so that equal failures of many ranks merge).
+    text: String,
+    code: u8,
+}
+
+/// The messages of `pending` failures (emptied), equal ones of several ranks as one.
+fn merge(pending: &mut Vec<Failure>) -> Vec<String> {
+    collapse::merge_messages(pending.drain(..).map(|f| (f.rank, f.text)).collect())
+}
+
+/// Watches the ranks until all are gone; ends the job after the first failure (unless
+/// --keep-going) or on SIGINT/SIGTERM/SIGHUP.
+pub(crate) fn supervise(
+    ranks: &mut [Rank],
+    args: &RunArgs,
+    output: &Output,
+    store: &dyn Store,
+) -> Outcome {
+    let local_host = ferry_core::launch::hostname();
+    let mut states: Vec<String> = vec!["running".to_string(); ranks.len()];
+    publish_status(store, ranks, &states, &local_host);
+    let grace = Duration::from_millis(args.grace_ms);
+    let mut messages = Vec::new();
+    let mut exit: Option<u8> = None;
+    // Failures seen before the blame was decided, and until when to keep collecting them.
+    let mut pending: Vec<Failure> = Vec::new();
+    // Failures after the blame was decided (--keep-going), reported at the end.
+    let mut later: Vec<Failure> = Vec::new();
+    let mut settle_until: Option<Instant> = None;
+    // When the job is being ended: since when, and whether SIGKILL went out already.
+    let mut ending: Option<(Instant, bool)> = None;
+    let mut stop: Option<i32> = None;
+    let mut ended_by_us = 0usize;
+    loop {
+        let mut running = 0;
+        let mut changed = false;
+        for (r, rank) in ranks.iter_mut().enumerate() {
+            if rank.status.is_some() {
+                continue;
+            }
+            match guard::observe(rank.pid) {
+                Ok(Some(status)) => {
+                    rank.status = Some(status);
+                    changed = true;
+                    if !status.success() {
+                        // What the failed rank started goes with it (its group; a rank that
+                        // ended well keeps its group until the job ends).
+                        rank.signal(libc::SIGTERM);
+                    }
+                    let failure = describe(r, status);
+                    states[r] = match &failure {
+                        None => "done".to_string(),
+                        Some(_) if ending.is_some() => "ended by ferry".to_string(),
+                        Some((text, _)) => text.replacen(&format!("rank {r} "), "", 1),
+                    };
+                    if ending.is_some() {
+                        ended_by_us += 1;
+                        continue;
+                    }
+                    if let Some((text, code)) = failure {
+                        let prefix = format!("rank {r} ");
+                        let f = Failure {
+                            rank: r,
+                            signaled: status.signal().is_some(),
+                            text: text.strip_prefix(&prefix).unwrap_or(&text).to_string()
+                                + &rank.where_(),
+                            code,
+                        };
+                        if exit.is_some() {
+                            later.push(f); // blame already decided (--keep-going)
+                        } else {
+                            settle_until.get_or_insert(Instant::now() + SETTLE);
+                            pending.push(f);
+                        }
+                    }
+                }
+                Ok(None) => running += 1,
+                Err(e) => {
+                    // Cannot happen for our own child; treat as failed rather than loop forever.
+                    messages.push(format!("rank {r}: cannot wait for its process: {e}"));
+                    exit.get_or_insert(1);
+                    rank.status = Some(ExitStatus::from_raw(1 << 8));
+                    rank.reaped = true;
+                }
+            }
+        }
+        if changed {
+            publish_status(store, ranks, &states, &local_host);
+        }
+        let settled = settle_until.is_some_and(|t| running == 0 || Instant::now() >= t);
+        if settled && exit.is_none() {
+            // A rank killed by a signal is the likelier cause (its peers typically exit with
+            // an error about it): it is named first and gives the exit status.
+            pending.sort_by_key(|f| !f.signaled);
+            exit = pending.first().map(|f| f.code);
+            messages.extend(merge(&mut pending));
+        }
+        if running == 0 {
+            break;
+        }
+        if let Some(sig) = stop.take() {
+            if ending.is_none() {
+                output.message(&format!(
+                    "ferry: received {}, ending {running} rank{}",
+                    signals::name(sig),
+                    if running == 1 { "" } else { "s" }
+                ));
+                // Failures still settling are reported; the interrupt gives the status.
+                messages.extend(merge(&mut pending));
+                exit.get_or_insert((128 + sig).clamp(1, 255) as u8);
+                ending = Some((Instant::now(), false));
+                ranks.iter().for_each(|r| r.signal(libc::SIGTERM));
+            } else if let Some((_, killed)) = ending.as_mut() {
+                // A second interrupt: no more patience.
+                *killed = true;
+                ranks.iter().for_each(|r| r.signal(libc::SIGKILL));
+            }
+        }
+        if ending.is_none() && exit.is_some() && !args.keep_going {
+            ending = Some((Instant::now(), false));
+            ranks.iter().for_each(|r| r.signal(libc::SIGTERM));
+        }
+        let mut sleep = IDLE;
+        if exit.is_none() {
+            if let Some(t) = settle_until {
+                sleep = sleep.min(t.saturating_duration_since(Instant::now()));
+            }
+        }
+        if let Some((since, killed)) = ending.as_mut() {
+            let waited = since.elapsed();
+            if !*killed && waited >= grace {
+                *killed = true;
+                ranks.iter().for_each(|r| r.signal(libc::SIGKILL));
+            } else if !*killed {
+                sleep = sleep.min(grace - waited);
+            }
+        }
+        match signals::wait(sleep) {
+            signals::Event::Stop(sig) => stop = Some(sig),
+            signals::Event::Suspend => {
+                ranks.iter().for_each(|r| r.signal(libc::SIGTSTP));
+                // SIGTSTP is blocked here, so stop ourselves the way the shell expects.
+                // SAFETY: kill(2) on our own pid.
+                unsafe {
+                    libc::kill(libc::getpid(), libc::SIGSTOP);
+                }
+            }
+            signals::Event::Resume => ranks.iter().for_each(|r| r.signal(libc::SIGCONT)),
+            signals::Event::Child | signals::Event::Timeout => {}
+        }
+    }
+    messages.extend(merge(&mut later));
+    if ended_by_us > 0 {
+        messages.push(format!(
+            "ended {ended_by_us} remaining rank{}",
+            if ended_by_us == 1 { "" } else { "s" }
+        ));
+    }
+    Outcome {
+        exit: exit.unwrap_or(0),
+        messages,
+    }
+}
+
+/// Publishes the process table for `ferry ctl NAME status`: one line per process,
+/// `L<id>:<host>:<pid> rank <r> <state>`.
+fn publish_status(store: &dyn Store, ranks: &[Rank], states: &[String], local_host: &str) {
+    let mut table = String::new();
+    for (r, (rank, state)) in ranks.iter().zip(states).enumerate() {
+        let host = rank.host.as_deref().unwrap_or(local_host);
+        table.push_str(&format!("L{r}:{host}:{} rank {r} {state}\n", rank.pid));
+    }
+    if let Err(e) = store.set(STATUS_KEY, table.as_bytes()) {
+        tracing::warn!("cannot publish the job status: {e}");
+    }
+}
+
+/// Ends the ranks started so far (start-up failed part way) and reaps them.
+pub(crate) fn end_all(
+    ranks: &mut [Rank],
+    grace_ms: u64,
+    output: &Output,
+    tracker: &Tracker,
+    guardian: i32,
+) {
+    ranks.iter().for_each(|r| r.signal(libc::SIGTERM));
+    let deadline = Instant::now() + Duration::from_millis(grace_ms);
+    let mut killed = false;
+    loop {
+        let mut running = 0;
+        for rank in ranks.iter_mut().filter(|r| r.status.is_none()) {
+            match guard::observe(rank.pid) {
+                Ok(Some(s)) => rank.status = Some(s),
+                Ok(None) => running += 1,
+                Err(_) => rank.status = Some(ExitStatus::from_raw(1 << 8)),
+            }
+        }
+        if running == 0 {
+            finish(ranks, output, tracker, guardian);
+            return;
+        }
+        if !killed && Instant::now() >= deadline {
+            killed = true;
+            ranks.iter().for_each(|r| r.signal(libc::SIGKILL));
+        }
+        std::thread::sleep(TICK);
+    }
+}
