@@ -341,12 +341,11 @@ impl Transport for HybridTransport {
         data: &[u8],
         from: usize,
         recv_key: MsgKey,
-        buf: RecvBuf<'_>,
+        mut buf: RecvBuf<'_>,
     ) -> Result<()> {
         self.calls += 1;
         check_peer(self.rank, self.size, to, "sendrecv")?;
         check_peer(self.rank, self.size, from, "sendrecv")?;
-        let mut buf = buf;
         // As shm's own step: the receive goes on alone only once the send is complete.
         let send_state = if self.is_local(to) && self.is_local(from) {
             match self.start_send(to, send_key, data) {
