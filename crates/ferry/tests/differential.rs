@@ -566,3 +566,87 @@ fn variants_take_the_multi_rank_compare_mode() {
         ]
     );
 }
+
+#[test]
+fn judge_compares_with_the_reference_and_reports_hangs() {
+    let v = Variant {
+        id: "x-4".into(),
+        example: "x".into(),
+        args: vec!["1".into()],
+        env: "-".into(),
+        mode: "sorted".into(),
+    };
+    let res = |status: i32, stdout: &str, timed_out: bool| {
+        Ok(RunResult {
+            status: Some(status),
+            stdout: stdout.into(),
+            stderr: "x: error: needs an even number of ranks\n".into(),
+            timed_out,
+        })
+    };
+    let with = |rs: Vec<std::io::Result<RunResult>>| -> Vec<(Backend, std::io::Result<RunResult>)> {
+        backends(8).into_iter().zip(rs).collect()
+    };
+    // Same lines in another order: equal in sorted mode.
+    let o = judge(
+        &v,
+        8,
+        &with(
+            (0..5)
+                .map(|i| res(0, if i % 2 == 0 { "a\nb\n" } else { "b\na\n" }, false))
+                .collect(),
+        ),
+    );
+    assert!(matches!(o, Outcome::Pass), "{o:?}");
+    let o = judge(
+        &v,
+        8,
+        &with(vec![
+            res(0, "a\n", false),
+            res(0, "a\n", false),
+            res(0, "b\n", false),
+            res(0, "a\n", false),
+            res(0, "a\n", false),
+        ]),
+    );
+    assert!(
+        matches!(&o, Outcome::Fail(w) if w.contains("hybrid[4+4]: stdout differs")),
+        "{o:?}"
+    );
+    let o = judge(
+        &v,
+        8,
+        &with(vec![
+            res(0, "a\n", false),
+            res(0, "a\n", false),
+            res(0, "a\n", false),
+            res(0, "", true),
+            res(0, "a\n", false),
+        ]),
+    );
+    assert!(
+        matches!(&o, Outcome::Fail(w) if w.contains("hybrid[2+2+2+2]: did not finish")),
+        "{o:?}"
+    );
+    let o = judge(
+        &v,
+        8,
+        &with(vec![
+            res(0, "a\n", false),
+            res(1, "a\n", false),
+            res(0, "a\n", false),
+            res(0, "a\n", false),
+            res(0, "a\n", false),
+        ]),
+    );
+    assert!(
+        matches!(&o, Outcome::Fail(w) if w.contains("shm: exit status Some(1)")),
+        "{o:?}"
+    );
+    // Every backend refuses the rank count the same way: skipped with the example's message.
+    let o = judge(&v, 8, &with((0..5).map(|_| res(1, "", false)).collect()));
+    assert!(
+        matches!(&o, Outcome::Skip(w) if w.contains("needs an even number")),
+        "{o:?}"
+    );
+}
