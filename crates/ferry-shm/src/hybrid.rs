@@ -7,13 +7,20 @@
 //! gathered through the job's rendezvous store (001 §4.2.2 does the same through the primary
 //! backend), so every rank computes the same `node_of`. Node `k`'s segment is named after the
 //! job and `k`.
+//!
+//! Every blocking operation, node-local ones included, runs in this transport's own progress
+//! loop and never in one of the two parts alone: a rank owes its peers progress on both sides
+//! while it waits for either. A completed TCP send may still wait in the outbox for the
+//! receiver's GET, and a node mate's send completes only while this rank drains its ring; a
+//! rank that waited for a node mate inside the shm transport alone (or for a remote rank
+//! inside TCP alone) could leave the peer that its own partner waits for stuck.
 
 use std::time::Duration;
 
 use ferry_core::transport::{check_peer, drive_exchange};
 use ferry_core::{
     Config, Error, ErrorKind, Exchange, LaunchInfo, MsgKey, OpState, RecvBuf, RecvOp, Result,
-    Stats, Store, Transport, WaitPolicy,
+    SendOp, Stats, Store, Transport, WaitPolicy,
 };
 use ferry_tcp::TcpTransport;
 
@@ -21,7 +28,9 @@ use crate::segment::segment_name;
 use crate::transport::{JoinSpec, ShmTransport};
 
 /// How long a rank waiting for both node-local and remote input blocks in TCP's poll before it
-/// looks at its shared-memory rings again (shm peers do not wake a rank blocked in epoll).
+/// looks at its shared-memory rings again (shm peers do not wake a rank blocked in epoll), and
+/// how long one waiting for node-local input only sleeps on shm before it serves its TCP peers
+/// (sockets do not ring shm's doorbell).
 const MIXED_WAIT_SLICE: Duration = Duration::from_millis(1);
 
 /// Which transports the last progress pass still waited for.
@@ -41,6 +50,11 @@ pub struct HybridTransport {
     calls: u64,
     pending: Pending,
     policy: WaitPolicy,
+    /// Whether the job has ranks on other nodes (TCP peers to serve while waiting on shm).
+    multi_node: bool,
+    /// Operation vectors of the point-to-point calls, recycled (no allocation per message).
+    spare_sends: Vec<SendOp<'static>>,
+    spare_recvs: Vec<RecvOp<'static>>,
 }
 
 impl std::fmt::Debug for HybridTransport {
@@ -134,6 +148,9 @@ impl HybridTransport {
         Ok(HybridTransport {
             shm,
             tcp,
+            multi_node: members.len() < size,
+            spare_sends: Vec::new(),
+            spare_recvs: Vec::new(),
             node,
             rank,
             size,
@@ -150,6 +167,53 @@ impl HybridTransport {
     /// Number of nodes of the job.
     pub fn nodes(&self) -> usize {
         self.node.iter().max().map_or(0, |m| m + 1)
+    }
+
+    /// shm's lean start of a send to a node-local peer (an inline push when the ring has
+    /// room): None when it is complete, else the state it goes on with in [`Self::drive_ops`].
+    /// Sends to other nodes start there.
+    fn start_send(&mut self, peer: usize, key: MsgKey, data: &[u8]) -> Option<OpState> {
+        if !self.is_local(peer) {
+            return Some(OpState::New);
+        }
+        let serial = self.shm.send_start(peer, key, data)?;
+        Some(OpState::Active {
+            serial,
+            progress: 0,
+        })
+    }
+
+    /// shm's lean start of a receive from a node-local peer (bounded spinning, never
+    /// blocking): like [`Self::start_send`].
+    fn start_recv(
+        &mut self,
+        peer: usize,
+        key: MsgKey,
+        buf: &mut RecvBuf<'_>,
+    ) -> Result<Option<OpState>> {
+        if !self.is_local(peer) {
+            return Ok(Some(OpState::New));
+        }
+        Ok(self
+            .shm
+            .recv_start(peer, key, buf)?
+            .map(|serial| OpState::Active {
+                serial,
+                progress: 0,
+            }))
+    }
+
+    /// Runs the operations `fill` adds to a recycled exchange in this transport's own
+    /// progress loop, so both transports progress while it waits (see the module doc).
+    fn drive_ops<'a>(&mut self, fill: impl FnOnce(&mut Exchange<'a>)) -> Result<()> {
+        let mut ex = Exchange::from_parts(
+            std::mem::take(&mut self.spare_sends),
+            std::mem::take(&mut self.spare_recvs),
+        );
+        fill(&mut ex);
+        let result = drive_exchange(self, &mut ex);
+        (self.spare_sends, self.spare_recvs) = ex.into_parts();
+        result
     }
 }
 
@@ -217,7 +281,12 @@ impl Transport for HybridTransport {
 
     fn wait_for_input(&mut self, timeout: Duration) -> Result<()> {
         match (self.pending.local, self.pending.remote) {
-            (true, false) => self.shm.wait_for_input(timeout),
+            (true, false) if !self.multi_node => self.shm.wait_for_input(timeout),
+            (true, false) => {
+                // Remote peers may need this rank while it waits for node-local ones.
+                self.shm.wait_for_input(timeout.min(MIXED_WAIT_SLICE))?;
+                self.tcp.serve_peers()
+            }
             (false, true) => self.tcp.wait_for_input(timeout),
             _ => {
                 self.tcp.wait_for_input(timeout.min(MIXED_WAIT_SLICE))?;
@@ -235,21 +304,34 @@ impl Transport for HybridTransport {
     fn send(&mut self, peer: usize, key: MsgKey, data: &[u8]) -> Result<()> {
         self.calls += 1;
         check_peer(self.rank, self.size, peer, "send")?;
-        if self.is_local(peer) {
-            self.shm.send(peer, key, data)
-        } else {
-            self.tcp.send(peer, key, data)
-        }
+        let Some(state) = self.start_send(peer, key, data) else {
+            return Ok(());
+        };
+        self.drive_ops(|ex| {
+            ex.sends.push(SendOp {
+                peer,
+                key,
+                data,
+                state,
+            })
+        })
     }
 
     fn recv(&mut self, peer: usize, key: MsgKey, buf: &mut Vec<u8>) -> Result<()> {
         self.calls += 1;
         check_peer(self.rank, self.size, peer, "recv")?;
-        if self.is_local(peer) {
-            self.shm.recv(peer, key, buf)
-        } else {
-            self.tcp.recv(peer, key, buf)
-        }
+        let mut buf = RecvBuf::Vec(buf);
+        let Some(state) = self.start_recv(peer, key, &mut buf)? else {
+            return Ok(());
+        };
+        self.drive_ops(|ex| {
+            ex.recvs.push(RecvOp {
+                peer,
+                key,
+                buf,
+                state,
+            })
+        })
     }
 
     fn sendrecv(
@@ -259,25 +341,46 @@ impl Transport for HybridTransport {
         data: &[u8],
         from: usize,
         recv_key: MsgKey,
-        buf: RecvBuf<'_>,
+        mut buf: RecvBuf<'_>,
     ) -> Result<()> {
         self.calls += 1;
         check_peer(self.rank, self.size, to, "sendrecv")?;
         check_peer(self.rank, self.size, from, "sendrecv")?;
-        if self.is_local(to) && self.is_local(from) {
-            // Both on this node: shm's lean step.
-            return self.shm.sendrecv(to, send_key, data, from, recv_key, buf);
-        }
-        // A remote peer: both operations progressed together across the two transports.
-        let mut ex = Exchange::new();
-        ex.send(to, send_key, data);
-        ex.recvs.push(RecvOp {
-            peer: from,
-            key: recv_key,
-            buf,
-            state: OpState::New,
-        });
-        drive_exchange(self, &mut ex)
+        // As shm's own step: the receive goes on alone only once the send is complete.
+        let send_state = if self.is_local(to) && self.is_local(from) {
+            match self.start_send(to, send_key, data) {
+                None => {
+                    let Some(state) = self.start_recv(from, recv_key, &mut buf)? else {
+                        return Ok(());
+                    };
+                    return self.drive_ops(|ex| {
+                        ex.recvs.push(RecvOp {
+                            peer: from,
+                            key: recv_key,
+                            buf,
+                            state,
+                        })
+                    });
+                }
+                Some(state) => state,
+            }
+        } else {
+            OpState::New
+        };
+        self.drive_ops(|ex| {
+            ex.sends.push(SendOp {
+                peer: to,
+                key: send_key,
+                data,
+                state: send_state,
+            });
+            ex.recvs.push(RecvOp {
+                peer: from,
+                key: recv_key,
+                buf,
+                state: OpState::New,
+            });
+        })
     }
 
     fn stats(&self) -> Stats {

@@ -1467,24 +1467,9 @@ impl Transport for ShmTransport {
         self.stats.calls += 1;
         check_peer(self.rank, self.size, peer, "send")?;
         self.check_local(peer, "send")?;
-        let serial = self.send_flows.take(peer, key);
-        if let Some(l) = self.local_of[peer] {
-            if l != self.me && data.len() <= self.inline_cap {
-                if let Some(tx) = self.tx[l].as_mut() {
-                    let e = Entry {
-                        typ: T_INLINE,
-                        key,
-                        serial,
-                        total_len: data.len() as u64,
-                    };
-                    if tx.push(&e, data) {
-                        self.wake(l);
-                        self.stats.record_send(peer, data.len());
-                        return Ok(());
-                    }
-                }
-            }
-        }
+        let Some(serial) = self.send_start(peer, key, data) else {
+            return Ok(());
+        };
         // The general path, over recycled operation vectors (no allocation per message).
         let mut ex = Exchange::from_parts(
             std::mem::take(&mut self.spare_sends),
@@ -1525,26 +1510,11 @@ impl Transport for ShmTransport {
         check_peer(self.rank, self.size, from, "sendrecv")?;
         self.check_local(to, "sendrecv")?;
         self.check_local(from, "sendrecv")?;
-        let serial = self.send_flows.take(to, send_key);
         // The send goes first only if it fits into the ring right now: then it never waits
         // for `to`, and the receive may block alone without risking a deadlock (T1).
-        if let Some(l) = self.local_of[to] {
-            if l != self.me && data.len() <= self.inline_cap {
-                if let Some(tx) = self.tx[l].as_mut() {
-                    let e = Entry {
-                        typ: T_INLINE,
-                        key: send_key,
-                        serial,
-                        total_len: data.len() as u64,
-                    };
-                    if tx.push(&e, data) {
-                        self.wake(l);
-                        self.stats.record_send(to, data.len());
-                        return self.recv_lean(from, recv_key, buf);
-                    }
-                }
-            }
-        }
+        let Some(serial) = self.send_start(to, send_key, data) else {
+            return self.recv_lean(from, recv_key, buf);
+        };
         // Anything else (full ring, fragmented or single-copy send, self-send) is progressed
         // together with the receive.
         let mut ex = Exchange::from_parts(
@@ -1587,9 +1557,42 @@ impl Transport for ShmTransport {
 }
 
 impl ShmTransport {
-    /// One receive without the exchange machinery when the message is already here or arrives
-    /// inline during the spin phase; otherwise the general path. `peer` has been validated.
-    fn recv_lean(&mut self, peer: usize, key: MsgKey, mut buf: RecvBuf<'_>) -> Result<()> {
+    /// The lean start of a send to the node-local `peer` (validated): pushed inline when it
+    /// fits into the ring right now, without the exchange machinery. Otherwise returns the
+    /// flow serial it took: the send goes on as an `Active` operation with that serial and
+    /// progress 0 (here or in the hybrid backend's exchange).
+    pub(crate) fn send_start(&mut self, peer: usize, key: MsgKey, data: &[u8]) -> Option<u64> {
+        let serial = self.send_flows.take(peer, key);
+        if let Some(l) = self.local_of.get(peer).copied().flatten() {
+            if l != self.me && data.len() <= self.inline_cap {
+                if let Some(tx) = self.tx[l].as_mut() {
+                    let e = Entry {
+                        typ: T_INLINE,
+                        key,
+                        serial,
+                        total_len: data.len() as u64,
+                    };
+                    if tx.push(&e, data) {
+                        self.wake(l);
+                        self.stats.record_send(peer, data.len());
+                        return None;
+                    }
+                }
+            }
+        }
+        Some(serial)
+    }
+
+    /// The lean start of a receive from the node-local `peer` (validated): taken when the
+    /// message is already here or arrives inline while this rank spins (at most the wait
+    /// policy's spin time; it never blocks). Otherwise returns the flow serial it took, like
+    /// [`ShmTransport::send_start`].
+    pub(crate) fn recv_start(
+        &mut self,
+        peer: usize,
+        key: MsgKey,
+        buf: &mut RecvBuf<'_>,
+    ) -> Result<Option<u64>> {
         let serial = self.recv_flows.take(peer, key);
         if let Some(l) = self.local_of[peer] {
             if l != self.me && self.partial[l].is_none() {
@@ -1604,16 +1607,25 @@ impl ShmTransport {
                         buf.fill_from(p)
                             .map_err(|want| self.len_error(peer, n, want))?;
                         self.stats.record_recv(peer, n);
-                        return Ok(());
+                        return Ok(None);
                     }
                 }
                 if (self.pending_cma.is_empty() || !self.pending_cma.contains_key(&arrival))
-                    && self.try_fast_recv(l, peer, key, serial, &mut buf)?
+                    && self.try_fast_recv(l, peer, key, serial, buf)?
                 {
-                    return Ok(());
+                    return Ok(None);
                 }
             }
         }
+        Ok(Some(serial))
+    }
+
+    /// One receive without the exchange machinery when [`ShmTransport::recv_start`] takes it;
+    /// otherwise the general path. `peer` has been validated.
+    fn recv_lean(&mut self, peer: usize, key: MsgKey, mut buf: RecvBuf<'_>) -> Result<()> {
+        let Some(serial) = self.recv_start(peer, key, &mut buf)? else {
+            return Ok(());
+        };
         let mut ex = Exchange::from_parts(
             std::mem::take(&mut self.spare_sends),
             std::mem::take(&mut self.spare_recvs),

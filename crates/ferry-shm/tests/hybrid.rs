@@ -108,3 +108,197 @@ fn two_nodes_of_two_ranks() {
         .filter_map(|e| e.ok())
         .all(|e| !e.file_name().to_string_lossy().contains(&job)));
 }
+
+/// Runs `body(rank, transport)` for every rank of a hybrid job on threads, rank `r` on node
+/// `nodes[r]`, and returns each rank's result. A rank that has not returned within `limit`
+/// fails the test (naming the ranks still running) instead of hanging it: these tests are
+/// about hangs, so they must not rely on the operation timeout to surface one.
+fn run_hybrid<R: Send + 'static>(
+    nodes: &'static [&'static str],
+    cfg: Config,
+    limit: std::time::Duration,
+    body: impl Fn(usize, &mut HybridTransport) -> R + Send + Sync + 'static,
+) -> Vec<R> {
+    let size = nodes.len();
+    let store = Arc::new(MemStore::new());
+    let job = format!(
+        "hyb{}-{:?}",
+        std::process::id(),
+        std::thread::current().id()
+    )
+    .replace(['(', ')'], "");
+    let body = Arc::new(body);
+    let (tx, rx) = std::sync::mpsc::channel();
+    for (rank, &node) in nodes.iter().enumerate() {
+        let (store, cfg, job, body, tx) = (
+            store.clone(),
+            cfg.clone(),
+            job.clone(),
+            body.clone(),
+            tx.clone(),
+        );
+        // Detached on purpose: a hung rank must not keep the test from reporting.
+        std::thread::spawn(move || {
+            let mut t =
+                HybridTransport::from_store(rank, size, node, &job, &*store, &cfg, "s").unwrap();
+            let r = body(rank, &mut t);
+            t.finish().unwrap();
+            let _ = tx.send((rank, r));
+        });
+    }
+    drop(tx);
+    let deadline = std::time::Instant::now() + limit;
+    let mut out: Vec<Option<R>> = (0..size).map(|_| None).collect();
+    for _ in 0..size {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match rx.recv_timeout(left) {
+            Ok((rank, r)) => out[rank] = Some(r),
+            Err(e) => {
+                let running: Vec<usize> = (0..size).filter(|&r| out[r].is_none()).collect();
+                panic!("ranks {running:?} did not finish within {limit:?} ({e})");
+            }
+        }
+    }
+    out.into_iter().map(Option::unwrap).collect()
+}
+
+/// Configuration for the hang tests: the operation timeout is far beyond the tests' own
+/// deadline, so a hang shows as a hang, not as a timeout error.
+fn hang_test_config() -> Config {
+    let mut cfg = Config::default();
+    cfg.general.timeout_ms = 600_000;
+    cfg
+}
+
+/// How rank 0 of [`completed_remote_send_is_served_during_local_wait`] waits for its node mate.
+#[derive(Clone, Copy, Debug)]
+enum LocalWait {
+    Recv,
+    SendRecv,
+    Exchange,
+}
+
+/// Rank 0 sends a large (rendezvous) message to rank 2 on the other node that rank 2 does not
+/// receive yet: TCP completes the send by copying it into the outbox, and rank 0 must still
+/// answer rank 2's GET later. Rank 0 then waits for rank 1 on its own node, which in turn
+/// waits for rank 2, which needs rank 0's message first. Rank 0 must keep serving TCP while it
+/// waits on shared memory alone: it did not when the wait went straight to the shm transport
+/// (the `vsum` hang with 4 ranks per node, where a dissemination barrier step had both
+/// partners on the node).
+fn completed_remote_send_is_served_during_local_wait(how: LocalWait) {
+    const NODES: &[&str] = &["a", "a", "b"];
+    let big = pattern(1 << 20, 3);
+    let want = big.clone();
+    let res = run_hybrid(
+        NODES,
+        hang_test_config(),
+        std::time::Duration::from_secs(20),
+        move |rank, t| match rank {
+            0 => {
+                t.send(2, MsgKey::user(1), &big).unwrap();
+                let mut got = [0u8; 2];
+                match how {
+                    LocalWait::Recv => {
+                        let mut v = Vec::new();
+                        t.recv(1, MsgKey::user(2), &mut v).unwrap();
+                        got.copy_from_slice(&v);
+                    }
+                    LocalWait::SendRecv => t
+                        .sendrecv(
+                            1,
+                            MsgKey::user(3),
+                            b"hi",
+                            1,
+                            MsgKey::user(2),
+                            ferry_core::RecvBuf::Slice(&mut got),
+                        )
+                        .unwrap(),
+                    LocalWait::Exchange => {
+                        let mut ex = Exchange::new();
+                        ex.recv_into(1, MsgKey::user(2), &mut got);
+                        t.exchange(&mut ex).unwrap();
+                    }
+                }
+                got.to_vec()
+            }
+            1 => {
+                let mut v = Vec::new();
+                t.recv(2, MsgKey::user(4), &mut v).unwrap();
+                if matches!(how, LocalWait::SendRecv) {
+                    let mut hi = Vec::new();
+                    t.recv(0, MsgKey::user(3), &mut hi).unwrap();
+                    assert_eq!(hi, b"hi");
+                }
+                t.send(0, MsgKey::user(2), b"go").unwrap();
+                v
+            }
+            _ => {
+                // Late enough that rank 0's send was completed through the outbox.
+                std::thread::sleep(std::time::Duration::from_millis(200));
+                let mut v = Vec::new();
+                t.recv(0, MsgKey::user(1), &mut v).unwrap();
+                assert!(v == want, "rank 2 received a corrupted large message");
+                t.send(1, MsgKey::user(4), b"ok").unwrap();
+                Vec::new()
+            }
+        },
+    );
+    assert_eq!(res[0], b"go");
+    assert_eq!(res[1], b"ok");
+}
+
+#[test]
+fn remote_send_served_while_blocked_in_local_recv() {
+    completed_remote_send_is_served_during_local_wait(LocalWait::Recv);
+}
+
+#[test]
+fn remote_send_served_while_blocked_in_local_sendrecv() {
+    completed_remote_send_is_served_during_local_wait(LocalWait::SendRecv);
+}
+
+#[test]
+fn remote_send_served_while_blocked_in_local_exchange() {
+    completed_remote_send_is_served_during_local_wait(LocalWait::Exchange);
+}
+
+/// The mirror image: rank 1 sends rank 0 (same node) a message larger than their ring, so
+/// its send completes only while rank 0 drains the ring; rank 0 meanwhile waits for rank 2 on
+/// the other node, which waits for rank 1's next message. Rank 0 must keep draining shared
+/// memory while it waits on TCP alone.
+#[test]
+fn local_ring_drained_while_blocked_in_remote_recv() {
+    const NODES: &[&str] = &["a", "a", "b"];
+    let mut cfg = hang_test_config();
+    // Through the rings, not single-copy: the sender needs the receiver to drain them.
+    cfg.shm.single_copy = ferry_core::config::SingleCopy::Off;
+    let big = pattern(4 << 20, 7);
+    let want = big.clone();
+    let res = run_hybrid(
+        NODES,
+        cfg,
+        std::time::Duration::from_secs(20),
+        move |rank, t| match rank {
+            0 => {
+                let mut v = Vec::new();
+                t.recv(2, MsgKey::user(1), &mut v).unwrap();
+                let mut b = Vec::new();
+                t.recv(1, MsgKey::user(2), &mut b).unwrap();
+                assert!(b == want, "rank 0 received a corrupted large message");
+                v
+            }
+            1 => {
+                t.send(0, MsgKey::user(2), &big).unwrap();
+                t.send(2, MsgKey::user(3), b"sent").unwrap();
+                Vec::new()
+            }
+            _ => {
+                let mut v = Vec::new();
+                t.recv(1, MsgKey::user(3), &mut v).unwrap();
+                t.send(0, MsgKey::user(1), &v).unwrap();
+                Vec::new()
+            }
+        },
+    );
+    assert_eq!(res[0], b"sent");
+}

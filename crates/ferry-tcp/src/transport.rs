@@ -497,6 +497,22 @@ impl TcpTransport {
         self.n_conns
     }
 
+    /// Serves the peers once without waiting, for a rank whose current operation involves no
+    /// TCP peer (the hybrid backend waiting for ranks of its own node): accepts connections,
+    /// keeps arriving messages, answers GETs from the outbox, writes queued frames and the
+    /// corked ACCEPTs. Needed because a completed send may still owe its message: an announced
+    /// message copied into the outbox waits there until the receiver pulls it, and senders
+    /// blocked on a full outbox wait for our ACCEPTs. Failed peers are recorded, not reported:
+    /// they surface in the next operation that involves them.
+    pub fn serve_peers(&mut self) -> Result<()> {
+        self.tick += 1;
+        let mut idle = Exchange::new();
+        self.poll_io(&mut idle, 0)?;
+        self.maintain()?;
+        self.flush_dirty();
+        Ok(())
+    }
+
     // ----- errors -----
 
     fn err(&self, kind: ErrorKind, op: &'static str, peer: usize, detail: String) -> Error {

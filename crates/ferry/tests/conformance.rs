@@ -25,13 +25,19 @@
 //! `FERRY_CONFORMANCE_ONLY=<substring>` restricts the cases, `FERRY_CONFORMANCE_TIMEOUT_S`
 //! sets the per-run timeout (default 120 s; the machine may be loaded).
 
+mod support;
+
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+use support::cases::{
+    compare, first_difference, parse_cases, parse_elastic, run_group, split_lines, translate_env,
+    Case,
+};
 
 /// At most this many cases run at once: the CI machine has two cores and every case starts
 /// several processes.
@@ -49,19 +55,6 @@ macro_rules! note {
         use std::io::Write as _;
         let _ = writeln!(std::io::stderr(), $($arg)*);
     }};
-}
-
-#[derive(Debug, Clone)]
-struct Case {
-    set: String,
-    id: String,
-    example: String,
-    ranks: usize,
-    args: Vec<String>,
-    expected: PathBuf,
-    mode: String,
-    env: String,
-    launch: String,
 }
 
 /// Outcome of one case on one backend.
@@ -97,156 +90,6 @@ fn case_dirs(root: &Path) -> Vec<PathBuf> {
     dirs
 }
 
-fn parse_cases(dir: &Path, text: &str) -> Result<Vec<Case>, String> {
-    let set = dir
-        .file_name()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_else(|| dir.display().to_string());
-    let mut cases = Vec::new();
-    for (no, line) in text.lines().enumerate() {
-        if line.is_empty() || line.starts_with('#') || line.starts_with("case-id") {
-            continue;
-        }
-        let f: Vec<&str> = line.split('\t').collect();
-        if f.len() < 8 {
-            return Err(format!(
-                "{}: line {}: {} columns, need at least 8",
-                dir.display(),
-                no + 1,
-                f.len()
-            ));
-        }
-        let ranks = f[2].trim().parse::<usize>().map_err(|_| {
-            format!(
-                "{}: line {}: bad rank count `{}`",
-                dir.display(),
-                no + 1,
-                f[2]
-            )
-        })?;
-        cases.push(Case {
-            set: set.clone(),
-            id: f[0].to_string(),
-            example: f[1].to_string(),
-            ranks,
-            args: f[3].split_whitespace().map(str::to_string).collect(),
-            expected: dir.join(f[4]),
-            mode: f[5].to_string(),
-            env: f[6].to_string(),
-            launch: f[7].to_string(),
-        });
-    }
-    Ok(cases)
-}
-
-/// The runner's translation of LAIK variables: originals are kept, ferry's equivalents added.
-fn translate_env(env: &str) -> Vec<(String, String)> {
-    let mut out = Vec::new();
-    if env == "-" || env.is_empty() {
-        return out;
-    }
-    for kv in env.split(',') {
-        let Some((k, v)) = kv.split_once('=') else {
-            continue;
-        };
-        out.push((k.to_string(), v.to_string()));
-        if k == "LAIK_LOG" {
-            out.push(("FERRY_LOG".to_string(), "debug".to_string()));
-        } else if let Some(rest) = k.strip_prefix("LAIK_") {
-            out.push((format!("FERRY_{rest}"), v.to_string()));
-        }
-    }
-    out
-}
-
-fn split_lines(s: &str) -> Vec<&str> {
-    let mut lines: Vec<&str> = s.split('\n').collect();
-    if lines.last() == Some(&"") {
-        lines.pop();
-    }
-    lines
-}
-
-/// `^\d+\.\d{n}` followed by `rest`; returns the remainder after the number.
-fn eat_fixed(s: &str, decimals: usize) -> Option<&str> {
-    let int_len = s.bytes().take_while(u8::is_ascii_digit).count();
-    if int_len == 0 {
-        return None;
-    }
-    let s = s[int_len..].strip_prefix('.')?;
-    let frac_len = s.bytes().take_while(u8::is_ascii_digit).count();
-    if frac_len != decimals {
-        return None;
-    }
-    Some(&s[frac_len..])
-}
-
-/// `^Time: \d+\.\d{3} s \(average per iteration: \d+\.\d{3} ms, per phase: \d+\.\d{3} ms\)$`
-fn is_time_line(l: &str) -> bool {
-    (|| {
-        let s = l.strip_prefix("Time: ")?;
-        let s = eat_fixed(s, 3)?.strip_prefix(" s (average per iteration: ")?;
-        let s = eat_fixed(s, 3)?.strip_prefix(" ms, per phase: ")?;
-        let s = eat_fixed(s, 3)?;
-        (s == " ms)").then_some(())
-    })()
-    .is_some()
-}
-
-/// `^GB/s: (\d+\.\d{6}|inf|nan|-?inf|-nan)$`
-fn is_gbs_line(l: &str) -> bool {
-    match l.strip_prefix("GB/s: ") {
-        Some("inf" | "nan" | "-inf" | "-nan") => true,
-        Some(s) => eat_fixed(s, 6) == Some(""),
-        None => false,
-    }
-}
-
-/// Compares stdout with the expected bytes in `mode` (cases.tsv header, README).
-fn compare(mode: &str, got: &str, expected: &str) -> bool {
-    match mode {
-        "exact" => got == expected,
-        "sorted" => {
-            let mut lines = split_lines(got);
-            lines.sort_unstable_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
-            let mut joined = lines.join("\n");
-            if !lines.is_empty() {
-                joined.push('\n');
-            }
-            joined == expected
-        }
-        "prefix" => {
-            let g = split_lines(got);
-            let e = split_lines(expected);
-            g.len() == e.len() + 2
-                && g[..e.len()] == e[..]
-                && is_time_line(g[g.len() - 2])
-                && is_gbs_line(g[g.len() - 1])
-        }
-        _ => false,
-    }
-}
-
-/// First lines where two outputs differ, for failure messages.
-fn first_difference(got: &str, expected: &str) -> String {
-    let g = split_lines(got);
-    let e = split_lines(expected);
-    for i in 0..g.len().max(e.len()) {
-        let (a, b) = (g.get(i), e.get(i));
-        if a != b {
-            return format!(
-                "line {}: got {:?}, expected {:?} ({} vs {} lines)",
-                i + 1,
-                a.copied().unwrap_or("<none>"),
-                b.copied().unwrap_or("<none>"),
-                g.len(),
-                e.len()
-            );
-        }
-    }
-    "outputs differ only in line endings".to_string()
-}
-
 struct Runner {
     ferry: Option<PathBuf>,
     mpirun: Option<PathBuf>,
@@ -254,58 +97,7 @@ struct Runner {
     timeout: Duration,
 }
 
-struct RunResult {
-    status: Option<i32>,
-    stdout: String,
-    stderr: String,
-    timed_out: bool,
-}
-
-fn read_all(mut r: impl Read + Send + 'static) -> std::thread::JoinHandle<Vec<u8>> {
-    std::thread::spawn(move || {
-        let mut buf = Vec::new();
-        let _ = r.read_to_end(&mut buf);
-        buf
-    })
-}
-
 impl Runner {
-    fn run(&self, mut cmd: Command) -> std::io::Result<RunResult> {
-        use std::os::unix::process::CommandExt;
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0);
-        let mut child = cmd.spawn()?;
-        let out = read_all(child.stdout.take().expect("piped stdout"));
-        let err = read_all(child.stderr.take().expect("piped stderr"));
-        let start = Instant::now();
-        let mut timed_out = false;
-        let status = loop {
-            if let Some(st) = child.try_wait()? {
-                break st;
-            }
-            if start.elapsed() > self.timeout {
-                timed_out = true;
-                // The launcher and its ranks share the process group we created.
-                let _ = Command::new("kill")
-                    .args(["-KILL", "--", &format!("-{}", child.id())])
-                    .status();
-                let _ = child.kill();
-                break child.wait()?;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        let stdout = String::from_utf8_lossy(&out.join().unwrap_or_default()).into_owned();
-        let stderr = String::from_utf8_lossy(&err.join().unwrap_or_default()).into_owned();
-        Ok(RunResult {
-            status: status.code(),
-            stdout,
-            stderr,
-            timed_out,
-        })
-    }
-
     fn run_case(&self, case: &Case, backend: &str) -> Outcome {
         let prog = self.examples.join(&case.example);
         if !prog.exists() {
@@ -390,7 +182,7 @@ impl Runner {
             }
             _ => None,
         };
-        let r = self.run(cmd);
+        let r = run_group(cmd, self.timeout);
         if let Some(h) = remover {
             match h.join() {
                 Ok(Ok(o)) if o.status.success() => {}
@@ -451,21 +243,6 @@ impl Runner {
         }
         Outcome::Pass
     }
-}
-
-/// The spares and removal pattern of an elastic launch column (`tcp2:spares=S,remove=PAT`).
-fn parse_elastic(launch: &str) -> Option<(usize, Option<String>)> {
-    let opts = launch.strip_prefix("tcp2:")?;
-    let mut spares = 0;
-    let mut remove = None;
-    for kv in opts.split(',') {
-        match kv.split_once('=') {
-            Some(("spares", v)) => spares = v.parse().unwrap_or(0),
-            Some(("remove", v)) => remove = Some(v.to_string()),
-            _ => {}
-        }
-    }
-    Some((spares, remove))
 }
 
 fn backends_for(case: &Case, multi: &[String]) -> Vec<String> {

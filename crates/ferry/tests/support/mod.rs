@@ -2,6 +2,8 @@
 //! a command with a deadline so that a broken launcher cannot hang the suite.
 #![allow(dead_code)]
 
+pub mod cases;
+
 use std::io::Read;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
