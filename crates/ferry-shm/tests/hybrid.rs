@@ -166,7 +166,7 @@ fn run_hybrid<R: Send + 'static>(
 /// deadline, so a hang shows as a hang, not as a timeout error.
 fn hang_test_config() -> Config {
     let mut cfg = Config::default();
-    cfg.general.timeout_ms = 600_000;
+    cfg.general.operation_timeout_ms = 600_000;
     cfg
 }
 
