@@ -252,6 +252,33 @@ impl ShmTransport {
         }))
     }
 
+    /// Joins node `node`'s segment of job `job` as the node-local part of a job spread over
+    /// several nodes (the hybrid backend): `members` are the global ranks on this node in
+    /// segment order, `rank` is this process's global rank among `size`.
+    pub fn join_node(
+        job: &str,
+        node: usize,
+        members: Vec<usize>,
+        rank: usize,
+        size: usize,
+        config: &Config,
+    ) -> Result<ShmTransport> {
+        let local = members.iter().position(|&r| r == rank).ok_or_else(|| {
+            Error::invalid("shm init", format!("rank {rank} is not among {members:?}"))
+        })?;
+        let local_size = members.len();
+        ShmTransport::join(
+            JoinSpec {
+                name: Some(segment_name(&format!("j{job}"), Some(node))),
+                local: Some(local),
+                members: Some((members, rank, size)),
+                config,
+            },
+            local_size,
+            None,
+        )
+    }
+
     /// Joins (or creates) a named segment of `local_size` ranks; `members` maps segment
     /// indices to global ranks for the hybrid backend.
     pub(crate) fn join(
@@ -1098,7 +1125,7 @@ impl ShmTransport {
 
     /// Runs the liveness check when it is due (every `LIVENESS_EVERY`); for callers that wait
     /// elsewhere (the hybrid backend blocked in TCP's poll).
-    pub(crate) fn check_liveness_if_due(&mut self) -> Result<()> {
+    pub fn check_liveness_if_due(&mut self) -> Result<()> {
         if self.last_liveness.elapsed() >= LIVENESS_EVERY {
             self.check_liveness()?;
         }

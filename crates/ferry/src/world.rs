@@ -35,7 +35,7 @@ pub fn init_with(config: Config, launch: LaunchInfo) -> Result<World> {
             let store = crate::bootstrap::connect_store(&launch)?.ok_or_else(|| {
                 Error::config("the hybrid backend needs the launcher's store (FERRY_RENDEZVOUS)")
             })?;
-            Box::new(ferry_shm::HybridTransport::from_env(
+            Box::new(ferry_hybrid::HybridTransport::from_env(
                 &config, &launch, &*store,
             )?)
         }

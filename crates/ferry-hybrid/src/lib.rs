@@ -7,18 +7,20 @@
 //! gathered through the job's rendezvous store (001 §4.2.2 does the same through the primary
 //! backend), so every rank computes the same `node_of`. Node `k`'s segment is named after the
 //! job and `k`.
+//!
+//! This crate sits above both transports: `ferry-shm` and `ferry-tcp` know nothing of each
+//! other, and the hybrid reaches them only through their public constructors
+//! ([`ShmTransport::join_node`], [`TcpTransport::from_store_excluding`]).
 
 use std::time::Duration;
 
 use ferry_core::transport::{check_peer, drive_exchange};
 use ferry_core::{
-    Config, Error, ErrorKind, Exchange, LaunchInfo, MsgKey, OpState, RecvBuf, RecvOp, Result,
-    Stats, Store, Transport, WaitPolicy,
+    Config, Error, Exchange, LaunchInfo, MsgKey, OpState, RecvBuf, RecvOp, Result, Stats, Store,
+    Transport, WaitPolicy,
 };
+use ferry_shm::ShmTransport;
 use ferry_tcp::TcpTransport;
-
-use crate::segment::segment_name;
-use crate::transport::{JoinSpec, ShmTransport};
 
 /// How long a rank waiting for both node-local and remote input blocks in TCP's poll before it
 /// looks at its shared-memory rings again (shm peers do not wake a rank blocked in epoll).
@@ -111,21 +113,8 @@ impl HybridTransport {
         let node = node_numbers(&names);
         let mine = node[rank];
         let members: Vec<usize> = (0..size).filter(|&r| node[r] == mine).collect();
-        let local = members
-            .iter()
-            .position(|&r| r == rank)
-            .ok_or_else(|| Error::new(ErrorKind::Protocol, "hybrid init").on_rank(rank))?;
-        let shm = ShmTransport::join(
-            JoinSpec {
-                name: Some(segment_name(&format!("j{job}"), Some(mine))),
-                local: Some(local),
-                members: Some((members.clone(), rank, size)),
-                config,
-            },
-            members.len(),
-            None,
-        )
-        .map_err(|e| e.or_rank(rank))?;
+        let shm = ShmTransport::join_node(job, mine, members.clone(), rank, size, config)
+            .map_err(|e| e.or_rank(rank))?;
         let tcp = TcpTransport::from_store_excluding(rank, size, store, config, secret, &members)?;
         if rank == 0 {
             let nodes = node.iter().max().map_or(0, |m| m + 1);
