@@ -13,7 +13,7 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use ferry_core::tcp_store::TcpStoreClient;
+use ferry_core::store::TcpStoreClient;
 use ferry_core::Store;
 
 /// Store key under which the launcher publishes the job's process table.
@@ -201,7 +201,7 @@ pub fn remove(name: &str, pattern: &str) -> Result<u8, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ferry_core::tcp_store::StoreServer;
+    use crate::store_server::StoreServer;
 
     #[test]
     fn registration_status_and_stale_files() {

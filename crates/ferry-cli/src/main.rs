@@ -11,6 +11,7 @@ mod forward;
 mod remote;
 mod run;
 mod signals;
+mod store_server;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -8,7 +8,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ferry_core::tcp_store::StoreServer;
+use crate::store_server::StoreServer;
 use ferry_core::{BackendKind, Store};
 
 use crate::ctl::{Registration, STATUS_KEY};

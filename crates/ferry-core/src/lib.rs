@@ -21,7 +21,6 @@ pub mod mem;
 pub mod single;
 pub mod stats;
 pub mod store;
-pub mod tcp_store;
 pub mod transport;
 
 pub use config::Config;

@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use ferry_coll::Group;
-use ferry_core::tcp_store::TcpStoreClient;
+use ferry_core::store::TcpStoreClient;
 use ferry_core::{Error, Exchange, LaunchInfo, Result, Store, Transport};
 use ferry_proto::{MsgKey, MsgKind};
 
