@@ -140,7 +140,7 @@ pub fn status(name: &str) -> Result<u8, String> {
 }
 
 /// Store key holding the ids of processes to remove (read by the master at resize points,
-/// `ferry_data::resize::REMOVE_KEY`).
+/// `ferry::resize::REMOVE_KEY`).
 pub const REMOVE_KEY: &str = "elastic/remove";
 
 /// Ids (`L<id>`) of the status table's location strings that `pattern` matches.

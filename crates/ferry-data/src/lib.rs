@@ -14,6 +14,10 @@
 //! messages are tagged with the container's creation number and the target group's
 //! generation, so a divergent program fails with a timeout naming the rank, never with
 //! silently mixed-up data. Library code returns errors; it does not panic on bad input.
+//!
+//! No I/O of its own: no environment, no store, no process-global state. What comes from
+//! outside (the elastic job's control channel, `FERRY_LAYOUT_GENERIC`) is handed in by the
+//! facade (`ferry::resize`, `World::data_instance`).
 
 #![warn(missing_docs)]
 
@@ -33,6 +37,7 @@ pub use container::{Container, MapView, MapViewMut};
 pub use ferry_coll::{Group, ReduceOp};
 pub use partitioner::{Block, Partitioner, PartitionerCtx, TaskRange};
 pub use partitioning::{Layout, LayoutOrder, Mapping, Partitioning, StrideFn};
+pub use resize::{Elastic, ResizeSource};
 pub use space::{Index, Range, Space, MAX_DIMS};
 pub use transition::{DataFlow, Transition};
 
@@ -56,8 +61,9 @@ pub struct Instance {
 }
 
 impl Instance {
-    /// The data layer of world rank `rank` in a job of `size` ranks. `FERRY_LAYOUT_GENERIC`
-    /// (any value) forces the element-wise pack/unpack paths (results are identical).
+    /// The data layer of world rank `rank` in a job of `size` ranks, with the contiguous
+    /// pack/unpack paths ([`Instance::set_generic_layout`] forces the element-wise ones; the
+    /// facade does so for `FERRY_LAYOUT_GENERIC`).
     pub fn new(rank: usize, size: usize) -> Result<Instance> {
         if rank >= size {
             return Err(Error::invalid(
@@ -70,7 +76,7 @@ impl Instance {
             world: Group::world(size),
             next_data: 0,
             next_generation: DATA_GENERATION_BASE,
-            generic_layout: std::env::var_os("FERRY_LAYOUT_GENERIC").is_some(),
+            generic_layout: false,
         })
     }
 
