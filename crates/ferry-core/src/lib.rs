@@ -30,4 +30,6 @@ pub use ferry_proto::{MsgKey, MsgKind};
 pub use launch::{BackendKind, LaunchInfo};
 pub use stats::Stats;
 pub use store::Store;
-pub use transport::{Exchange, OpState, RecvBuf, RecvOp, SendOp, Transport, WaitPolicy};
+pub use transport::{
+    Exchange, OpState, PrepareError, RecvBuf, RecvOp, RetiredFlows, SendOp, Transport, WaitPolicy,
+};

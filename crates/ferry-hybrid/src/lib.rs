@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use ferry_core::transport::{check_peer, drive_exchange};
 use ferry_core::{
-    Config, Error, Exchange, LaunchInfo, MsgKey, OpState, RecvBuf, RecvOp, Result, Stats, Store,
-    Transport, WaitPolicy,
+    Config, Error, Exchange, LaunchInfo, MsgKey, OpState, RecvBuf, RecvOp, Result, RetiredFlows,
+    Stats, Store, Transport, WaitPolicy,
 };
 use ferry_shm::ShmTransport;
 use ferry_tcp::TcpTransport;
@@ -267,6 +267,15 @@ impl Transport for HybridTransport {
             state: OpState::New,
         });
         drive_exchange(self, &mut ex)
+    }
+
+    fn retire_flows(&mut self, flows: RetiredFlows) {
+        self.shm.retire_flows(flows);
+        self.tcp.retire_flows(flows);
+    }
+
+    fn flow_count(&self) -> Option<usize> {
+        Some(self.shm.flow_count()? + self.tcp.flow_count()?)
     }
 
     fn stats(&self) -> Stats {

@@ -24,8 +24,8 @@ use std::time::{Duration, Instant};
 use ferry_core::config::SingleCopy;
 use ferry_core::transport::{check_peer, drive_exchange};
 use ferry_core::{
-    Config, Error, ErrorKind, Exchange, LaunchInfo, MsgKey, OpState, RecvBuf, RecvOp, Result,
-    SendOp, Stats, Transport, WaitPolicy,
+    Config, Error, ErrorKind, Exchange, LaunchInfo, MsgKey, OpState, PrepareError, RecvBuf, RecvOp,
+    Result, RetiredFlows, SendOp, Stats, Transport, WaitPolicy,
 };
 use ferry_proto::{Arrival, EarlyArrivals};
 
@@ -707,13 +707,10 @@ impl ShmTransport {
 
     // ----- receiving -----------------------------------------------------------------------
 
-    fn len_error(&self, peer: usize, len: usize, want: usize) -> Error {
-        Error::invalid(
-            "recv",
-            format!("message of {len} bytes, receive buffer of {want} bytes"),
-        )
-        .on_rank(self.rank)
-        .with_peer(peer)
+    fn len_error(&self, peer: usize, len: usize, want: PrepareError) -> Error {
+        want.to_error("recv", len)
+            .on_rank(self.rank)
+            .with_peer(peer)
     }
 
     /// Takes descriptor `seq` from `l` for reading; false if the sender withdrew it (its
@@ -1596,6 +1593,15 @@ impl Transport for ShmTransport {
         let result = drive_exchange(self, &mut ex);
         (self.spare_sends, self.spare_recvs) = ex.into_parts();
         result
+    }
+
+    fn retire_flows(&mut self, flows: RetiredFlows) {
+        self.send_flows.retire(|k| flows.contains(k));
+        self.recv_flows.retire(|k| flows.contains(k));
+    }
+
+    fn flow_count(&self) -> Option<usize> {
+        Some(self.send_flows.len() + self.recv_flows.len())
     }
 
     fn stats(&self) -> Stats {
