@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use ferry_core::store::wire::{
     self, check_key, Request, Status, MAX_SECRET_BYTES, MAX_VALUE_BYTES,
 };
-use ferry_core::{Error, ErrorKind, Result, Store};
+use ferry_core::{Error, Result, Store};
 
 /// How often blocked server threads look at the stop flag.
 const STOP_POLL: Duration = Duration::from_millis(200);
@@ -442,6 +442,7 @@ mod tests {
     use super::*;
     use ferry_core::store::wire::{MAGIC, MAX_KEY_BYTES, VERSION};
     use ferry_core::store::TcpStoreClient;
+    use ferry_core::ErrorKind;
     use std::io::Read;
 
     const SECRET: &str = "0123456789abcdef";

@@ -199,7 +199,6 @@ pub fn decode_request(body: &[u8]) -> Result<Request<'_>, Malformed> {
     let bad = |what: &str| Malformed(what.to_string());
     let (&[op, k0, k1], rest) = body
         .split_first_chunk::<3>()
-        .map(|(h, r)| (h, r))
         .ok_or_else(|| bad("shorter than its header"))?;
     let key_len = u16::from_le_bytes([k0, k1]) as usize;
     if key_len > rest.len() {
