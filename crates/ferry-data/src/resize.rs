@@ -26,8 +26,7 @@
 use std::time::{Duration, Instant};
 
 use ferry_coll::Group;
-use ferry_core::{Error, Exchange, Result, Transport};
-use ferry_proto::{MsgKey, MsgKind};
+use ferry_core::{Error, Exchange, MsgKey, MsgKind, Result, Transport};
 
 /// Generation of the world group after the `e`-th change is this base plus `e`; apart from the
 /// collective layer's generation 0 and the data layer's groups (`DATA_GENERATION_BASE` up).
