@@ -15,8 +15,8 @@
 //! never itself, plus every spare not admitted yet) and sends the decision to every old member
 //! and every waiting spare. On a change every process gets the same new group (fresh generation
 //! `RESIZE_GENERATION_BASE + epoch`), the epoch goes up by one; removed processes see
-//! [`Resized::my_index`] `None` and stop; joiners return from [`join_world`] with the phase of
-//! the resize point. Without requests and spares nothing changes and the epoch stays.
+//! [`Resized::my_index`] `None` and stop; joiners return from [`Elastic::join_world`] with the
+//! phase of the resize point. Without requests and spares nothing changes and the epoch stays.
 //!
 //! Decisions where the spec is silent: all spares are settled at the first resize point that
 //! changes the world (admitted, or told to stop if a removal pattern names them), so later
