@@ -20,7 +20,7 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use ferry_core::tcp_store::TcpStoreClient;
+use ferry_core::store::TcpStoreClient;
 use ferry_core::Store;
 
 /// Store key under which the launcher publishes the job's process table.
@@ -201,7 +201,7 @@ pub fn status(name: &str) -> Result<u8, String> {
 }
 
 /// Store key holding the ids of processes to remove (read by the master at resize points,
-/// `ferry_data::resize::REMOVE_KEY`).
+/// `ferry::resize::REMOVE_KEY`).
 pub const REMOVE_KEY: &str = "elastic/remove";
 
 /// Ids (`L<id>`) of the status table's location strings that `pattern` matches.
@@ -262,7 +262,7 @@ pub fn remove(name: &str, pattern: &str) -> Result<u8, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ferry_core::tcp_store::StoreServer;
+    use crate::store_server::StoreServer;
 
     #[test]
     fn registration_status_and_stale_files() {

@@ -15,6 +15,7 @@ mod limits;
 mod remote;
 mod run;
 mod signals;
+mod store_server;
 mod supervise;
 
 use std::path::PathBuf;

@@ -7,7 +7,7 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::Arc;
 
-use ferry_core::tcp_store::StoreServer;
+use crate::store_server::StoreServer;
 use ferry_core::{BackendKind, Store};
 
 use crate::collapse::Collapse;

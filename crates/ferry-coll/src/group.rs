@@ -1,6 +1,7 @@
 //! Groups: the ordered set of world ranks a collective runs on (M4, X3).
 
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 
 use ferry_core::{Error, Result};
 
@@ -19,6 +20,20 @@ pub struct Group {
     members: Vec<usize>,
     generation: u32,
     seq: AtomicU32,
+    token: Option<Token>,
+}
+
+/// Something kept alive as long as any copy of a group (see [`Group::with_token`]).
+#[derive(Clone)]
+struct Token {
+    /// Never read: holding it is the point.
+    _alive: Arc<dyn Send + Sync>,
+}
+
+impl std::fmt::Debug for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Token")
+    }
 }
 
 impl Clone for Group {
@@ -29,6 +44,7 @@ impl Clone for Group {
             members: self.members.clone(),
             generation: self.generation,
             seq: AtomicU32::new(self.seq.load(Ordering::Relaxed)),
+            token: self.token.clone(),
         }
     }
 }
@@ -50,6 +66,7 @@ impl Group {
             members: (0..size).collect(),
             generation: 0,
             seq: AtomicU32::new(0),
+            token: None,
         }
     }
 
@@ -73,7 +90,16 @@ impl Group {
             members,
             generation,
             seq: AtomicU32::new(0),
+            token: None,
         })
+    }
+
+    /// Keeps `token` alive until this group and every copy of it are dropped: the data layer
+    /// attaches one whose drop retires the group's generation in the transport (bounded flow
+    /// tables).
+    pub fn with_token(mut self, token: Arc<dyn Send + Sync>) -> Group {
+        self.token = Some(Token { _alive: token });
+        self
     }
 
     /// Number of members.
@@ -147,6 +173,18 @@ mod tests {
         assert!(Group::new(vec![], 1).is_err());
         let e = Group::new(vec![1, 2, 1], 1).unwrap_err();
         assert!(e.to_string().contains("listed twice"), "{e}");
+    }
+
+    #[test]
+    fn the_token_lives_as_long_as_the_last_copy() {
+        let token: Arc<dyn Send + Sync> = Arc::new(());
+        let weak = Arc::downgrade(&token);
+        let g = Group::new(vec![0, 1], 9).unwrap().with_token(token);
+        let h = g.clone();
+        drop(g);
+        assert!(weak.upgrade().is_some());
+        drop(h);
+        assert!(weak.upgrade().is_none());
     }
 
     #[test]

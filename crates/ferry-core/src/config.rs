@@ -137,7 +137,7 @@ impl Default for Tcp {
             secret: None,
             bind: "127.0.0.1".to_string(),
             eager_bytes: 64 << 10,
-            max_message_bytes: 1 << 34,
+            max_message_bytes: 1 << 32,
         }
     }
 }

@@ -21,7 +21,6 @@ pub mod mem;
 pub mod single;
 pub mod stats;
 pub mod store;
-pub mod tcp_store;
 pub mod transport;
 
 pub use config::Config;
@@ -31,4 +30,6 @@ pub use ferry_proto::{MsgKey, MsgKind};
 pub use launch::{BackendKind, LaunchInfo};
 pub use stats::Stats;
 pub use store::Store;
-pub use transport::{Exchange, OpState, RecvBuf, RecvOp, SendOp, Transport, WaitPolicy};
+pub use transport::{
+    Exchange, OpState, PrepareError, RecvBuf, RecvOp, RetiredFlows, SendOp, Transport, WaitPolicy,
+};

@@ -10,7 +10,7 @@ use ferry_proto::{Arrival, EarlyArrivals, FlowTable, MsgKey};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::stats::Stats;
-use crate::transport::{check_peer, Exchange, OpState, Transport, WaitPolicy};
+use crate::transport::{check_peer, Exchange, OpState, RetiredFlows, Transport, WaitPolicy};
 
 struct Packet {
     source: usize,
@@ -157,7 +157,7 @@ impl Transport for MemTransport {
             if let Some(payload) = self.inbox.take(&arrival) {
                 let len = payload.len();
                 r.buf.fill_from(payload).map_err(|want| {
-                    Error::invalid("recv", format!("message of {len} bytes, buffer of {want}"))
+                    want.to_error("recv", len)
                         .on_rank(self.rank)
                         .with_peer(r.peer)
                 })?;
@@ -176,6 +176,14 @@ impl Transport for MemTransport {
                 .on_rank(self.rank)
                 .with_detail("every peer is gone")),
         }
+    }
+
+    fn retire_flows(&mut self, flows: RetiredFlows) {
+        self.flows.retire_where(|k| flows.contains(k));
+    }
+
+    fn flow_count(&self) -> Option<usize> {
+        Some(self.flows.len())
     }
 
     fn stats(&self) -> Stats {

@@ -6,7 +6,7 @@ use ferry_proto::{Arrival, EarlyArrivals, FlowTable};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::stats::Stats;
-use crate::transport::{check_peer, Exchange, OpState, Transport};
+use crate::transport::{check_peer, Exchange, OpState, RetiredFlows, Transport};
 
 /// One rank talking only to itself.
 #[derive(Debug)]
@@ -85,11 +85,9 @@ impl Transport for SingleTransport {
             };
             if let Some(payload) = self.inbox.take(&arrival) {
                 let len = payload.len();
-                r.buf.fill_from(payload).map_err(|want| {
-                    Error::invalid("recv", format!("message of {len} bytes, buffer of {want}"))
-                        .on_rank(0)
-                        .with_peer(0)
-                })?;
+                r.buf
+                    .fill_from(payload)
+                    .map_err(|want| want.to_error("recv", len).on_rank(0).with_peer(0))?;
                 self.stats.record_recv(0, len);
                 r.state = OpState::Done;
             }
@@ -104,6 +102,14 @@ impl Transport for SingleTransport {
         Err(Error::new(ErrorKind::InvalidArgument, "recv")
             .on_rank(0)
             .with_detail("receive from self without a matching send"))
+    }
+
+    fn retire_flows(&mut self, flows: RetiredFlows) {
+        self.flows.retire_where(|k| flows.contains(k));
+    }
+
+    fn flow_count(&self) -> Option<usize> {
+        Some(self.flows.len())
     }
 
     fn stats(&self) -> Stats {

@@ -17,7 +17,7 @@
 
 use std::time::{Duration, Instant};
 
-use ferry_proto::MsgKey;
+use ferry_proto::{MsgKey, MsgKind};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::stats::Stats;
@@ -63,11 +63,51 @@ pub enum RecvBuf<'a> {
     Slice(&'a mut [u8]),
 }
 
+/// Why a received message cannot be placed in a [`RecvBuf`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PrepareError {
+    /// The receive buffer has a fixed length, and it is this one, not the message's.
+    Length(usize),
+    /// Growing the vector to the message's length failed (the length announced by the peer
+    /// is more than this process can allocate).
+    Memory,
+}
+
+impl PrepareError {
+    /// The error of receiving a message of `len` bytes from `peer` (operation `op`).
+    pub fn to_error(self, op: &'static str, len: usize) -> Error {
+        match self {
+            PrepareError::Length(want) => Error::invalid(
+                op,
+                format!("message of {len} bytes, receive buffer of {want} bytes"),
+            ),
+            PrepareError::Memory => Error::new(ErrorKind::ResourceExhausted, op).with_detail(
+                format!("cannot allocate a receive buffer for a message of {len} bytes"),
+            ),
+        }
+    }
+}
+
+impl std::fmt::Display for PrepareError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PrepareError::Length(want) => write!(f, "{want}"),
+            PrepareError::Memory => f.write_str("no memory"),
+        }
+    }
+}
+
 impl RecvBuf<'_> {
     /// Makes the buffer `len` bytes long (Vec) or checks that it is (Slice), and returns it.
-    pub fn prepare(&mut self, len: usize) -> std::result::Result<&mut [u8], usize> {
+    /// A vector grows with `try_reserve`: a length announced by a peer that cannot be
+    /// allocated is an error, never an abort.
+    pub fn prepare(&mut self, len: usize) -> std::result::Result<&mut [u8], PrepareError> {
         match self {
             RecvBuf::Vec(v) => {
+                if len > v.len() {
+                    v.try_reserve(len - v.len())
+                        .map_err(|_| PrepareError::Memory)?;
+                }
                 v.resize(len, 0);
                 Ok(&mut v[..])
             }
@@ -75,14 +115,14 @@ impl RecvBuf<'_> {
                 if s.len() == len {
                     Ok(&mut s[..])
                 } else {
-                    Err(s.len())
+                    Err(PrepareError::Length(s.len()))
                 }
             }
         }
     }
 
     /// Stores a whole payload that already sits in a vector, moving it when possible.
-    pub fn fill_from(&mut self, payload: Vec<u8>) -> std::result::Result<(), usize> {
+    pub fn fill_from(&mut self, payload: Vec<u8>) -> std::result::Result<(), PrepareError> {
         match self {
             RecvBuf::Vec(v) => {
                 **v = payload;
@@ -93,7 +133,7 @@ impl RecvBuf<'_> {
                     s.copy_from_slice(&payload);
                     Ok(())
                 } else {
-                    Err(s.len())
+                    Err(PrepareError::Length(s.len()))
                 }
             }
         }
@@ -251,6 +291,31 @@ impl Default for WaitPolicy {
     }
 }
 
+/// Message flows that will carry no more messages, named for [`Transport::retire_flows`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetiredFlows {
+    /// Every flow of this generation: a group or communicator whose every copy is gone.
+    Generation(u32),
+    /// Every flow of this kind and tag in any generation: e.g. a data container that is gone
+    /// (its messages carry its creation number as the tag).
+    Tag {
+        /// Kind of the retired messages.
+        kind: MsgKind,
+        /// Their tag.
+        tag: u32,
+    },
+}
+
+impl RetiredFlows {
+    /// Whether messages with `key` belong to the retired flows.
+    pub fn contains(&self, key: &MsgKey) -> bool {
+        match *self {
+            RetiredFlows::Generation(g) => key.generation == g,
+            RetiredFlows::Tag { kind, tag } => key.kind == kind && key.tag == tag,
+        }
+    }
+}
+
 /// A communication backend: one rank's view of a job (M1).
 ///
 /// Implementations never panic or abort on I/O, peer or user errors; they return an [`Error`]
@@ -335,6 +400,21 @@ pub trait Transport: Send {
     /// Communication statistics of this rank so far (T7).
     fn stats(&self) -> Stats;
 
+    /// Forgets the per-flow state (serial counters, M2) of `flows`, so that a long run that
+    /// keeps creating groups or containers keeps bounded tables. The caller promises that this
+    /// rank sent and received every message of those flows and will use them no more (their
+    /// generation or tag is never handed out again); peers retire them at their own pace. The
+    /// default does nothing: for backends without per-flow state.
+    fn retire_flows(&mut self, flows: RetiredFlows) {
+        let _ = flows;
+    }
+
+    /// Number of flows this rank keeps state for (diagnostics and tests of bounded state);
+    /// `None` when the backend keeps no such table.
+    fn flow_count(&self) -> Option<usize> {
+        None
+    }
+
     /// Orderly shutdown: delivers what is still owed to peers and releases resources. Called
     /// once at the end; dropping without it must still release OS resources.
     fn finish(&mut self) -> Result<()> {
@@ -397,4 +477,36 @@ pub fn check_peer(rank: usize, size: usize, peer: usize, op: &'static str) -> Re
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prepare_reports_an_unallocatable_length_instead_of_aborting() {
+        let mut v = vec![1u8; 4];
+        let mut b = RecvBuf::Vec(&mut v);
+        assert_eq!(b.prepare(usize::MAX / 2), Err(PrepareError::Memory));
+        let e = PrepareError::Memory.to_error("recv", usize::MAX / 2);
+        assert_eq!(e.kind(), ErrorKind::ResourceExhausted, "{e}");
+        assert_eq!(b.prepare(3).map(|s| s.len()), Ok(3));
+        let mut fixed = [0u8; 8];
+        let mut b = RecvBuf::Slice(&mut fixed);
+        assert_eq!(b.prepare(9).err(), Some(PrepareError::Length(8)));
+        assert!(b.prepare(8).is_ok());
+    }
+
+    #[test]
+    fn retired_flows_select_by_generation_or_tag() {
+        let k = MsgKey::new(7, MsgKind::DATA, 3);
+        assert!(RetiredFlows::Generation(7).contains(&k));
+        assert!(!RetiredFlows::Generation(8).contains(&k));
+        let data3 = RetiredFlows::Tag {
+            kind: MsgKind::DATA,
+            tag: 3,
+        };
+        assert!(data3.contains(&k));
+        assert!(!data3.contains(&MsgKey::new(7, MsgKind::COLLECTIVE, 3)));
+    }
 }

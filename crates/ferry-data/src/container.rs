@@ -8,6 +8,7 @@ use ferry_core::{Element, Error, Result, Transport};
 use crate::action::{copy_box, place_in, ActionSeq};
 use crate::partitioning::{Layout, LayoutOrder, Mapping, Partitioning};
 use crate::reduce;
+use crate::retire::RetireOnDrop;
 use crate::space::{Index, Range, Space, MAX_DIMS};
 use crate::transition::{DataFlow, Transition};
 use crate::Instance;
@@ -68,15 +69,18 @@ pub struct Container<T: Element> {
     /// Layout generation: bumped whenever placements change, so stale action sequences are
     /// refused instead of writing to wrong offsets.
     epoch: u64,
+    /// Retires this container's flows when it is dropped; its queue is applied at switches.
+    retire: RetireOnDrop,
 }
 
 impl<T: Element> Container<T> {
     /// A new container over `space`, without a partitioning yet (holds nothing). Must be
     /// created by every rank in the same order (its id tags its messages).
     pub fn new(inst: &mut Instance, name: &str, space: &Space) -> Container<T> {
+        let (id, retire) = inst.next_data_id();
         Container {
             name: name.to_string(),
-            id: inst.next_data_id(),
+            id,
             space: *space,
             rank: inst.rank(),
             order: LayoutOrder::Lexicographic,
@@ -88,6 +92,7 @@ impl<T: Element> Container<T> {
             cache: Vec::new(),
             envelope: None,
             epoch: 0,
+            retire,
         }
     }
 
@@ -385,6 +390,7 @@ impl<T: Element> Container<T> {
         if let Some(op) = op {
             reduce::check(op, false)?;
         }
+        self.retire.queue().apply(t);
         self.run_bound(t, seq, op)
     }
 
@@ -491,6 +497,7 @@ impl<T: Element> Container<T> {
         if let Some(op) = op {
             reduce::check(op, flow == DataFlow::Init)?;
         }
+        self.retire.queue().apply(t);
         let same = self.part.as_ref().map(|p| p.id()) == Some(to.id());
         match (&self.part, flow) {
             (Some(_), DataFlow::Preserve) if same && op.is_none() => Ok(()),

@@ -14,6 +14,10 @@
 //! messages are tagged with the container's creation number and the target group's
 //! generation, so a divergent program fails with a timeout naming the rank, never with
 //! silently mixed-up data. Library code returns errors; it does not panic on bad input.
+//!
+//! No I/O of its own: no environment, no store, no process-global state. What comes from
+//! outside (the elastic job's control channel, `FERRY_LAYOUT_GENERIC`) is handed in by the
+//! facade (`ferry::resize`, `World::data_instance`).
 
 #![warn(missing_docs)]
 
@@ -24,6 +28,7 @@ pub mod partitioner;
 pub mod partitioning;
 pub mod reduce;
 pub mod resize;
+mod retire;
 pub mod space;
 pub mod space_store;
 pub mod transition;
@@ -33,10 +38,15 @@ pub use container::{Container, MapView, MapViewMut};
 pub use ferry_coll::{Group, ReduceOp};
 pub use partitioner::{Block, Partitioner, PartitionerCtx, TaskRange};
 pub use partitioning::{Layout, LayoutOrder, Mapping, Partitioning, StrideFn};
+pub use resize::{Elastic, ResizeSource};
 pub use space::{Index, Range, Space, MAX_DIMS};
 pub use transition::{DataFlow, Transition};
 
-use ferry_core::{Error, Result};
+use std::sync::Arc;
+
+use ferry_core::{Error, MsgKind, Result, RetiredFlows};
+
+use crate::retire::{RetireOnDrop, Retirements};
 
 /// First generation number the data layer hands to groups it creates. Generations below are
 /// left to the world (0) and to membership changes of the runtime (resize, recovery), so the
@@ -53,11 +63,14 @@ pub struct Instance {
     next_data: u32,
     next_generation: u32,
     generic_layout: bool,
+    /// Flows of dropped groups and containers, retired at the next switch.
+    retired: Arc<Retirements>,
 }
 
 impl Instance {
-    /// The data layer of world rank `rank` in a job of `size` ranks. `FERRY_LAYOUT_GENERIC`
-    /// (any value) forces the element-wise pack/unpack paths (results are identical).
+    /// The data layer of world rank `rank` in a job of `size` ranks, with the contiguous
+    /// pack/unpack paths ([`Instance::set_generic_layout`] forces the element-wise ones; the
+    /// facade does so for `FERRY_LAYOUT_GENERIC`).
     pub fn new(rank: usize, size: usize) -> Result<Instance> {
         if rank >= size {
             return Err(Error::invalid(
@@ -70,7 +83,8 @@ impl Instance {
             world: Group::world(size),
             next_data: 0,
             next_generation: DATA_GENERATION_BASE,
-            generic_layout: std::env::var_os("FERRY_LAYOUT_GENERIC").is_some(),
+            generic_layout: false,
+            retired: Arc::default(),
         })
     }
 
@@ -99,10 +113,22 @@ impl Instance {
         self.generic_layout = on;
     }
 
-    pub(crate) fn next_data_id(&mut self) -> u32 {
+    /// The creation number of a new container and the ticket that retires its flows when
+    /// the container is dropped.
+    pub(crate) fn next_data_id(&mut self) -> (u32, RetireOnDrop) {
         let id = self.next_data;
         self.next_data = self.next_data.wrapping_add(1);
-        id
+        let flows = RetiredFlows::Tag {
+            kind: MsgKind::DATA,
+            tag: id,
+        };
+        (id, RetireOnDrop::new(&self.retired, flows))
+    }
+
+    /// Tells `t` to forget the flows of groups and containers dropped so far (switches and
+    /// [`Instance::finalize`] do it too; see the `retire` module).
+    pub fn retire_pending(&self, t: &mut dyn ferry_core::Transport) {
+        self.retired.apply(t);
     }
 
     /// Ends this rank's data-layer work: waits until every rank of the world got here, so no
@@ -110,6 +136,7 @@ impl Instance {
     /// (with bounded inboxes a receiver may fetch a large message from the sender's outbox
     /// late, 000 §4.4). Call it once, by every rank, before `World::finish`.
     pub fn finalize(&self, t: &mut dyn ferry_core::Transport) -> Result<()> {
+        self.retire_pending(t);
         ferry_coll::barrier(t, &self.world)
             .map_err(|e| e.context("data finalize").or_rank(self.rank))
     }
@@ -118,12 +145,14 @@ impl Instance {
     /// (D7) only the current members meet; removed processes skip it (their transport's
     /// `finish` still delivers what they owe).
     pub fn finalize_in(&self, t: &mut dyn ferry_core::Transport, group: &Group) -> Result<()> {
+        self.retire_pending(t);
         ferry_coll::barrier(t, group).map_err(|e| e.context("data finalize").or_rank(self.rank))
     }
 
     /// A group of `parent` without the members at group indexes `removed` (D2, examples.md
     /// §0.3): the others keep their order and are renumbered densely. Each call hands out a
-    /// fresh generation, identical on every rank that makes the same calls.
+    /// fresh generation, identical on every rank that makes the same calls. When the last copy
+    /// of the group is dropped, its generation's flows are retired in the transport.
     pub fn shrink(&mut self, parent: &Group, removed: &[usize]) -> Result<Group> {
         if let Some(&bad) = removed.iter().find(|&&i| i >= parent.size()) {
             return Err(Error::invalid(
@@ -141,6 +170,9 @@ impl Instance {
             .next_generation
             .wrapping_add(1)
             .max(DATA_GENERATION_BASE);
-        Group::new(members, g).map_err(|e| e.context("shrink").or_rank(self.rank))
+        let ticket = RetireOnDrop::new(&self.retired, RetiredFlows::Generation(g));
+        Group::new(members, g)
+            .map(|group| group.with_token(Arc::new(ticket)))
+            .map_err(|e| e.context("shrink").or_rank(self.rank))
     }
 }

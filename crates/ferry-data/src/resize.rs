@@ -4,36 +4,29 @@
 //! How an elastic job is laid out: `ferry run -n N --spares S` starts N+S processes and the
 //! transport connects all of them (so links exist for everybody), but it sets
 //! `FERRY_WORLD_SIZE=N`: the application world starts as transport ranks `0..N`, and ranks
-//! `N..N+S` are spares. A spare calls [`join_world`] (through the program's start-up) and waits
-//! there until the master (rank 0) admits it at a resize point or releases it when the job
-//! ends ([`release_spares`], called by `World::finish`).
+//! `N..N+S` are spares. A spare calls [`Elastic::join_world`] (through the program's start-up)
+//! and waits there until the master (rank 0) admits it at a resize point or releases it when
+//! the job ends ([`Elastic::release_spares`], called by `World::finish`).
 //!
-//! A resize point ([`allow_world_resize`]) is collective over the current world. The master
-//! reads the removal requests that `ferry ctl NAME remove PATTERN` left in the launcher's store
-//! (key [`REMOVE_KEY`]: transport ranks, which are also the ids of the location strings
-//! `L<id>:<host>:<pid>`), computes the new member list (old members minus the requested ones,
+//! A resize point ([`Elastic::allow_world_resize`]) is collective over the current world. The
+//! master asks its [`ResizeSource`] for the removal requests (under the launcher: what
+//! `ferry ctl NAME remove PATTERN` left in the job's store; transport ranks, which are also the
+//! ids of the location strings `L<id>:<host>:<pid>`), computes the new member list (old members minus the requested ones,
 //! never itself, plus every spare not admitted yet) and sends the decision to every old member
 //! and every waiting spare. On a change every process gets the same new group (fresh generation
 //! `RESIZE_GENERATION_BASE + epoch`), the epoch goes up by one; removed processes see
-//! [`Resized::my_index`] `None` and stop; joiners return from [`join_world`] with the phase of
-//! the resize point. Without requests and spares nothing changes and the epoch stays.
+//! [`Resized::my_index`] `None` and stop; joiners return from [`Elastic::join_world`] with the
+//! phase of the resize point. Without requests and spares nothing changes and the epoch stays.
 //!
 //! Decisions where the spec is silent: all spares are settled at the first resize point that
 //! changes the world (admitted, or told to stop if a removal pattern names them), so later
 //! points only remove; the master is never removed; removal requests naming processes that
 //! are not members are ignored.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use ferry_coll::Group;
-use ferry_core::tcp_store::TcpStoreClient;
-use ferry_core::{Error, Exchange, LaunchInfo, Result, Store, Transport};
-use ferry_proto::{MsgKey, MsgKind};
-
-/// Store key in which `ferry ctl NAME remove` accumulates the ids (transport ranks) of the
-/// processes to remove, separated by commas.
-pub const REMOVE_KEY: &str = "elastic/remove";
+use ferry_core::{Error, Exchange, MsgKey, MsgKind, Result, Transport};
 
 /// Generation of the world group after the `e`-th change is this base plus `e`; apart from the
 /// collective layer's generation 0 and the data layer's groups (`DATA_GENERATION_BASE` up).
@@ -45,8 +38,44 @@ const DECISION: MsgKey = MsgKey::new(RESIZE_GENERATION_BASE - 1, MsgKind::CONTRO
 /// Largest world we encode in a decision (bounds the message and the decoder).
 const MAX_MEMBERS: usize = 1 << 20;
 
-/// Whether the master settled the spares already (admitted or released them).
-static SPARES_SETTLED: AtomicBool = AtomicBool::new(false);
+/// How often a spare waiting for admission asks its [`ResizeSource`] whether the job is
+/// still there.
+const SPARE_CHECK_EVERY: Duration = Duration::from_secs(5);
+
+/// Where resize decisions get their input from outside the job's ranks (the launcher's control
+/// channel, implemented by the facade).
+pub trait ResizeSource {
+    /// Ids (transport ranks) of the processes requested for removal so far. Asked by the
+    /// master at every resize point.
+    fn removal_requests(&mut self) -> Result<Vec<usize>>;
+
+    /// Asked every few seconds by a spare waiting for admission: an error ends the wait (the
+    /// launcher, and with it the job, is gone).
+    fn check_alive(&mut self) -> Result<()>;
+}
+
+/// A [`ResizeSource`] without a control channel: nobody requests removals and the job never
+/// goes away underneath (embedding, tests).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoControl;
+
+impl ResizeSource for NoControl {
+    fn removal_requests(&mut self) -> Result<Vec<usize>> {
+        Ok(Vec::new())
+    }
+
+    fn check_alive(&mut self) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// One process's state of an elastic job: how many transport ranks form the initial world and
+/// whether the master settled the spares already (admitted or released them).
+#[derive(Debug, Clone)]
+pub struct Elastic {
+    initial: usize,
+    spares_settled: bool,
+}
 
 /// The world after a resize point.
 #[derive(Debug)]
@@ -66,73 +95,89 @@ pub struct Resized {
     pub previous: Group,
 }
 
-/// Size of the initial application world: `FERRY_WORLD_SIZE` if the launcher set it (elastic
-/// jobs with spares), else every transport rank.
-pub fn initial_world_size(t: &dyn Transport) -> Result<usize> {
-    match std::env::var("FERRY_WORLD_SIZE") {
-        Ok(v) => {
-            let n: usize = v.trim().parse().map_err(|_| {
-                Error::config(format!("FERRY_WORLD_SIZE=`{v}` is not a number")).on_rank(t.rank())
-            })?;
-            if n == 0 || n > t.size() {
-                return Err(Error::config(format!(
-                    "FERRY_WORLD_SIZE={n} must be between 1 and the {} started processes",
-                    t.size()
-                ))
-                .on_rank(t.rank()));
-            }
-            Ok(n)
+impl Elastic {
+    /// The elastic state of a job whose initial application world is transport ranks
+    /// `0..initial` of `t` (`None`: every transport rank, no spares). Fails unless
+    /// `1 <= initial <= t.size()`.
+    pub fn new(t: &dyn Transport, initial: Option<usize>) -> Result<Elastic> {
+        let n = initial.unwrap_or(t.size());
+        if n == 0 || n > t.size() {
+            return Err(Error::config(format!(
+                "an initial world of {n} processes must be between 1 and the {} started",
+                t.size()
+            ))
+            .on_rank(t.rank()));
         }
-        Err(_) => Ok(t.size()),
+        Ok(Elastic {
+            initial: n,
+            spares_settled: false,
+        })
     }
-}
 
-/// Start of an elastic program: members of the initial world return at once (epoch 0, phase
-/// 0); a spare waits until the master admits it at a resize point (returns that point's world,
-/// epoch and phase) or releases it at the end of the job (`my_index` `None`).
-pub fn join_world(t: &mut dyn Transport) -> Result<(Resized, i64)> {
-    let n = initial_world_size(t)?;
-    let rank = t.rank();
-    if rank < n {
-        return Ok((
-            Resized {
-                group: Group::world(n),
-                my_index: Some(rank),
-                epoch: 0,
-                changed: false,
-                previous: Group::world(n),
-            },
-            0,
-        ));
+    /// The state of a job without spares: every transport rank is in the initial world.
+    pub fn fixed(t: &dyn Transport) -> Elastic {
+        Elastic {
+            initial: t.size(),
+            spares_settled: false,
+        }
     }
-    let buf = wait_as_spare(t)?;
-    let (epoch, phase, group, previous) = decode(&buf).map_err(|e| e.on_rank(rank).with_peer(0))?;
-    let my_index = group.index_of(rank);
-    tracing::debug!(
-        rank,
-        epoch,
-        phase,
-        admitted = my_index.is_some(),
-        "spare decided"
-    );
-    Ok((
-        Resized {
-            group,
-            my_index,
+
+    /// Size of the initial application world.
+    pub fn initial_world_size(&self) -> usize {
+        self.initial
+    }
+
+    /// Start of an elastic program: members of the initial world return at once (epoch 0, phase
+    /// 0); a spare waits until the master admits it at a resize point (returns that point's world,
+    /// epoch and phase) or releases it at the end of the job (`my_index` `None`).
+    pub fn join_world(
+        &self,
+        t: &mut dyn Transport,
+        source: &mut dyn ResizeSource,
+    ) -> Result<(Resized, i64)> {
+        let n = self.initial;
+        let rank = t.rank();
+        if rank < n {
+            return Ok((
+                Resized {
+                    group: Group::world(n),
+                    my_index: Some(rank),
+                    epoch: 0,
+                    changed: false,
+                    previous: Group::world(n),
+                },
+                0,
+            ));
+        }
+        let buf = wait_as_spare(t, source)?;
+        let (epoch, phase, group, previous) =
+            decode(&buf).map_err(|e| e.on_rank(rank).with_peer(0))?;
+        let my_index = group.index_of(rank);
+        tracing::debug!(
+            rank,
             epoch,
-            changed: true,
-            previous,
-        },
-        phase,
-    ))
+            phase,
+            admitted = my_index.is_some(),
+            "spare decided"
+        );
+        Ok((
+            Resized {
+                group,
+                my_index,
+                epoch,
+                changed: true,
+                previous,
+            },
+            phase,
+        ))
+    }
 }
 
-/// A spare's wait for the master's decision. Not bounded by `general.timeout_ms` (a job may
-/// reach its first resize point late), but by the launcher: the wait ends with an error once
-/// the launcher's store stops answering, and the launcher's end kills the process anyway.
-fn wait_as_spare(t: &mut dyn Transport) -> Result<Vec<u8>> {
+/// A spare's wait for the master's decision. Not bounded by a timeout (a job may reach its
+/// first resize point late), but by the job: the wait ends with an error once `source` says the
+/// launcher is gone (and the launcher's end kills the process anyway).
+fn wait_as_spare(t: &mut dyn Transport, source: &mut dyn ResizeSource) -> Result<Vec<u8>> {
     let rank = t.rank();
-    let launch = LaunchInfo::from_env()?;
     let mut buf = Vec::new();
     let mut ex = Exchange::new();
     ex.recv(0, DECISION, &mut buf);
@@ -142,14 +187,12 @@ fn wait_as_spare(t: &mut dyn Transport) -> Result<Vec<u8>> {
             break;
         }
         t.wait_for_input(Duration::from_millis(20))?;
-        if last_check.elapsed() >= Duration::from_secs(5) {
+        if last_check.elapsed() >= SPARE_CHECK_EVERY {
             last_check = Instant::now();
-            if let (Some(addr), Some(secret)) = (&launch.rendezvous, &launch.secret) {
-                TcpStoreClient::connect(addr, secret, Duration::from_secs(5)).map_err(|e| {
-                    e.on_rank(rank)
-                        .context("spare waiting for admission: the launcher is gone")
-                })?;
-            }
+            source.check_alive().map_err(|e| {
+                e.or_rank(rank)
+                    .context("spare waiting for admission: the launcher is gone")
+            })?;
         }
     }
     drop(ex);
@@ -213,29 +256,6 @@ fn decode(b: &[u8]) -> Result<(u32, i64, Group, Group)> {
     Ok((epoch, phase, group, previous))
 }
 
-/// Ids requested for removal so far (empty without a launcher store).
-fn removal_requests(rank: usize) -> Result<Vec<usize>> {
-    let launch = LaunchInfo::from_env()?;
-    let (Some(addr), Some(secret)) = (&launch.rendezvous, &launch.secret) else {
-        return Ok(Vec::new());
-    };
-    let store = TcpStoreClient::connect(addr, secret, Duration::from_secs(5)).map_err(|e| {
-        e.on_rank(rank)
-            .context("resize point: reading removal requests")
-    })?;
-    // The launcher creates the key (empty) before starting the ranks.
-    let text = match store.get(REMOVE_KEY, Duration::from_millis(200)) {
-        Ok(v) => v,
-        Err(e) if e.kind() == ferry_core::ErrorKind::Timeout => Vec::new(),
-        Err(e) => {
-            return Err(e
-                .on_rank(rank)
-                .context("resize point: reading removal requests"))
-        }
-    };
-    Ok(parse_ids(&String::from_utf8_lossy(&text)))
-}
-
 /// Parses a comma/whitespace separated id list, ignoring anything that is not a number.
 pub fn parse_ids(text: &str) -> Vec<usize> {
     text.split(|c: char| c == ',' || c.is_whitespace())
@@ -265,95 +285,102 @@ fn decide(
 }
 
 /// Spares the master has not settled yet.
-fn pending_spares(t: &dyn Transport, world: &Group) -> Result<Vec<usize>> {
-    if SPARES_SETTLED.load(Ordering::Acquire) {
-        return Ok(Vec::new());
+fn pending_spares(elastic: &Elastic, t: &dyn Transport, world: &Group) -> Vec<usize> {
+    if elastic.spares_settled {
+        return Vec::new();
     }
-    let n = initial_world_size(t)?;
-    Ok((n..t.size())
+    (elastic.initial..t.size())
         .filter(|s| world.index_of(*s).is_none())
-        .collect())
+        .collect()
 }
 
-/// A resize point at `phase` for the members of `world` (collective over `world`; rank 0
-/// must be its master, index 0). `epoch` is the epoch of `world`. See the module docs.
-pub fn allow_world_resize(
-    t: &mut dyn Transport,
-    world: &Group,
-    epoch: u32,
-    phase: i64,
-) -> Result<Resized> {
-    let rank = t.rank();
-    let ctx = |e: Error| {
-        e.or_rank(rank)
-            .context(format!("resize point of phase {phase}"))
-    };
-    let master = world.member(0);
-    let msg = if rank == master {
-        let spares = pending_spares(t, world).map_err(ctx)?;
-        let removals = removal_requests(rank).map_err(ctx)?;
-        let (new_epoch, group) = match decide(world, &spares, &removals, master) {
-            None => (epoch, world.clone()),
-            Some(members) => {
-                let e = epoch.wrapping_add(1);
-                let g = Group::new(members, RESIZE_GENERATION_BASE.wrapping_add(e)).map_err(ctx)?;
-                (e, g)
-            }
+impl Elastic {
+    /// A resize point at `phase` for the members of `world` (collective over `world`; rank 0
+    /// must be its master, index 0). `epoch` is the epoch of `world`. See the module docs.
+    pub fn allow_world_resize(
+        &mut self,
+        t: &mut dyn Transport,
+        source: &mut dyn ResizeSource,
+        world: &Group,
+        epoch: u32,
+        phase: i64,
+    ) -> Result<Resized> {
+        let rank = t.rank();
+        let ctx = |e: Error| {
+            e.or_rank(rank)
+                .context(format!("resize point of phase {phase}"))
         };
-        let msg = encode(new_epoch, phase, &group, world);
-        let mut ex = Exchange::new();
-        for &m in world.members().iter().chain(spares.iter()) {
-            if m != master {
-                ex.send(m, DECISION, &msg);
+        let master = world.member(0);
+        let msg = if rank == master {
+            let spares = pending_spares(self, t, world);
+            let removals = source
+                .removal_requests()
+                .map_err(|e| ctx(e.context("reading removal requests")))?;
+            let (new_epoch, group) = match decide(world, &spares, &removals, master) {
+                None => (epoch, world.clone()),
+                Some(members) => {
+                    let e = epoch.wrapping_add(1);
+                    let g =
+                        Group::new(members, RESIZE_GENERATION_BASE.wrapping_add(e)).map_err(ctx)?;
+                    (e, g)
+                }
+            };
+            let msg = encode(new_epoch, phase, &group, world);
+            let mut ex = Exchange::new();
+            for &m in world.members().iter().chain(spares.iter()) {
+                if m != master {
+                    ex.send(m, DECISION, &msg);
+                }
             }
-        }
-        t.exchange(&mut ex).map_err(ctx)?;
-        drop(ex);
-        if new_epoch != epoch {
-            SPARES_SETTLED.store(true, Ordering::Release);
-        }
-        msg
-    } else {
-        let mut buf = Vec::new();
-        t.recv(master, DECISION, &mut buf).map_err(ctx)?;
-        buf
-    };
-    let (new_epoch, _, group, _) = decode(&msg).map_err(|e| ctx(e.with_peer(master)))?;
-    let changed = new_epoch != epoch;
-    tracing::debug!(
-        rank,
-        phase,
-        epoch = new_epoch,
-        changed,
-        size = group.size(),
-        "resize point"
-    );
-    Ok(Resized {
-        my_index: group.index_of(rank),
-        group,
-        epoch: new_epoch,
-        changed,
-        previous: world.clone(),
-    })
-}
+            t.exchange(&mut ex).map_err(ctx)?;
+            drop(ex);
+            if new_epoch != epoch {
+                self.spares_settled = true;
+            }
+            msg
+        } else {
+            let mut buf = Vec::new();
+            t.recv(master, DECISION, &mut buf).map_err(ctx)?;
+            buf
+        };
+        let (new_epoch, _, group, _) = decode(&msg).map_err(|e| ctx(e.with_peer(master)))?;
+        let changed = new_epoch != epoch;
+        tracing::debug!(
+            rank,
+            phase,
+            epoch = new_epoch,
+            changed,
+            size = group.size(),
+            "resize point"
+        );
+        Ok(Resized {
+            my_index: group.index_of(rank),
+            group,
+            epoch: new_epoch,
+            changed,
+            previous: world.clone(),
+        })
+    }
 
-/// Called by the master when the job ends: tells every spare never admitted that it will not
-/// be (it returns from [`join_world`] with no index and ends cleanly). No-op elsewhere.
-pub fn release_spares(t: &mut dyn Transport) -> Result<()> {
-    if t.rank() != 0 || SPARES_SETTLED.swap(true, Ordering::AcqRel) {
-        return Ok(());
+    /// Called by the master when the job ends: tells every spare never admitted that it will
+    /// not be (it returns from [`Elastic::join_world`] with no index and ends cleanly). No-op
+    /// elsewhere and after the first call.
+    pub fn release_spares(&mut self, t: &mut dyn Transport) -> Result<()> {
+        if t.rank() != 0 || std::mem::replace(&mut self.spares_settled, true) {
+            return Ok(());
+        }
+        let n = self.initial;
+        if n >= t.size() {
+            return Ok(());
+        }
+        let msg = encode(0, 0, &Group::world(0), &Group::world(n));
+        let mut ex = Exchange::new();
+        for s in n..t.size() {
+            ex.send(s, DECISION, &msg);
+        }
+        t.exchange(&mut ex)
+            .map_err(|e| e.or_rank(0).context("releasing the spares"))
     }
-    let n = initial_world_size(t)?;
-    if n >= t.size() {
-        return Ok(());
-    }
-    let msg = encode(0, 0, &Group::world(0), &Group::world(n));
-    let mut ex = Exchange::new();
-    for s in n..t.size() {
-        ex.send(s, DECISION, &msg);
-    }
-    t.exchange(&mut ex)
-        .map_err(|e| e.or_rank(0).context("releasing the spares"))
 }
 
 #[cfg(test)]
@@ -364,14 +391,56 @@ mod tests {
     #[test]
     fn resize_point_keeps_the_world_without_requests() {
         let out = MemTransport::run(3, |mut t| {
+            let mut el = Elastic::new(&t, None).unwrap();
             let g = Group::world(3);
-            let r = allow_world_resize(&mut t, &g, 0, 1).unwrap();
-            let r2 = allow_world_resize(&mut t, &r.group, r.epoch, 2).unwrap();
+            let r = el
+                .allow_world_resize(&mut t, &mut NoControl, &g, 0, 1)
+                .unwrap();
+            let r2 = el
+                .allow_world_resize(&mut t, &mut NoControl, &r.group, r.epoch, 2)
+                .unwrap();
             (r2.my_index, r2.group.size(), r2.epoch, r2.changed)
         });
         for (i, o) in out.into_iter().enumerate() {
             assert_eq!(o, (Some(i), 3, 0, false));
         }
+    }
+
+    /// A source that requests the removal of rank 1 and counts how often it was asked.
+    struct RemoveOne(usize);
+
+    impl ResizeSource for RemoveOne {
+        fn removal_requests(&mut self) -> Result<Vec<usize>> {
+            self.0 += 1;
+            Ok(vec![1])
+        }
+        fn check_alive(&mut self) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn the_source_removes_members_and_spares_join_at_the_phase() {
+        // Ranks 0-2 form the world, rank 3 is a spare; the master's source removes rank 1.
+        let out = MemTransport::run(4, |mut t| {
+            let mut el = Elastic::new(&t, Some(3)).unwrap();
+            let mut src = RemoveOne(0);
+            let (start, phase) = el.join_world(&mut t, &mut src).unwrap();
+            let r = if t.rank() < 3 {
+                assert_eq!(phase, 0);
+                el.allow_world_resize(&mut t, &mut src, &start.group, 0, 5)
+                    .unwrap()
+            } else {
+                assert_eq!(phase, 5);
+                start
+            };
+            el.release_spares(&mut t).unwrap();
+            (r.group.members().to_vec(), r.my_index, r.epoch, src.0)
+        });
+        assert_eq!(out[0], (vec![0, 2, 3], Some(0), 1, 1));
+        assert_eq!(out[1], (vec![0, 2, 3], None, 1, 0));
+        assert_eq!(out[2], (vec![0, 2, 3], Some(1), 1, 0));
+        assert_eq!(out[3], (vec![0, 2, 3], Some(2), 1, 0));
     }
 
     #[test]

@@ -1040,6 +1040,27 @@ impl Transport for MpiTransport {
         result
     }
 
+    /// MPI keeps message order per flow itself (non-overtaking), so the only per-flow state
+    /// here is messages kept aside for later receives; those of retired flows can no longer be
+    /// wanted and are freed.
+    fn retire_flows(&mut self, flows: ferry_core::RetiredFlows) {
+        let (mut bytes, mut messages) = (0, 0);
+        self.early.retain(|(_, k), q| {
+            let keep = !flows.contains(k);
+            if !keep {
+                messages += q.len();
+                bytes += q.iter().map(Vec::len).sum::<usize>();
+            }
+            keep
+        });
+        self.early_bytes -= bytes;
+        self.early_messages -= messages;
+    }
+
+    fn flow_count(&self) -> Option<usize> {
+        Some(self.early.len())
+    }
+
     fn stats(&self) -> Stats {
         let mut s = self.stats.clone();
         s.extra

@@ -86,6 +86,23 @@ impl FlowTable {
         serial
     }
 
+    /// Forgets every flow whose key `retired` selects (their messages were all sent and
+    /// received and none will follow), keeping the table bounded.
+    pub fn retire_where(&mut self, retired: impl Fn(&MsgKey) -> bool) {
+        self.next_send.retain(|(_, k), _| !retired(k));
+        self.next_recv.retain(|(_, k), _| !retired(k));
+    }
+
+    /// Number of flows (outgoing plus incoming) with state.
+    pub fn len(&self) -> usize {
+        self.next_send.len() + self.next_recv.len()
+    }
+
+    /// Whether no flow has state.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// Forgets every flow of generations older than `generation` (their messages can no longer
     /// be wanted once a communicator is replaced), keeping the table bounded.
     pub fn retire_generations_before(&mut self, generation: u32) {
@@ -123,5 +140,20 @@ mod tests {
         t.retire_generations_before(2);
         assert_eq!(t.take_send_serial(0, old), 0);
         assert_eq!(t.take_send_serial(0, new), 1);
+    }
+
+    #[test]
+    fn retiring_selected_flows_forgets_only_them() {
+        let mut t = FlowTable::new();
+        let a = MsgKey::new(5, MsgKind::DATA, 1);
+        let b = MsgKey::new(6, MsgKind::DATA, 1);
+        t.take_send_serial(0, a);
+        t.take_recv_serial(1, a);
+        t.take_send_serial(0, b);
+        assert_eq!(t.len(), 3);
+        t.retire_where(|k| k.generation == 5);
+        assert_eq!(t.len(), 1);
+        assert_eq!(t.take_recv_serial(1, a), 0);
+        assert_eq!(t.take_send_serial(0, b), 1);
     }
 }

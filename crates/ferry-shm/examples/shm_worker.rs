@@ -10,17 +10,13 @@
 //! - `pingpong [MAX_BYTES]`: ranks 0 and 1 measure latency (half round trip) and streaming
 //!   bandwidth (window of 64 messages per exchange) for sizes 1 B .. MAX_BYTES (default 4 MiB).
 //!
-//! With `FERRY_BACKEND=hybrid` (plus `FERRY_RENDEZVOUS`, `FERRY_SECRET`, `FERRY_NODE`) the
-//! worker runs over the hybrid backend and first prints `nodes [...]` (its node map).
-//!
 //! Exits 0 on success, 3 after printing `error: ...` on stderr when ferry reports an error.
 
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use ferry_core::tcp_store::TcpStoreClient;
-use ferry_core::{BackendKind, Config, Exchange, LaunchInfo, MsgKey, Transport};
-use ferry_shm::{HybridTransport, ShmTransport};
+use ferry_core::{Config, Exchange, LaunchInfo, MsgKey, Transport};
+use ferry_shm::ShmTransport;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -41,22 +37,8 @@ fn arg<T: std::str::FromStr>(args: &[String], i: usize, default: T) -> T {
 fn run(args: &[String]) -> ferry_core::Result<()> {
     let config = Config::from_env()?;
     let launch = LaunchInfo::from_env()?;
-    let mut t: Box<dyn Transport> = if launch.backend == Some(BackendKind::Hybrid) {
-        // The hybrid backend needs the job's store: FERRY_RENDEZVOUS + FERRY_SECRET.
-        let addr = launch
-            .rendezvous
-            .clone()
-            .ok_or_else(|| ferry_core::Error::config("hybrid needs FERRY_RENDEZVOUS"))?;
-        let secret = launch.secret.clone().unwrap_or_default();
-        let store = TcpStoreClient::connect(&addr, &secret, Duration::from_secs(30))?;
-        let h = HybridTransport::from_env(&config, &launch, &store)?;
-        let nodes: Vec<usize> = (0..h.size()).map(|r| h.node_of(r)).collect();
-        println!("nodes {nodes:?}");
-        Box::new(h)
-    } else {
-        Box::new(ShmTransport::from_env(&config, &launch)?)
-    };
-    let t = &mut *t;
+    let mut t = ShmTransport::from_env(&config, &launch)?;
+    let t: &mut dyn Transport = &mut t;
     match args.first().map(String::as_str) {
         Some("allreduce") => allreduce(t, arg(args, 1, 100), arg(args, 2, 64)),
         Some("alltoall") => alltoall(t, arg(args, 1, 30), arg(args, 2, 64)),

@@ -69,6 +69,16 @@ impl Flows {
         *c += 1;
         s
     }
+
+    /// Forgets the flows whose key `retired` selects (`Transport::retire_flows`).
+    pub(crate) fn retire(&mut self, retired: impl Fn(&MsgKey) -> bool) {
+        self.next.retain(|(_, k), _| !retired(k));
+    }
+
+    /// Number of flows with state.
+    pub(crate) fn len(&self) -> usize {
+        self.next.len()
+    }
 }
 
 #[cfg(test)]

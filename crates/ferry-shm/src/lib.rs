@@ -1,12 +1,12 @@
-//! ferry's shared-memory backend (seed 001; S1-S4, R2b) and the hybrid backend (S2).
+//! ferry's shared-memory backend (seed 001; S1-S4, R2b).
 //!
 //! - [`ShmTransport`]: every rank of the job on one host. Per ordered pair of ranks a bounded
 //!   lock-free single-producer single-consumer ring carries small messages inline; large ones
 //!   move with one copy through cross-memory attach (`process_vm_readv`), with a fragmented
 //!   2-copy fallback when the kernel does not permit it (`shm.single_copy`). Waiting spins
 //!   briefly, then sleeps on a futex doorbell.
-//! - [`HybridTransport`]: ranks on the same node talk through a node segment, the rest over
-//!   TCP (001 §3.4 "secondary" mode, done by composing two transports over one exchange).
+//! - the node-local part of the hybrid backend (`ferry-hybrid`, S2):
+//!   [`ShmTransport::join_node`] joins one node's segment under global rank numbers.
 //!
 //! Start-up (R2b, 001 §4.2): with the launcher, the segment is named after `FERRY_JOB_ID` and
 //! ranks come from `FERRY_RANK`; started by hand (`FERRY_BACKEND=shm FERRY_SIZE=N`), ranks race
@@ -16,12 +16,10 @@
 //! memory disappears with the last process, however it ends. See `segment.rs`.
 
 mod flows;
-mod hybrid;
 mod ring;
 mod segment;
 mod sys;
 mod transport;
 
-pub use hybrid::HybridTransport;
 pub use segment::{remove_job_segments, segment_name};
 pub use transport::{ShmTransport, DEFAULT_JOB};

@@ -24,8 +24,8 @@ use std::time::{Duration, Instant};
 use ferry_core::config::SingleCopy;
 use ferry_core::transport::{check_peer, drive_exchange};
 use ferry_core::{
-    Config, Error, ErrorKind, Exchange, LaunchInfo, MsgKey, OpState, RecvBuf, RecvOp, Result,
-    SendOp, Stats, Transport, WaitPolicy,
+    Config, Error, ErrorKind, Exchange, LaunchInfo, MsgKey, OpState, PrepareError, RecvBuf, RecvOp,
+    Result, RetiredFlows, SendOp, Stats, Transport, WaitPolicy,
 };
 use ferry_proto::{Arrival, EarlyArrivals};
 
@@ -250,6 +250,33 @@ impl ShmTransport {
                 })
                 .collect()
         }))
+    }
+
+    /// Joins node `node`'s segment of job `job` as the node-local part of a job spread over
+    /// several nodes (the hybrid backend): `members` are the global ranks on this node in
+    /// segment order, `rank` is this process's global rank among `size`.
+    pub fn join_node(
+        job: &str,
+        node: usize,
+        members: Vec<usize>,
+        rank: usize,
+        size: usize,
+        config: &Config,
+    ) -> Result<ShmTransport> {
+        let local = members.iter().position(|&r| r == rank).ok_or_else(|| {
+            Error::invalid("shm init", format!("rank {rank} is not among {members:?}"))
+        })?;
+        let local_size = members.len();
+        ShmTransport::join(
+            JoinSpec {
+                name: Some(segment_name(&format!("j{job}"), Some(node))),
+                local: Some(local),
+                members: Some((members, rank, size)),
+                config,
+            },
+            local_size,
+            None,
+        )
     }
 
     /// Joins (or creates) a named segment of `local_size` ranks; `members` maps segment
@@ -680,13 +707,10 @@ impl ShmTransport {
 
     // ----- receiving -----------------------------------------------------------------------
 
-    fn len_error(&self, peer: usize, len: usize, want: usize) -> Error {
-        Error::invalid(
-            "recv",
-            format!("message of {len} bytes, receive buffer of {want} bytes"),
-        )
-        .on_rank(self.rank)
-        .with_peer(peer)
+    fn len_error(&self, peer: usize, len: usize, want: PrepareError) -> Error {
+        want.to_error("recv", len)
+            .on_rank(self.rank)
+            .with_peer(peer)
     }
 
     /// Takes descriptor `seq` from `l` for reading; false if the sender withdrew it (its
@@ -1098,7 +1122,7 @@ impl ShmTransport {
 
     /// Runs the liveness check when it is due (every `LIVENESS_EVERY`); for callers that wait
     /// elsewhere (the hybrid backend blocked in TCP's poll).
-    pub(crate) fn check_liveness_if_due(&mut self) -> Result<()> {
+    pub fn check_liveness_if_due(&mut self) -> Result<()> {
         if self.last_liveness.elapsed() >= LIVENESS_EVERY {
             self.check_liveness()?;
         }
@@ -1541,6 +1565,15 @@ impl Transport for ShmTransport {
         result
     }
 
+    fn retire_flows(&mut self, flows: RetiredFlows) {
+        self.send_flows.retire(|k| flows.contains(k));
+        self.recv_flows.retire(|k| flows.contains(k));
+    }
+
+    fn flow_count(&self) -> Option<usize> {
+        Some(self.send_flows.len() + self.recv_flows.len())
+    }
+
     fn stats(&self) -> Stats {
         self.stats.clone()
     }
@@ -1561,7 +1594,7 @@ impl ShmTransport {
     /// fits into the ring right now, without the exchange machinery. Otherwise returns the
     /// flow serial it took: the send goes on as an `Active` operation with that serial and
     /// progress 0 (here or in the hybrid backend's exchange).
-    pub(crate) fn send_start(&mut self, peer: usize, key: MsgKey, data: &[u8]) -> Option<u64> {
+    pub fn send_start(&mut self, peer: usize, key: MsgKey, data: &[u8]) -> Option<u64> {
         let serial = self.send_flows.take(peer, key);
         if let Some(l) = self.local_of.get(peer).copied().flatten() {
             if l != self.me && data.len() <= self.inline_cap {
@@ -1587,7 +1620,7 @@ impl ShmTransport {
     /// message is already here or arrives inline while this rank spins (at most the wait
     /// policy's spin time; it never blocks). Otherwise returns the flow serial it took, like
     /// [`ShmTransport::send_start`].
-    pub(crate) fn recv_start(
+    pub fn recv_start(
         &mut self,
         peer: usize,
         key: MsgKey,

@@ -1665,16 +1665,12 @@ impl TcpTransport {
                                 Target::Direct(i)
                             }
                             Err(want) => {
-                                // The program's buffer is wrong: the message is consumed and
-                                // the receive fails with the reason.
+                                // The program's buffer is wrong (or cannot grow to the
+                                // announced length): the message is consumed and the receive
+                                // fails with the reason.
                                 r.state = OpState::Done;
                                 self.pending_error = Some(
-                                    Error::invalid(
-                                        "recv",
-                                        format!("message of {len} bytes, buffer of {want}"),
-                                    )
-                                    .on_rank(self.rank)
-                                    .with_peer(p),
+                                    want.to_error("recv", len).on_rank(self.rank).with_peer(p),
                                 );
                                 Target::Discard
                             }
@@ -2491,6 +2487,14 @@ impl Transport for TcpTransport {
     fn exchange(&mut self, ex: &mut Exchange<'_>) -> Result<()> {
         self.stats.calls += 1;
         self.drive(ex)
+    }
+
+    fn retire_flows(&mut self, flows: ferry_core::RetiredFlows) {
+        self.flows.retire_where(|k| flows.contains(k));
+    }
+
+    fn flow_count(&self) -> Option<usize> {
+        Some(self.flows.len())
     }
 
     fn stats(&self) -> Stats {

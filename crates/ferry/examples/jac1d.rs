@@ -18,10 +18,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use ferry::coll::Group;
-use ferry::data::resize::{allow_world_resize, join_world};
-use ferry::data::{
-    Block, Container, DataFlow, Instance, Partitioner, Partitioning, ReduceOp, Space,
-};
+use ferry::data::{Block, Container, DataFlow, Partitioner, Partitioning, ReduceOp, Space};
 use ferry::Transport;
 
 fn main() -> ExitCode {
@@ -74,10 +71,11 @@ fn run() -> ferry::Result<()> {
 
     let mut world = ferry::init()?;
     let rank = world.rank();
+    let mut inst = world.data_instance()?;
+    let mut resizer = world.resizer();
     let t = world.transport();
-    let mut inst = Instance::new(rank, t.size())?;
     // Spares of an elastic run wait here for a resize point (or the end of the job).
-    let (joined, phase) = join_world(t)?;
+    let (joined, phase) = resizer.join_world(t)?;
     if joined.my_index.is_none() {
         return world.finish();
     }
@@ -198,7 +196,7 @@ fn run() -> ferry::Result<()> {
             pread = r;
         }
         if repart < 0 && iter > 0 && iter % (-repart) == 0 {
-            let r = allow_world_resize(t, &wg, epoch, iter + 1)?;
+            let r = resizer.allow_world_resize(t, &wg, epoch, iter + 1)?;
             epoch = r.epoch;
             if r.changed {
                 // Preserve the just-written values over the new world; a removed process

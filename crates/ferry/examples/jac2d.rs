@@ -16,8 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ferry::data::{
-    ActionSeq, Container, DataFlow, Instance, Partitioner, Partitioning, ReduceOp, Space,
-    Transition,
+    ActionSeq, Container, DataFlow, Partitioner, Partitioning, ReduceOp, Space, Transition,
 };
 use ferry::Transport;
 
@@ -134,8 +133,8 @@ fn run(o: Opts) -> ferry::Result<()> {
     }
     let mut world = ferry::init()?;
     let (rank, nprocs) = (world.rank(), world.size());
+    let mut inst = world.data_instance()?;
     let t = world.transport();
-    let mut inst = Instance::new(rank, nprocs)?;
     let wg = inst.world().clone();
     if rank == 0 {
         let mut h = format!(

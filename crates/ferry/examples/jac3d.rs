@@ -345,8 +345,8 @@ fn run(o: Opts) -> ferry::Result<()> {
     }
     let mut world = ferry::init()?;
     let (rank, nprocs) = (world.rank(), world.size());
+    let mut inst = world.data_instance()?;
     let t = world.transport();
-    let mut inst = Instance::new(rank, nprocs)?;
     let space = Space::new3(size as u64, size as u64, size as u64)?;
     let wg = inst.world().clone();
     let mut parts = make_parts(t, &mut inst, &space, wg, &o)?;

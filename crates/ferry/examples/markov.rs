@@ -24,9 +24,7 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use ferry::data::{
-    Container, DataFlow, Instance, Layout, LayoutOrder, Partitioner, Partitioning, Space,
-};
+use ferry::data::{Container, DataFlow, Layout, LayoutOrder, Partitioner, Partitioning, Space};
 mod common;
 use common::{atoi, fmt_f, fmt_g, out};
 
@@ -184,7 +182,7 @@ struct Profile {
 fn run(o: Opts) -> ferry::Result<()> {
     let mut world = ferry::init()?;
     let rank = world.rank();
-    let mut inst = Instance::new(rank, world.size())?;
+    let mut inst = world.data_instance()?;
     let group = inst.world().clone();
     let t = world.transport();
     let (n, m) = (o.n, o.m);

@@ -25,7 +25,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use ferry::data::{
-    Container, DataFlow, Instance, Layout, LayoutOrder, Partitioner, Partitioning, ReduceOp, Space,
+    Container, DataFlow, Layout, LayoutOrder, Partitioner, Partitioning, ReduceOp, Space,
 };
 mod common;
 use common::{atoi, fmt_f, fmt_g, out};
@@ -170,7 +170,7 @@ struct Profile {
 fn run(mut o: Opts) -> ferry::Result<()> {
     let mut world = ferry::init()?;
     let rank = world.rank();
-    let mut inst = Instance::new(rank, world.size())?;
+    let mut inst = world.data_instance()?;
     let group = inst.world().clone();
     let t = world.transport();
     let mut text = String::new();

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use ferry::data::{
-    Container, DataFlow, Instance, Partitioner, Partitioning, Range, ReduceOp, Space, Transition,
+    Container, DataFlow, Partitioner, Partitioning, Range, ReduceOp, Space, Transition,
 };
 
 const USAGE: &str = "Usage: ping_pong [options] [<size> [<iters>]]
@@ -89,8 +89,8 @@ fn run(o: Opts, size: i64, iters: i64) -> ferry::Result<()> {
         let _ = world.finish();
         std::process::exit(1);
     }
+    let mut inst = world.data_instance()?;
     let t = world.transport();
-    let mut inst = Instance::new(rank, nprocs)?;
     let wg = inst.world().clone();
     if rank == 0 {
         let mb = 8e-6 * size as f64;

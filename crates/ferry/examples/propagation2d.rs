@@ -20,8 +20,7 @@ use std::process::ExitCode;
 
 use ferry::coll::CollOptions;
 use ferry::data::{
-    Container, DataFlow, Instance, Partitioner, PartitionerCtx, Partitioning, Range, ReduceOp,
-    Space,
+    Container, DataFlow, Partitioner, PartitionerCtx, Partitioning, Range, ReduceOp, Space,
 };
 
 mod common;
@@ -185,7 +184,7 @@ fn run(derived: bool, size: usize, maxiter: i64) -> ferry::Result<()> {
     let mut world = ferry::init()?;
     let rank = world.rank();
     let procs = world.size();
-    let mut inst = Instance::new(rank, procs)?;
+    let mut inst = world.data_instance()?;
     let group = inst.world().clone();
     let t = world.transport();
     let mesh = Mesh::new(procs, size);

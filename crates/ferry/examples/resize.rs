@@ -4,14 +4,12 @@
 //! of the world prints `Epoch E / Phase P: Hello from process R of N`; the loop stops after
 //! phase `max`; between phases the program sleeps one second and offers a resize point.
 //!
-//! Resize points go through [`ferry::data::resize::allow_world_resize`]: spares of
+//! Resize points go through [`ferry::resize::Resizer::allow_world_resize`]: spares of
 //! `ferry run --spares` join there and processes named by `ferry ctl NAME remove` leave (they
 //! stop printing and exit 0); each change increments the epoch (examples.md §0.3, §4).
 
 use std::process::ExitCode;
 use std::time::Duration;
-
-use ferry::data::resize::{allow_world_resize, join_world};
 
 mod common;
 use common::{atoi, out};
@@ -22,10 +20,11 @@ fn run(args: &[String]) -> ferry::Result<()> {
         max = 10;
     }
     let mut world = ferry::init()?;
+    let mut resizer = world.resizer();
     let t = world.transport();
     // Processes started with the job begin at phase 0; spares wait here and join at the
     // phase of the resize point that admits them (or end if none does).
-    let (mut current, mut phase) = join_world(t)?;
+    let (mut current, mut phase) = resizer.join_world(t)?;
     while let Some(id) = current.my_index {
         let line = format!(
             "Epoch {} / Phase {}: Hello from process {} of {}\n",
@@ -40,7 +39,7 @@ fn run(args: &[String]) -> ferry::Result<()> {
         }
         std::thread::sleep(Duration::from_secs(1));
         phase += 1;
-        current = allow_world_resize(t, &current.group, current.epoch, phase)?;
+        current = resizer.allow_world_resize(t, &current.group, current.epoch, phase)?;
     }
     world.finish()
 }

@@ -15,9 +15,7 @@
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use ferry::data::{
-    Block, Container, DataFlow, Instance, Partitioner, Partitioning, ReduceOp, Space,
-};
+use ferry::data::{Block, Container, DataFlow, Partitioner, Partitioning, ReduceOp, Space};
 
 mod common;
 use common::{atoi, fmt_f, out};
@@ -73,7 +71,7 @@ fn run(args: &[String]) -> ferry::Result<()> {
 
     let mut world = ferry::init()?;
     let rank = world.rank();
-    let mut inst = Instance::new(rank, world.size())?;
+    let mut inst = world.data_instance()?;
     let group = inst.world().clone();
     let t = world.transport();
 

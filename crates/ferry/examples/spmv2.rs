@@ -24,8 +24,7 @@ use std::sync::Arc;
 
 use ferry::coll::{CollOptions, Group};
 use ferry::data::{
-    Block, Container, DataFlow, Instance, Partitioner, Partitioning, Range, ReduceOp, Space,
-    TaskRange,
+    Block, Container, DataFlow, Partitioner, Partitioning, Range, ReduceOp, Space, TaskRange,
 };
 
 mod common;
@@ -231,7 +230,7 @@ fn reassign(
 fn run(o: Opts) -> ferry::Result<()> {
     let mut world = ferry::init()?;
     let rank = world.rank();
-    let mut inst = Instance::new(rank, world.size())?;
+    let mut inst = world.data_instance()?;
     let mut group = inst.world().clone();
     let t = world.transport();
     let size = o.size as usize;

@@ -9,9 +9,7 @@ mod common;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use ferry::data::{
-    Block, Container, DataFlow, Instance, Partitioner, Partitioning, ReduceOp, Space,
-};
+use ferry::data::{Block, Container, DataFlow, Partitioner, Partitioning, ReduceOp, Space};
 
 fn main() -> ExitCode {
     common::main_with("vsum2", run)
@@ -54,8 +52,8 @@ fn run() -> ferry::Result<()> {
     }
     let mut world = ferry::init()?;
     let (rank, nprocs) = (world.rank(), world.size());
+    let mut inst = world.data_instance()?;
     let t = world.transport();
-    let mut inst = Instance::new(rank, nprocs)?;
     let wg = inst.world().clone();
     let space = Space::new1(size as u64)?;
 

@@ -8,7 +8,7 @@
 //! master prints the total. Between phases the program sleeps one second and offers a resize
 //! point.
 //!
-//! Resize points go through [`ferry::data::resize::allow_world_resize`]: spares of
+//! Resize points go through [`ferry::resize::Resizer::allow_world_resize`]: spares of
 //! `ferry run --spares` join, processes named by `ferry ctl NAME remove` leave after handing
 //! their block on; on a changed world the partitionings are re-created over the new group and
 //! the next switch migrates the array (examples.md §0.3, §3).
@@ -16,10 +16,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use ferry::data::resize::{allow_world_resize, join_world};
-use ferry::data::{
-    Container, DataFlow, Group, Instance, Partitioner, Partitioning, ReduceOp, Space,
-};
+use ferry::data::{Container, DataFlow, Group, Partitioner, Partitioning, ReduceOp, Space};
 
 mod common;
 use common::{atoi, fmt_f, out};
@@ -59,11 +56,12 @@ fn run(args: &[String]) -> ferry::Result<()> {
     }
     let mut world = ferry::init()?;
     let rank = world.rank();
-    let mut inst = Instance::new(rank, world.size())?;
+    let mut inst = world.data_instance()?;
+    let mut resizer = world.resizer();
     let t = world.transport();
     // Spares of an elastic run wait here until a resize point admits them (they then start at
     // that point's phase) or the job ends.
-    let (mut current, mut phase) = join_world(t)?;
+    let (mut current, mut phase) = resizer.join_world(t)?;
     if current.my_index.is_none() {
         // A spare the job never needed.
         return world.finish();
@@ -127,7 +125,7 @@ fn run(args: &[String]) -> ferry::Result<()> {
         }
         std::thread::sleep(Duration::from_secs(1));
         phase += 1;
-        current = allow_world_resize(t, &current.group, current.epoch, phase)?;
+        current = resizer.allow_world_resize(t, &current.group, current.epoch, phase)?;
         if current.changed {
             parts = Parts::new(&space, &sum_space, &current.group)?;
         }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ferry_core::file_store::FileStore;
-use ferry_core::tcp_store::TcpStoreClient;
+use ferry_core::store::TcpStoreClient;
 use ferry_core::{Error, LaunchInfo, Result, Store};
 
 /// How long a rank keeps trying to reach the launcher's store at start-up. Generous because
@@ -66,7 +66,7 @@ fn job_file_store(launch: &LaunchInfo) -> Result<Option<Arc<dyn Store>>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ferry_core::tcp_store::StoreServer;
+    use ferry_core::store::TestStoreServer;
 
     #[test]
     fn no_rendezvous_means_no_store() {
@@ -100,7 +100,7 @@ mod tests {
 
     #[test]
     fn connects_with_the_secret_and_names_missing_secret() {
-        let srv = StoreServer::bind("127.0.0.1:0", "s3cret").unwrap();
+        let srv = TestStoreServer::start("s3cret").unwrap();
         let mut launch = LaunchInfo {
             rank: Some(1),
             size: Some(2),

@@ -10,6 +10,7 @@
 //! -> `ferry-coll` (collectives) -> `ferry-data` (data layer) -> this facade.
 
 pub mod bootstrap;
+pub mod resize;
 mod world;
 
 pub use ferry_coll as coll;

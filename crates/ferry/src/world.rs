@@ -1,7 +1,12 @@
 //! Start-up: pick the backend from the environment and build this rank's [`World`].
 
+use std::sync::{Arc, Mutex};
+
 use ferry_core::single::SingleTransport;
 use ferry_core::{BackendKind, Config, Error, LaunchInfo, Result, Transport};
+use ferry_data::resize::Elastic;
+
+use crate::resize::{LauncherControl, Resizer};
 
 /// This rank's view of the job: the transport plus the configuration it was built with.
 pub struct World {
@@ -9,6 +14,11 @@ pub struct World {
     config: Config,
     print_stats: bool,
     finished: bool,
+    /// Elastic jobs: the initial world and whether the spares were settled, shared with the
+    /// program's [`Resizer`]s.
+    elastic: Arc<Mutex<Elastic>>,
+    control: LauncherControl,
+    layout_generic: bool,
 }
 
 /// Initialises ferry from the environment (`FERRY_BACKEND`, `FERRY_CONFIG`, launcher variables)
@@ -35,7 +45,7 @@ pub fn init_with(config: Config, launch: LaunchInfo) -> Result<World> {
             let store = crate::bootstrap::connect_store(&launch)?.ok_or_else(|| {
                 Error::config("the hybrid backend needs the launcher's store (FERRY_RENDEZVOUS)")
             })?;
-            Box::new(ferry_shm::HybridTransport::from_env(
+            Box::new(ferry_hybrid::HybridTransport::from_env(
                 &config, &launch, &*store,
             )?)
         }
@@ -52,7 +62,13 @@ pub fn init_with(config: Config, launch: LaunchInfo) -> Result<World> {
         || std::env::var("FERRY_STATS")
             .map(|v| v == "1")
             .unwrap_or(false);
+    let with_rank = |e: Error| e.or_rank(transport.rank());
+    let world_size = crate::resize::world_size_from_env().map_err(with_rank)?;
+    let elastic = crate::resize::elastic_for(&*transport, world_size).map_err(with_rank)?;
     Ok(World {
+        elastic: Arc::new(Mutex::new(elastic)),
+        control: LauncherControl::new(&launch),
+        layout_generic: std::env::var_os("FERRY_LAYOUT_GENERIC").is_some(),
         transport,
         config,
         print_stats,
@@ -117,11 +133,28 @@ impl World {
     /// Wraps an already built transport (tests, embedding).
     pub fn from_transport(transport: Box<dyn Transport>, config: Config) -> World {
         World {
+            elastic: Arc::new(Mutex::new(Elastic::fixed(&*transport))),
+            control: LauncherControl::new(&LaunchInfo::default()),
+            layout_generic: false,
             transport,
             config,
             print_stats: false,
             finished: false,
         }
+    }
+
+    /// The data layer for this rank over the whole job (`FERRY_LAYOUT_GENERIC`, any value,
+    /// forces its element-wise pack/unpack paths; results are identical).
+    pub fn data_instance(&self) -> Result<ferry_data::Instance> {
+        let mut inst = ferry_data::Instance::for_transport(&*self.transport)?;
+        inst.set_generic_layout(self.layout_generic);
+        Ok(inst)
+    }
+
+    /// Resize points of an elastic job (`ferry run --spares`, `ferry ctl NAME remove`), see
+    /// [`crate::resize`].
+    pub fn resizer(&self) -> Resizer {
+        Resizer::new(self.elastic.clone(), Box::new(self.control.clone()))
     }
 
     /// This rank.
@@ -161,7 +194,11 @@ impl World {
         }
         self.finished = true;
         // Elastic jobs: spares never admitted at a resize point end cleanly with the job.
-        let released = ferry_data::resize::release_spares(&mut *self.transport);
+        let released = match self.elastic.lock() {
+            Ok(mut e) => e.release_spares(&mut *self.transport),
+            Err(_) => Err(Error::new(ferry_core::ErrorKind::Io, "finish")
+                .with_detail("elastic state poisoned by a panic")),
+        };
         let result = released.and(self.transport.finish());
         if self.print_stats {
             eprint!("{}", self.transport.stats());

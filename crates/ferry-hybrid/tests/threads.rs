@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use ferry_core::store::MemStore;
 use ferry_core::{Config, Exchange, MsgKey, Transport};
-use ferry_shm::HybridTransport;
+use ferry_hybrid::HybridTransport;
 
 fn pattern(len: usize, seed: usize) -> Vec<u8> {
     (0..len).map(|i| (i * 13 + seed * 5) as u8).collect()

@@ -14,18 +14,20 @@
 //! receiver's GET, and a node mate's send completes only while this rank drains its ring; a
 //! rank that waited for a node mate inside the shm transport alone (or for a remote rank
 //! inside TCP alone) could leave the peer that its own partner waits for stuck.
+//!
+//! This crate sits above both transports: `ferry-shm` and `ferry-tcp` know nothing of each
+//! other, and the hybrid reaches them only through their public constructors
+//! ([`ShmTransport::join_node`], [`TcpTransport::from_store_excluding`]).
 
 use std::time::Duration;
 
 use ferry_core::transport::{check_peer, drive_exchange};
 use ferry_core::{
-    Config, Error, ErrorKind, Exchange, LaunchInfo, MsgKey, OpState, RecvBuf, RecvOp, Result,
+    Config, Error, Exchange, LaunchInfo, MsgKey, OpState, RecvBuf, RecvOp, Result, RetiredFlows,
     SendOp, Stats, Store, Transport, WaitPolicy,
 };
+use ferry_shm::ShmTransport;
 use ferry_tcp::TcpTransport;
-
-use crate::segment::segment_name;
-use crate::transport::{JoinSpec, ShmTransport};
 
 /// How long a rank waiting for both node-local and remote input blocks in TCP's poll before it
 /// looks at its shared-memory rings again (shm peers do not wake a rank blocked in epoll), and
@@ -125,21 +127,8 @@ impl HybridTransport {
         let node = node_numbers(&names);
         let mine = node[rank];
         let members: Vec<usize> = (0..size).filter(|&r| node[r] == mine).collect();
-        let local = members
-            .iter()
-            .position(|&r| r == rank)
-            .ok_or_else(|| Error::new(ErrorKind::Protocol, "hybrid init").on_rank(rank))?;
-        let shm = ShmTransport::join(
-            JoinSpec {
-                name: Some(segment_name(&format!("j{job}"), Some(mine))),
-                local: Some(local),
-                members: Some((members.clone(), rank, size)),
-                config,
-            },
-            members.len(),
-            None,
-        )
-        .map_err(|e| e.or_rank(rank))?;
+        let shm = ShmTransport::join_node(job, mine, members.clone(), rank, size, config)
+            .map_err(|e| e.or_rank(rank))?;
         let tcp = TcpTransport::from_store_excluding(rank, size, store, config, secret, &members)?;
         if rank == 0 {
             let nodes = node.iter().max().map_or(0, |m| m + 1);
@@ -381,6 +370,15 @@ impl Transport for HybridTransport {
                 state: OpState::New,
             });
         })
+    }
+
+    fn retire_flows(&mut self, flows: RetiredFlows) {
+        self.shm.retire_flows(flows);
+        self.tcp.retire_flows(flows);
+    }
+
+    fn flow_count(&self) -> Option<usize> {
+        Some(self.shm.flow_count()? + self.tcp.flow_count()?)
     }
 
     fn stats(&self) -> Stats {

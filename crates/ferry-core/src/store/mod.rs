@@ -1,13 +1,24 @@
 //! Key-value stores for bootstrap (rendezvous of addresses, like PMI) and small shared state.
 //!
 //! One trait, several implementations: [`MemStore`] for threads of one process (tests), the
-//! launcher's TCP store for real jobs (`tcp_store`), file stores for hand-started jobs.
+//! client of the launcher's TCP store for real jobs ([`TcpStoreClient`], wire format in
+//! [`wire`]; the server is the launcher's, crate `ferry-cli`), file stores for jobs started by
+//! `mpirun`/`srun` or by hand (`crate::file_store`).
 
 use std::collections::HashMap;
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, ErrorKind, Result};
+
+mod client;
+#[cfg(any(test, feature = "test-util"))]
+mod test_server;
+pub mod wire;
+
+pub use client::TcpStoreClient;
+#[cfg(any(test, feature = "test-util"))]
+pub use test_server::TestStoreServer;
 
 /// A key-value store shared by the ranks of one job.
 pub trait Store: Send + Sync {

@@ -1,82 +1,31 @@
 //! The launcher's rendezvous store over TCP (R1, T8): a small key-value server that `ferry run`
-//! serves on an ephemeral port, and the client every rank uses to reach it through
-//! `FERRY_RENDEZVOUS` (the role PMI plays for MPI launchers).
+//! serves on an ephemeral port for the ranks' `TcpStoreClient`s (`FERRY_RENDEZVOUS`; the role
+//! PMI plays for MPI launchers).
 //!
 //! Backends publish their addresses here at start-up (`tcp/addr/<rank>`, node maps, ...) and
-//! read the others' with a blocking get; `fetch_add` serves races such as node numbering.
+//! read the others' with a blocking get; `fetch_add` serves races such as node numbering. The
+//! wire format is `ferry_core::store::wire` (shared with the client).
 //!
-//! Protocol (all integers little-endian):
-//! - hello, client to server: magic `FYKV`, version `u16`, secret length `u16`, secret bytes;
-//!   the server answers one status byte (0 = welcome) and drops any client whose magic,
-//!   version or secret is wrong (T8: only members of the job can use the store);
-//! - request: body length `u32`, then op `u8` (1 set, 2 get, 3 add), key length `u16`, key
-//!   (UTF-8), then the value (set), the timeout in ms as `u64` (get) or the delta as `i64` (add);
-//! - response: body length `u32`, then a status `u8` ([`Status`]) and the value (get), the old
-//!   counter value as `i64` (add), or a UTF-8 message (errors).
-//!
-//! Every size is bounded ([`MAX_KEY_BYTES`], [`MAX_VALUE_BYTES`], [`StoreLimits`]), every read
-//! on the server has a deadline once a frame has begun, and malformed input ends only the
-//! offending connection. Nothing here panics on what a peer sends.
+//! Every size is bounded (the wire format's caps, [`StoreLimits`]), every read has a deadline
+//! once a frame has begun, and malformed input ends only the offending connection. Nothing
+//! here panics on what a peer sends.
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::error::{Error, ErrorKind, Result};
-use crate::store::Store;
+use ferry_core::store::wire::{
+    self, check_key, Request, Status, MAX_SECRET_BYTES, MAX_VALUE_BYTES,
+};
+use ferry_core::{Error, Result, Store};
 
-/// Longest key in bytes.
-pub const MAX_KEY_BYTES: usize = 1024;
-/// Largest value in bytes: addresses and node maps are small; bulk data never goes here.
-pub const MAX_VALUE_BYTES: usize = 1 << 20;
-/// Longest accepted secret in bytes.
-pub const MAX_SECRET_BYTES: usize = 1024;
-
-const MAGIC: [u8; 4] = *b"FYKV";
-const VERSION: u16 = 1;
-const OP_SET: u8 = 1;
-const OP_GET: u8 = 2;
-const OP_ADD: u8 = 3;
-/// Largest request or response body: a key, a value and a few header bytes.
-const MAX_BODY: usize = 3 + MAX_KEY_BYTES + MAX_VALUE_BYTES + 8;
 /// How often blocked server threads look at the stop flag.
 const STOP_POLL: Duration = Duration::from_millis(200);
-/// Longest blocking get the server honours; longer requests are cut to this.
-const MAX_GET_WAIT: Duration = Duration::from_secs(24 * 3600);
-
-/// Status byte of a response.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-pub enum Status {
-    /// Done; the payload is the result.
-    Ok = 0,
-    /// A get found no value within its timeout.
-    Timeout = 1,
-    /// The request was malformed or not applicable (e.g. adding to a non-integer).
-    Invalid = 2,
-    /// The store is full ([`StoreLimits`]).
-    Full = 3,
-    /// The hello was refused (wrong magic, version or secret).
-    Refused = 4,
-}
-
-impl Status {
-    fn from_byte(b: u8) -> Option<Status> {
-        Some(match b {
-            0 => Status::Ok,
-            1 => Status::Timeout,
-            2 => Status::Invalid,
-            3 => Status::Full,
-            4 => Status::Refused,
-            _ => return None,
-        })
-    }
-}
 
 /// Caps of one store server, so that a misbehaving rank or a stranger cannot exhaust the
 /// launcher.
@@ -118,10 +67,6 @@ struct Shared {
     connections: AtomicUsize,
 }
 
-fn poisoned(op: &'static str) -> Error {
-    Error::new(ErrorKind::Io, op).with_detail("store lock poisoned by a panicking thread")
-}
-
 impl Shared {
     fn set(&self, key: &str, value: &[u8]) -> std::result::Result<(), (Status, String)> {
         check_key(key).map_err(|e| (Status::Invalid, e))?;
@@ -155,7 +100,7 @@ impl Shared {
 
     fn get(&self, key: &str, timeout: Duration) -> std::result::Result<Vec<u8>, (Status, String)> {
         check_key(key).map_err(|e| (Status::Invalid, e))?;
-        let timeout = timeout.min(MAX_GET_WAIT);
+        let timeout = timeout.min(wire::MAX_GET_WAIT);
         let deadline = Instant::now() + timeout;
         let mut t = self
             .table
@@ -226,27 +171,6 @@ impl Shared {
     }
 }
 
-fn check_key(key: &str) -> std::result::Result<(), String> {
-    if key.is_empty() || key.len() > MAX_KEY_BYTES {
-        return Err(format!(
-            "key of {} bytes: keys must have 1 to {MAX_KEY_BYTES} bytes",
-            key.len()
-        ));
-    }
-    Ok(())
-}
-
-fn status_error(op: &'static str, status: Status, message: String) -> Error {
-    let kind = match status {
-        Status::Timeout => ErrorKind::Timeout,
-        Status::Full => ErrorKind::ResourceExhausted,
-        Status::Invalid => ErrorKind::InvalidArgument,
-        Status::Refused => ErrorKind::Protocol,
-        Status::Ok => ErrorKind::Protocol,
-    };
-    Error::new(kind, op).with_detail(message)
-}
-
 /// The rendezvous server: binds a listener, serves every client on its own thread, and stops
 /// when dropped.
 pub struct StoreServer {
@@ -307,11 +231,6 @@ impl StoreServer {
         Arc::new(ServerStore {
             shared: self.shared.clone(),
         })
-    }
-
-    /// Number of client connections currently open.
-    pub fn connections(&self) -> usize {
-        self.shared.connections.load(Ordering::Relaxed)
     }
 
     /// Stops accepting and serving. Client threads notice within a fraction of a second.
@@ -420,16 +339,14 @@ fn serve_client(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
     stream.set_nodelay(true)?;
     stream.set_read_timeout(Some(shared.limits.io_timeout))?;
     stream.set_write_timeout(Some(shared.limits.io_timeout))?;
-    let mut head = [0u8; 8];
+    let mut head = [0u8; wire::HELLO_HEAD];
     read_full(&mut stream, &mut head)?;
-    let version = u16::from_le_bytes([head[4], head[5]]);
-    let secret_len = u16::from_le_bytes([head[6], head[7]]) as usize;
-    if head[..4] != MAGIC || version != VERSION || secret_len > MAX_SECRET_BYTES {
+    let Some(secret_len) = wire::decode_hello_head(&head) else {
         // A stranger speaking another protocol: say nothing, drop it.
         return Err(bad(
             "not a ferry store client (bad magic, version or length)".into(),
         ));
-    }
+    };
     let mut secret = vec![0u8; secret_len];
     read_full(&mut stream, &mut secret)?;
     if !constant_time_eq(&secret, &shared.secret) {
@@ -457,55 +374,33 @@ fn serve_client(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
             Err(e) => return Err(e),
         }
         read_full(&mut stream, &mut len[1..])?;
-        let n = u32::from_le_bytes(len) as usize;
-        if !(3..=MAX_BODY).contains(&n) {
-            return Err(bad(format!("request body of {n} bytes")));
-        }
+        let n = wire::decode_body_len(len, true)
+            .ok_or_else(|| bad(format!("request body of {} bytes", u32::from_le_bytes(len))))?;
         body.resize(n, 0);
         read_full(&mut stream, &mut body)?;
-        let reply = handle_request(&body, shared);
-        let (status, payload) = match &reply {
-            Ok(p) => (Status::Ok, p.as_slice()),
-            Err((s, m)) => (*s, m.as_bytes()),
+        let (reply, malformed) = match wire::decode_request(&body) {
+            Ok(req) => (handle_request(req, shared), false),
+            Err(m) => (Err((Status::Invalid, m.to_string())), true),
         };
-        let mut out = Vec::with_capacity(5 + payload.len());
-        out.extend_from_slice(&((payload.len() + 1) as u32).to_le_bytes());
-        out.push(status as u8);
-        out.extend_from_slice(payload);
+        let out = match &reply {
+            Ok(p) => wire::encode_response(Status::Ok, p),
+            Err((s, m)) => wire::encode_response(*s, m.as_bytes()),
+        };
         stream.write_all(&out)?;
-        if let Err((Status::Invalid, m)) = &reply {
-            if m.starts_with("malformed") {
-                return Err(bad(m.clone()));
-            }
+        if malformed {
+            return Err(bad(format!("{}", String::from_utf8_lossy(&out[5..]))));
         }
     }
 }
 
-fn handle_request(body: &[u8], shared: &Shared) -> std::result::Result<Vec<u8>, (Status, String)> {
-    let malformed = |what: &str| (Status::Invalid, format!("malformed request: {what}"));
-    let op = body[0];
-    let key_len = u16::from_le_bytes([body[1], body[2]]) as usize;
-    let rest = &body[3..];
-    if key_len > rest.len() {
-        return Err(malformed("key longer than the request"));
-    }
-    let key = std::str::from_utf8(&rest[..key_len]).map_err(|_| malformed("key is not UTF-8"))?;
-    let arg = &rest[key_len..];
-    let arg8 = || -> std::result::Result<[u8; 8], (Status, String)> {
-        arg.try_into()
-            .map_err(|_| malformed("expected an 8-byte argument"))
-    };
-    match op {
-        OP_SET => shared.set(key, arg).map(|()| Vec::new()),
-        OP_GET => {
-            let ms = u64::from_le_bytes(arg8()?);
-            shared.get(key, Duration::from_millis(ms))
-        }
-        OP_ADD => {
-            let delta = i64::from_le_bytes(arg8()?);
-            shared.add(key, delta).map(|old| old.to_le_bytes().to_vec())
-        }
-        other => Err(malformed(&format!("unknown operation {other}"))),
+fn handle_request(
+    req: Request<'_>,
+    shared: &Shared,
+) -> std::result::Result<Vec<u8>, (Status, String)> {
+    match req {
+        Request::Set { key, value } => shared.set(key, value).map(|()| Vec::new()),
+        Request::Get { key, timeout } => shared.get(key, timeout),
+        Request::Add { key, delta } => shared.add(key, delta).map(|old| old.to_le_bytes().to_vec()),
     }
 }
 
@@ -526,247 +421,29 @@ impl Store for ServerStore {
     fn set(&self, key: &str, value: &[u8]) -> Result<()> {
         self.shared
             .set(key, value)
-            .map_err(|(s, m)| status_error("store set", s, m))
+            .map_err(|(s, m)| s.into_error("store set", m))
     }
 
     fn get(&self, key: &str, timeout: Duration) -> Result<Vec<u8>> {
         self.shared
             .get(key, timeout)
-            .map_err(|(s, m)| status_error("store get", s, m))
+            .map_err(|(s, m)| s.into_error("store get", m))
     }
 
     fn fetch_add(&self, key: &str, delta: i64) -> Result<i64> {
         self.shared
             .add(key, delta)
-            .map_err(|(s, m)| status_error("store add", s, m))
-    }
-}
-
-/// A rank's connection to the launcher's store (`FERRY_RENDEZVOUS`).
-///
-/// One connection, used by one request at a time; a connection broken by an error or a
-/// client-side timeout is dropped and re-established on the next request.
-pub struct TcpStoreClient {
-    addr: String,
-    secret: String,
-    connect_timeout: Duration,
-    stream: Mutex<Option<TcpStream>>,
-}
-
-impl std::fmt::Debug for TcpStoreClient {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // Never print the secret.
-        f.debug_struct("TcpStoreClient")
-            .field("addr", &self.addr)
-            .finish_non_exhaustive()
-    }
-}
-
-/// Extra time a client waits for a get's answer beyond the get's own timeout, for the
-/// round trip on a loaded machine.
-const GET_MARGIN: Duration = Duration::from_secs(10);
-
-impl TcpStoreClient {
-    /// Connects to the store at `addr` (`host:port`) and presents `secret`. Retries refused
-    /// connections until `connect_timeout`, since the launcher may be a little behind.
-    pub fn connect(addr: &str, secret: &str, connect_timeout: Duration) -> Result<TcpStoreClient> {
-        if secret.len() > MAX_SECRET_BYTES {
-            return Err(Error::invalid(
-                "store connect",
-                format!("secret longer than {MAX_SECRET_BYTES} bytes"),
-            ));
-        }
-        let client = TcpStoreClient {
-            addr: addr.to_string(),
-            secret: secret.to_string(),
-            connect_timeout,
-            stream: Mutex::new(None),
-        };
-        let stream = client.open()?;
-        *client
-            .stream
-            .lock()
-            .map_err(|_| poisoned("store connect"))? = Some(stream);
-        Ok(client)
-    }
-
-    /// The store's address.
-    pub fn addr(&self) -> &str {
-        &self.addr
-    }
-
-    fn open(&self) -> Result<TcpStream> {
-        let op = "store connect";
-        let deadline = Instant::now() + self.connect_timeout;
-        let addrs: Vec<SocketAddr> = self
-            .addr
-            .to_socket_addrs()
-            .map_err(|e| {
-                Error::io(op, e).with_detail(format!("cannot resolve rendezvous `{}`", self.addr))
-            })?
-            .collect();
-        if addrs.is_empty() {
-            return Err(Error::new(ErrorKind::Config, op)
-                .with_detail(format!("rendezvous `{}` resolves to no address", self.addr)));
-        }
-        let mut backoff = Duration::from_millis(10);
-        loop {
-            let mut last_err = None;
-            for a in &addrs {
-                let left = deadline.saturating_duration_since(Instant::now());
-                match TcpStream::connect_timeout(a, left.max(Duration::from_millis(100))) {
-                    Ok(s) => return self.hello(s),
-                    Err(e) => last_err = Some(e),
-                }
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                let e = last_err.unwrap_or_else(|| std::io::ErrorKind::TimedOut.into());
-                return Err(Error::io(op, e).with_detail(format!(
-                    "cannot reach rendezvous store {} within {:?}",
-                    self.addr, self.connect_timeout
-                )));
-            }
-            std::thread::sleep(backoff.min(deadline - now));
-            backoff = (backoff * 2).min(Duration::from_millis(500));
-        }
-    }
-
-    fn hello(&self, mut s: TcpStream) -> Result<TcpStream> {
-        let op = "store connect";
-        let io = |e: std::io::Error| {
-            Error::io(op, e).with_detail(format!("handshake with rendezvous {}", self.addr))
-        };
-        s.set_nodelay(true).map_err(io)?;
-        s.set_read_timeout(Some(self.connect_timeout.max(Duration::from_millis(100))))
-            .map_err(io)?;
-        s.set_write_timeout(Some(self.connect_timeout.max(Duration::from_millis(100))))
-            .map_err(io)?;
-        let mut hello = Vec::with_capacity(8 + self.secret.len());
-        hello.extend_from_slice(&MAGIC);
-        hello.extend_from_slice(&VERSION.to_le_bytes());
-        hello.extend_from_slice(&(self.secret.len() as u16).to_le_bytes());
-        hello.extend_from_slice(self.secret.as_bytes());
-        s.write_all(&hello).map_err(io)?;
-        let mut answer = [0u8; 1];
-        s.read_exact(&mut answer).map_err(io)?;
-        match Status::from_byte(answer[0]) {
-            Some(Status::Ok) => Ok(s),
-            Some(Status::Refused) => Err(Error::new(ErrorKind::Protocol, op).with_detail(format!(
-                "rendezvous {} refused this process: wrong job secret (FERRY_SECRET)",
-                self.addr
-            ))),
-            _ => Err(Error::new(ErrorKind::Protocol, op).with_detail(format!(
-                "rendezvous {} answered the hello with byte {}",
-                self.addr, answer[0]
-            ))),
-        }
-    }
-
-    /// Sends one request and reads its answer; `wait` is how long the server may take.
-    fn request(&self, op: &'static str, body: &[u8], wait: Duration) -> Result<Vec<u8>> {
-        let mut guard = self.stream.lock().map_err(|_| poisoned(op))?;
-        if guard.is_none() {
-            *guard = Some(self.open().map_err(|e| e.context(op))?);
-        }
-        let Some(stream) = guard.as_mut() else {
-            return Err(Error::new(ErrorKind::Io, op).with_detail("no connection"));
-        };
-        let result = exchange_frame(stream, body, wait);
-        match result {
-            Ok((status, payload)) => {
-                if status == Status::Ok {
-                    Ok(payload)
-                } else {
-                    let msg = String::from_utf8_lossy(&payload).into_owned();
-                    Err(status_error(op, status, msg))
-                }
-            }
-            Err(e) => {
-                // The stream may be mid-frame: never reuse it.
-                *guard = None;
-                Err(Error::io(op, e).with_detail(format!("rendezvous store {}", self.addr)))
-            }
-        }
-    }
-}
-
-fn exchange_frame(
-    stream: &mut TcpStream,
-    body: &[u8],
-    wait: Duration,
-) -> std::io::Result<(Status, Vec<u8>)> {
-    let bad = |m: String| std::io::Error::new(std::io::ErrorKind::InvalidData, m);
-    let mut frame = Vec::with_capacity(4 + body.len());
-    frame.extend_from_slice(&(body.len() as u32).to_le_bytes());
-    frame.extend_from_slice(body);
-    stream.write_all(&frame)?;
-    stream.set_read_timeout(Some(wait + GET_MARGIN))?;
-    let mut len = [0u8; 4];
-    stream.read_exact(&mut len)?;
-    let n = u32::from_le_bytes(len) as usize;
-    if !(1..=MAX_BODY).contains(&n) {
-        return Err(bad(format!("response body of {n} bytes")));
-    }
-    let mut reply = vec![0u8; n];
-    stream.read_exact(&mut reply)?;
-    let status =
-        Status::from_byte(reply[0]).ok_or_else(|| bad(format!("unknown status {}", reply[0])))?;
-    reply.remove(0);
-    Ok((status, reply))
-}
-
-fn request_body(op: u8, key: &str, arg: &[u8]) -> std::result::Result<Vec<u8>, String> {
-    check_key(key)?;
-    let mut body = Vec::with_capacity(3 + key.len() + arg.len());
-    body.push(op);
-    body.extend_from_slice(&(key.len() as u16).to_le_bytes());
-    body.extend_from_slice(key.as_bytes());
-    body.extend_from_slice(arg);
-    Ok(body)
-}
-
-impl Store for TcpStoreClient {
-    fn set(&self, key: &str, value: &[u8]) -> Result<()> {
-        let op = "store set";
-        if value.len() > MAX_VALUE_BYTES {
-            return Err(Error::invalid(
-                op,
-                format!(
-                    "value of {} bytes for `{key}` exceeds {MAX_VALUE_BYTES}",
-                    value.len()
-                ),
-            ));
-        }
-        let body = request_body(OP_SET, key, value).map_err(|m| Error::invalid(op, m))?;
-        self.request(op, &body, Duration::ZERO).map(|_| ())
-    }
-
-    fn get(&self, key: &str, timeout: Duration) -> Result<Vec<u8>> {
-        let op = "store get";
-        let timeout = timeout.min(MAX_GET_WAIT);
-        let ms = timeout.as_millis().min(u64::MAX as u128) as u64;
-        let body =
-            request_body(OP_GET, key, &ms.to_le_bytes()).map_err(|m| Error::invalid(op, m))?;
-        self.request(op, &body, timeout)
-    }
-
-    fn fetch_add(&self, key: &str, delta: i64) -> Result<i64> {
-        let op = "store add";
-        let body =
-            request_body(OP_ADD, key, &delta.to_le_bytes()).map_err(|m| Error::invalid(op, m))?;
-        let reply = self.request(op, &body, Duration::ZERO)?;
-        let bytes: [u8; 8] = reply.as_slice().try_into().map_err(|_| {
-            Error::new(ErrorKind::Protocol, op)
-                .with_detail(format!("answer of {} bytes, expected 8", reply.len()))
-        })?;
-        Ok(i64::from_le_bytes(bytes))
+            .map_err(|(s, m)| s.into_error("store add", m))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ferry_core::store::wire::{MAGIC, MAX_KEY_BYTES, VERSION};
+    use ferry_core::store::TcpStoreClient;
+    use ferry_core::ErrorKind;
+    use std::io::Read;
 
     const SECRET: &str = "0123456789abcdef";
 

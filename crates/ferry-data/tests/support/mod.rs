@@ -1,0 +1,3 @@
+//! Helpers shared by ferry-data's integration tests.
+
+pub mod churn;
