@@ -37,6 +37,11 @@ pub(crate) const ACK_CLAIMED: u64 = 1 << 63;
 /// it; the message follows as fragments.
 pub(crate) const ACK_CANCELLED: u64 = 1 << 62;
 
+/// Completion-word state bit, with [`ACK_CANCELLED`]: the sender withdrew descriptor `seq`
+/// because its operation failed; no fragments follow and the receiver must not wait for the
+/// message (its receive fails, naming the sender).
+pub(crate) const ACK_ABORTED: u64 = 1 << 61;
+
 /// Bytes of a single-copy descriptor: pid, address, length, descriptor sequence.
 pub(crate) const CMA_DESC: usize = 32;
 
@@ -242,6 +247,105 @@ impl Consumer {
         // SeqCst read-modify-write for the same reason as in `Producer::push`.
         self.ring.head().swap(self.head, Ordering::SeqCst);
     }
+}
+
+/// The descriptor sequence a completion word refers to (+1), without state bits.
+#[inline]
+pub(crate) fn ack_seq(v: u64) -> u64 {
+    v & !(ACK_CLAIMED | ACK_CANCELLED | ACK_ABORTED)
+}
+
+/// Whether descriptor `seq` may use its completion word: the word's previous user
+/// (`seq - ACK_WINDOW`) is completed or withdrawn.
+pub(crate) fn window_free(ring: &RingRef, seq: u64) -> bool {
+    if seq < ACK_WINDOW {
+        return true;
+    }
+    let v = ring.ack(seq - ACK_WINDOW).load(Ordering::Acquire);
+    ack_seq(v) == seq - ACK_WINDOW + 1 && v & ACK_CLAIMED == 0
+}
+
+/// What a receiver found when it tried to take a single-copy descriptor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Claim {
+    /// The receiver owns the read; it must [`complete`] the descriptor afterwards.
+    Got,
+    /// The sender took it back; the message follows as fragments.
+    Withdrawn,
+    /// The sender took it back because its operation failed; nothing follows.
+    Aborted,
+}
+
+/// The receiver's side of the claim/withdraw race on completion word `word` of descriptor
+/// `seq`: exactly one of [`claim`] and [`withdraw`] succeeds.
+pub(crate) fn claim(word: &AtomicU64, seq: u64) -> Claim {
+    let mut v = word.load(Ordering::Acquire);
+    loop {
+        if ack_seq(v) == seq + 1 {
+            return if v & ACK_ABORTED != 0 {
+                Claim::Aborted
+            } else {
+                Claim::Withdrawn
+            };
+        }
+        // The word still holds its previous user's final value: offer open.
+        match word.compare_exchange(
+            v,
+            (seq + 1) | ACK_CLAIMED,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => return Claim::Got,
+            Err(now) => v = now,
+        }
+    }
+}
+
+/// Completes claimed descriptor `seq`: the sender may reuse its buffer.
+pub(crate) fn complete(word: &AtomicU64, seq: u64) {
+    // SeqCst read-modify-write for the same reason as in `Producer::push` (a doorbell check
+    // follows).
+    word.swap(seq + 1, Ordering::SeqCst);
+}
+
+/// The sender's view of descriptor `seq`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Offer {
+    /// Posted, not taken yet: the sender may withdraw it.
+    Open,
+    /// The receiver is reading the sender's buffer right now.
+    Claimed,
+    /// The receiver has read it.
+    Done,
+    /// The sender withdrew it.
+    Withdrawn,
+}
+
+/// Reads the state of descriptor `seq` from its completion word.
+pub(crate) fn offer_state(word: &AtomicU64, seq: u64) -> Offer {
+    let v = word.load(Ordering::Acquire);
+    if ack_seq(v) != seq + 1 {
+        Offer::Open
+    } else if v & ACK_CLAIMED != 0 {
+        Offer::Claimed
+    } else if v & ACK_CANCELLED != 0 {
+        Offer::Withdrawn
+    } else {
+        Offer::Done
+    }
+}
+
+/// The sender's side of the race: takes back descriptor `seq` unless the receiver claimed it
+/// first. `abort` tells the receiver that nothing follows (the operation failed). Returns
+/// whether the descriptor is now withdrawn by this call.
+pub(crate) fn withdraw(word: &AtomicU64, seq: u64, abort: bool) -> bool {
+    let v = word.load(Ordering::Acquire);
+    if ack_seq(v) == seq + 1 {
+        return false;
+    }
+    let mark = (seq + 1) | ACK_CANCELLED | if abort { ACK_ABORTED } else { 0 };
+    word.compare_exchange(v, mark, Ordering::AcqRel, Ordering::Acquire)
+        .is_ok()
 }
 
 /// Encodes a single-copy descriptor.

@@ -32,17 +32,18 @@ use ferry_proto::{Arrival, EarlyArrivals};
 use crate::flows::Flows;
 
 use crate::ring::{
-    decode_cma, encode_cma, CmaDesc, Consumer, Entry, Producer, RingRef, ACK_CANCELLED,
-    ACK_CLAIMED, CMA_DESC, T_CMA, T_FRAG, T_INLINE,
+    self, decode_cma, encode_cma, window_free, Claim, CmaDesc, Consumer, Entry, Offer, Producer,
+    RingRef, CMA_DESC, T_CMA, T_FRAG, T_INLINE,
 };
 use crate::segment::{
     segment_name, Layout, Segment, ACK_WINDOW, STATE_ATTACHED, STATE_EMPTY, STATE_FINISHED,
     STATE_GONE,
 };
-use crate::sys;
+use crate::sys::{self, PeerWatch};
 
-/// How often a waiting rank checks that the peers it waits for still live.
-const LIVENESS_EVERY: Duration = Duration::from_millis(20);
+/// How often a waiting rank checks that the peers it waits for still live (a poll of their
+/// pidfds): a peer's death is reported within about this long.
+const LIVENESS_EVERY: Duration = Duration::from_millis(10);
 /// Flag in a send's progress: single copy was withdrawn, the message goes as fragments.
 const FORCED_FRAG: usize = 1 << (usize::BITS - 1);
 /// How long the lean receive path spins before it starts yielding the core.
@@ -90,6 +91,9 @@ pub struct ShmTransport {
     tx: Vec<Option<Producer>>,
     rx: Vec<Option<Consumer>>,
     pids: Vec<u32>,
+    /// Per segment index: the peer process's pidfd (None for this rank, and for ranks that
+    /// are threads of this process).
+    watch: Vec<Option<PeerWatch>>,
     send_flows: Flows,
     recv_flows: Flows,
     inbox: EarlyArrivals,
@@ -184,6 +188,13 @@ impl ShmTransport {
             ),
         };
         let local = launch.rank;
+        // Started by `ferry run`: the launcher made the segment and passed it down, so it was
+        // never named (S4 during start-up, see handoff.rs).
+        let layout = Layout::for_job(size, config.shm.ring_slots, config.shm.slot_bytes)?;
+        if let Some(seg) = crate::handoff::inherited_segment(layout)? {
+            let deadline = Instant::now() + config.startup_timeout();
+            return ShmTransport::join_segment(seg, local, None, size, config, deadline);
+        }
         let name = segment_name(&job, None);
         let t = ShmTransport::join(
             JoinSpec {
@@ -265,13 +276,33 @@ impl ShmTransport {
         let name = spec
             .name
             .ok_or_else(|| Error::invalid("shm init", "a joined segment needs a name"))?;
-        let seg = Arc::new(Segment::open_named(&name, layout, deadline)?);
+        // Segments of jobs that died while gathering are removed before this one gathers.
+        static SWEPT: std::sync::Once = std::sync::Once::new();
+        SWEPT.call_once(|| {
+            crate::handoff::sweep_stale();
+        });
+        let seg = Segment::open_named(&name, layout, deadline)?;
+        ShmTransport::join_segment(seg, spec.local, spec.members, local_size, config, deadline)
+    }
+
+    /// Joins the opened segment `seg` of `local_size` ranks as index `local` (drawn from the
+    /// counter when None).
+    fn join_segment(
+        seg: Segment,
+        local: Option<usize>,
+        members: Option<(Vec<usize>, usize, usize)>,
+        local_size: usize,
+        config: &Config,
+        deadline: Instant,
+    ) -> Result<ShmTransport> {
+        let seg = Arc::new(seg);
+        let name = seg.name.clone().unwrap_or_else(|| "(inherited)".into());
         let fail = |seg: &Segment, e: Error| {
             // A rank that cannot complete the gathering removes the name so nothing is left.
             seg.unlink();
             e
         };
-        let me = match spec.local {
+        let me = match local {
             Some(r) if r < local_size => r,
             Some(r) => {
                 return Err(fail(
@@ -300,7 +331,7 @@ impl ShmTransport {
             .map_err(|e| fail(&seg, e.on_rank(me)))?;
         let single_copy =
             decide_single_copy(&seg, config, deadline, &[me]).map_err(|e| e.on_rank(me))?;
-        let (global_of, rank, size) = match spec.members {
+        let (global_of, rank, size) = match members {
             Some((m, rank, size)) => (Some(m), rank, size),
             None => (None, me, local_size),
         };
@@ -363,8 +394,11 @@ impl ShmTransport {
             tx.push(Some(Producer::new(out)));
             rx.push(Some(Consumer::new(inn)));
         }
-        let pids = (0..n)
+        let pids: Vec<u32> = (0..n)
             .map(|p| seg.pid(p).load(Ordering::Acquire) as u32)
+            .collect();
+        let watch = (0..n)
+            .map(|p| (seg.shared && p != me).then(|| PeerWatch::open(pids[p])))
             .collect();
         let inline_cap = l.slot_bytes - crate::ring::SLOT_HEADER;
         let mut stats = Stats::new(rank, size, "shm");
@@ -379,6 +413,7 @@ impl ShmTransport {
             tx,
             rx,
             pids,
+            watch,
             send_flows: Flows::default(),
             recv_flows: Flows::default(),
             inbox: EarlyArrivals::new(config.shm.inbox_messages, config.shm.inbox_bytes),
@@ -555,14 +590,13 @@ impl ShmTransport {
                 return Err(self.err(ErrorKind::InvalidArgument, "send").with_peer(peer));
             };
             let word = tx.ring().ack(seq);
-            let v = word.load(Ordering::Acquire);
-            if v == seq + 1 {
+            let offer = ring::offer_state(word, seq);
+            if offer == Offer::Done {
                 self.peer_progress[l] = Instant::now();
                 self.stats.record_send(peer, len);
                 return Ok(OpState::Done);
             }
-            let claimed = ack_seq(v) == seq + 1 && v & ACK_CLAIMED != 0;
-            if claimed {
+            if offer == Offer::Claimed {
                 // The peer is copying this message right now: it consumes, nothing stalls.
                 self.peer_progress[l] = Instant::now();
                 self.busy[l] = true;
@@ -580,15 +614,7 @@ impl ShmTransport {
                 // backend; no send/send deadlock). Withdrawing by the age of one descriptor
                 // alone would also fire while the peer copies the predecessors of a window
                 // (half the offers of a 64 x 1 MiB window), paying two copies for nothing.
-                if word
-                    .compare_exchange(
-                        v,
-                        (seq + 1) | ACK_CANCELLED,
-                        Ordering::AcqRel,
-                        Ordering::Acquire,
-                    )
-                    .is_ok()
-                {
+                if ring::withdraw(word, seq, false) {
                     self.stats.bump("shm single copies withdrawn", 1);
                     return self.progress_send(l, peer, key, serial, FORCED_FRAG, data);
                 }
@@ -689,24 +715,26 @@ impl ShmTransport {
         .with_peer(peer)
     }
 
-    /// Takes descriptor `seq` from `l` for reading; false if the sender withdrew it (its
-    /// fragments follow in the ring).
-    fn claim(&self, l: usize, seq: u64) -> bool {
+    /// Takes descriptor `seq` from `l` for reading. Withdrawn: its fragments follow in the
+    /// ring. Aborted (the sender's operation failed): an error naming the sender, or the rank
+    /// whose failure made the sender fail.
+    fn claim(&self, l: usize, peer: usize, seq: u64) -> Result<bool> {
         let Some(rx) = self.rx[l].as_ref() else {
-            return false;
+            return Ok(false);
         };
-        let w = rx.ring().ack(seq);
-        let v = w.load(Ordering::Acquire);
-        if ack_seq(v) == seq + 1 {
-            return false;
+        match ring::claim(rx.ring().ack(seq), seq) {
+            Claim::Got => Ok(true),
+            Claim::Withdrawn => Ok(false),
+            Claim::Aborted => {
+                let e = self
+                    .err(ErrorKind::PeerFailed, "recv")
+                    .with_peer(self.root_cause(l));
+                Err(e.with_detail(format!(
+                    "rank {peer} abandoned this message: its send failed before this rank took                      it{}",
+                    self.blame_note(l)
+                )))
+            }
         }
-        w.compare_exchange(
-            v,
-            (seq + 1) | ACK_CLAIMED,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        )
-        .is_ok()
     }
 
     /// Reads a claimed single-copy message into `buf` and completes the descriptor.
@@ -714,7 +742,7 @@ impl ShmTransport {
         let len = d.len as usize;
         let result = match buf.prepare(len) {
             Ok(dst) => sys::cma_read(self.pids[l], d.addr, dst).map_err(|e| {
-                let kind = if e.raw_os_error() == Some(libc::ESRCH) {
+                let kind = if sys::is_no_such_process(&e) {
                     ErrorKind::PeerFailed
                 } else {
                     ErrorKind::Io
@@ -730,7 +758,7 @@ impl ShmTransport {
         // Complete the descriptor even on failure so the sender does not wait forever; the
         // error surfaces here.
         if let Some(rx) = self.rx[l].as_ref() {
-            rx.ring().ack(d.seq).swap(d.seq + 1, Ordering::SeqCst);
+            ring::complete(rx.ring().ack(d.seq), d.seq);
         }
         self.wake(l);
         result?;
@@ -933,9 +961,11 @@ impl ShmTransport {
                     }
                     match Self::find_recv(ex, peer, &arrival) {
                         Some(i) => {
-                            if self.claim(l, d.seq) {
+                            *popped += 1;
+                            if self.claim(l, peer, d.seq)? {
                                 self.to_read.push((i, d));
                             }
+                            continue;
                         }
                         None => {
                             self.pending_cma.insert(arrival, d);
@@ -1003,7 +1033,7 @@ impl ShmTransport {
             if !self.pending_cma.is_empty() {
                 if let Some(d) = self.pending_cma.remove(&arrival) {
                     // A withdrawn descriptor is dropped: its fragments follow.
-                    if self.claim(l, d.seq) {
+                    if self.claim(l, r.peer, d.seq)? {
                         let peer = r.peer;
                         self.cma_into(l, peer, d, &mut r.buf)?;
                         r.state = OpState::Done;
@@ -1078,13 +1108,38 @@ impl ShmTransport {
         false
     }
 
+    /// Whether the process behind segment index `l` runs (threads of this process always do).
+    fn peer_alive(&self, l: usize) -> bool {
+        match &self.watch[l] {
+            Some(w) => w.alive(),
+            None => true,
+        }
+    }
+
+    /// The rank to name for a failure of segment index `l`: the rank whose failure `l`
+    /// recorded as the reason it ended, else `l` itself.
+    fn root_cause(&self, l: usize) -> usize {
+        match self.seg.blame(l).load(Ordering::Acquire) {
+            0 => self.global_of[l],
+            x => (x - 1) as usize,
+        }
+    }
+
+    /// ", after rank X failed" when `l` ended because of X.
+    fn blame_note(&self, l: usize) -> String {
+        match self.seg.blame(l).load(Ordering::Acquire) {
+            0 => String::new(),
+            x => format!(" (rank {} failed first)", x - 1),
+        }
+    }
+
     fn trouble(&self, l: usize) -> Option<PeerTrouble> {
         let state = self.seg.state(l).load(Ordering::Acquire);
         let pid = self.pids[l];
         if state == STATE_GONE {
             return Some(PeerTrouble::Left);
         }
-        if !sys::pid_alive(pid) {
+        if !self.peer_alive(l) {
             if state == STATE_FINISHED {
                 return Some(PeerTrouble::Finished);
             }
@@ -1136,22 +1191,113 @@ impl ShmTransport {
         {
             if let Some((l, t)) = worst {
                 let peer = self.global_of[l];
-                let detail = match t {
-                    PeerTrouble::Died(pid) => format!("rank {peer} (pid {pid}) died"),
-                    PeerTrouble::Finished => format!(
-                        "rank {peer} finished without sending or receiving what this rank waits for"
-                    ),
-                    PeerTrouble::Left => {
-                        format!("rank {peer} left the job (its transport was dropped)")
+                let root = self.root_cause(l);
+                let detail = if root != peer {
+                    // `l` ended because `root` failed: name the root cause (issue 06 item 9).
+                    let how = match t {
+                        PeerTrouble::Died(_) => "exited",
+                        PeerTrouble::Finished => "finished",
+                        PeerTrouble::Left => "left the job",
+                    };
+                    format!("rank {peer} {how} after rank {root} failed")
+                } else {
+                    match t {
+                        PeerTrouble::Died(pid) => format!("rank {peer} (pid {pid}) died"),
+                        PeerTrouble::Finished => format!(
+                            "rank {peer} finished without sending or receiving what this rank \
+                             waits for"
+                        ),
+                        PeerTrouble::Left => {
+                            format!("rank {peer} left the job (its transport was dropped)")
+                        }
                     }
                 };
                 return Err(self
                     .err(ErrorKind::PeerFailed, "exchange")
-                    .with_peer(peer)
+                    .with_peer(root)
                     .with_detail(detail));
             }
         }
         Ok(())
+    }
+
+    // ----- after a failed operation ----------------------------------------------------------
+
+    /// Makes a failed exchange safe to return from, and records why this rank fails.
+    ///
+    /// No use after failure (issue 05): every single-copy descriptor of `ex` still offered to
+    /// a peer points into the caller's buffer, which the caller may reuse or free once the
+    /// error is returned. Each is withdrawn (marked aborted, so the receiver fails instead of
+    /// waiting for fragments), or, if the peer has claimed it and is copying right now, waited
+    /// for until the peer completes it or dies. Receives expose nothing to peers (a receiver
+    /// copies into its own buffer), so they need no settling.
+    ///
+    /// If the failure is a peer's, this rank records that peer in its block so that ranks
+    /// waiting for this one name it rather than this rank when it ends.
+    ///
+    /// Public for transports that drive the shm part of an exchange themselves (hybrid): call
+    /// it with the exchange and error whenever such an exchange fails.
+    pub fn settle_failed(&mut self, ex: &mut Exchange<'_>, err: &Error) {
+        for i in 0..ex.sends.len() {
+            let s = &ex.sends[i];
+            let OpState::Active { progress, .. } = s.state else {
+                continue;
+            };
+            let Some(l) = self.local_of.get(s.peer).copied().flatten() else {
+                continue;
+            };
+            let single_copy = self.single_copy
+                && s.data.len() >= self.threshold
+                && progress & FORCED_FRAG == 0
+                && progress != 0;
+            if l != self.me && single_copy {
+                self.withdraw_or_wait(l, progress as u64 - 1);
+            }
+        }
+        if err.is_peer_failure() {
+            if let Some(peer) = err.peer().filter(|&p| p != self.rank) {
+                let _ = self.seg.blame(self.me).compare_exchange(
+                    0,
+                    peer as u64 + 1,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                );
+            }
+        }
+    }
+
+    /// Takes back single-copy descriptor `seq` offered to `l`, or waits until `l` has finished
+    /// reading it (bounded by `l`'s life: a dead process reads nothing).
+    fn withdraw_or_wait(&mut self, l: usize, seq: u64) {
+        let mut pause = Duration::from_micros(20);
+        loop {
+            let Some(tx) = self.tx[l].as_ref() else {
+                return;
+            };
+            let word = tx.ring().ack(seq);
+            match ring::offer_state(word, seq) {
+                Offer::Done | Offer::Withdrawn => return,
+                Offer::Open => {
+                    if ring::withdraw(word, seq, true) {
+                        self.stats.bump("shm single copies aborted", 1);
+                        return;
+                    }
+                    // Claimed meanwhile: wait for the copy below.
+                }
+                Offer::Claimed => {
+                    if !self.peer_alive(l) {
+                        return;
+                    }
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(1));
+                }
+            }
+        }
+    }
+
+    fn failed(&mut self, ex: &mut Exchange<'_>, e: Error) -> Error {
+        self.settle_failed(ex, &e);
+        e
     }
 
     /// The lean path of `recv` for a message waiting inline at the head of `l`'s ring.
@@ -1243,25 +1389,10 @@ impl ShmTransport {
     }
 }
 
-/// The descriptor sequence an acknowledgement word refers to (+1), without state bits.
-fn ack_seq(v: u64) -> u64 {
-    v & !(ACK_CLAIMED | ACK_CANCELLED)
-}
-
-/// Whether descriptor `seq` may use its completion word: the word's previous user
-/// (`seq - ACK_WINDOW`) is completed or withdrawn.
-fn window_free(ring: &RingRef, seq: u64) -> bool {
-    if seq < ACK_WINDOW {
-        return true;
-    }
-    let v = ring.ack(seq - ACK_WINDOW).load(Ordering::Acquire);
-    ack_seq(v) == seq - ACK_WINDOW + 1 && v & ACK_CLAIMED == 0
-}
-
 /// Claims rank block `r` for this process and publishes its probe word.
 fn attach_block(seg: &Segment, r: usize) -> Result<Box<u64>> {
     let pid = sys::my_pid() as u64;
-    let in_process = seg.name.is_none();
+    let in_process = !seg.shared;
     if !in_process {
         if let Err(old) = seg
             .pid(r)
@@ -1460,7 +1591,7 @@ impl Transport for ShmTransport {
 
     fn exchange(&mut self, ex: &mut Exchange<'_>) -> Result<()> {
         self.stats.calls += 1;
-        drive_exchange(self, ex)
+        drive_exchange(self, ex).map_err(|e| self.failed(ex, e))
     }
 
     fn send(&mut self, peer: usize, key: MsgKey, data: &[u8]) -> Result<()> {
@@ -1499,7 +1630,7 @@ impl Transport for ShmTransport {
                 progress: 0,
             },
         });
-        let result = drive_exchange(self, &mut ex);
+        let result = drive_exchange(self, &mut ex).map_err(|e| self.failed(&mut ex, e));
         (self.spare_sends, self.spare_recvs) = ex.into_parts();
         result
     }
@@ -1566,7 +1697,7 @@ impl Transport for ShmTransport {
             buf,
             state: OpState::New,
         });
-        let result = drive_exchange(self, &mut ex);
+        let result = drive_exchange(self, &mut ex).map_err(|e| self.failed(&mut ex, e));
         (self.spare_sends, self.spare_recvs) = ex.into_parts();
         result
     }
@@ -1627,7 +1758,7 @@ impl ShmTransport {
                 progress: 0,
             },
         });
-        let result = drive_exchange(self, &mut ex);
+        let result = drive_exchange(self, &mut ex).map_err(|e| self.failed(&mut ex, e));
         (self.spare_sends, self.spare_recvs) = ex.into_parts();
         result
     }

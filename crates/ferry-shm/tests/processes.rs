@@ -231,7 +231,7 @@ fn incomplete_job_times_out_and_cleans_up() {
         .env("FERRY_JOB_ID", &job)
         .env("FERRY_RANK", "0")
         .env("FERRY_SIZE", "2")
-        .env("FERRY_GENERAL_TIMEOUT_MS", "1500")
+        .env("FERRY_GENERAL_STARTUP_TIMEOUT_MS", "1500")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let o = wait_output(c.spawn().expect("spawn"), Duration::from_secs(20));
