@@ -302,6 +302,7 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
             code: 1,
         })?;
     let launcher_pid = std::process::id() as i32;
+    let shm_segment = shm_handoff(backend_env.as_deref(), total, is_remote);
 
     for r in 0..total {
         let mut env: Vec<(String, String)> = vec![
@@ -316,6 +317,9 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
         }
         if spares > 0 {
             env.push(("FERRY_WORLD_SIZE".into(), n.to_string()));
+        }
+        if let Some((_, var)) = &shm_segment {
+            env.push(var.clone());
         }
         let host = placement.get(r).cloned();
         // How many ranks share this rank's host: waiting ranks yield their core when the host
@@ -443,6 +447,8 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
         }
     }
 
+    // Every rank holds the segment now; the launcher's descriptor would only keep it alive.
+    drop(shm_segment);
     let code = supervise(&mut ranks, &args, &output, &*server.store());
     if !tracker.wait(DRAIN) {
         output.message(
@@ -454,6 +460,42 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
     }
     drop(server);
     Ok(code.exit)
+}
+
+/// The segment of a local shared-memory job, made before any rank starts and inherited by the
+/// ranks (its descriptor number in `FERRY_SHM_FD`), so that it never has a name in /dev/shm
+/// that a launcher killed during start-up or a start-up that times out could leave behind
+/// (S4). None where the ranks do not run shm on this host, or where it cannot be made (the
+/// ranks then meet through a name, as when started by hand, and report any error themselves).
+fn shm_handoff(
+    backend_env: Option<&str>,
+    total: usize,
+    is_remote: bool,
+) -> Option<(std::os::fd::OwnedFd, (String, String))> {
+    let inherited = std::env::var("FERRY_BACKEND").ok();
+    let backend = backend_env.or(inherited.as_deref());
+    let shm = match backend {
+        Some(b) => b.parse::<BackendKind>().ok() == Some(BackendKind::Shm),
+        None => total > 1,
+    };
+    if is_remote || !shm {
+        return None;
+    }
+    let config = ferry_core::Config::from_env().ok()?;
+    match ferry_shm::create_job_segment(&config, total) {
+        Ok(fd) => {
+            use std::os::fd::AsRawFd;
+            let var = (
+                ferry_shm::SHM_FD_VAR.to_string(),
+                fd.as_raw_fd().to_string(),
+            );
+            Some((fd, var))
+        }
+        Err(e) => {
+            tracing::debug!("launcher: no shm segment for the ranks: {e}");
+            None
+        }
+    }
 }
 
 struct Outcome {
