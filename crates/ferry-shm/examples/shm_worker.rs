@@ -18,7 +18,8 @@
 //! With `FERRY_BACKEND=hybrid` (plus `FERRY_RENDEZVOUS`, `FERRY_SECRET`, `FERRY_NODE`) the
 //! worker runs over the hybrid backend and first prints `nodes [...]` (its node map).
 //!
-//! With `FERRY_TEST_SLEEP_RANK=R FERRY_TEST_SLEEP_MS=T`, rank R sleeps T ms before it starts.
+//! With `FERRY_TEST_SLEEP_RANK=R FERRY_TEST_SLEEP_MS=T`, rank R prints `sleeping pid P` and
+//! sleeps T ms before it starts.
 //!
 //! Exits 0 on success, 3 after printing `error: ...` (and `error peer: P` when the error names
 //! a peer) on stderr when ferry reports an error.
@@ -80,7 +81,7 @@ fn run(args: &[String]) -> ferry_core::Result<()> {
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or(0);
-        println!("sleeping");
+        println!("sleeping pid {}", std::process::id());
         let _ = std::io::stdout().flush();
         std::thread::sleep(Duration::from_millis(ms));
     }

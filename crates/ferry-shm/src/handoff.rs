@@ -5,7 +5,7 @@
 //! the job dies in between (launcher SIGKILLed, a start-up that times out, ranks killed before
 //! all arrived), the name outlives it. So the launcher creates the segment of a local shm job
 //! itself, before it starts any rank, as an anonymous memfd: the ranks inherit the descriptor
-//! (its number in `FERRY_SHM_FD`), map it and close it for their own children. Nothing is ever
+//! (its number in `FERRY_SEGMENT_FD`), map it and close it for their own children. Nothing is ever
 //! named, and the memory goes with the last process that maps it, however the job ends.
 //!
 //! Ranks started without the launcher (by hand, by `srun` or `mpirun`) still meet through a
@@ -27,7 +27,7 @@ use crate::sys;
 
 /// The variable through which the launcher tells its ranks which inherited descriptor holds
 /// the job's segment.
-pub const SHM_FD_VAR: &str = "FERRY_SHM_FD";
+pub const SHM_FD_VAR: &str = "FERRY_SEGMENT_FD";
 
 /// The name memfds of ferry carry (visible in `/proc/<pid>/fd` as `/memfd:ferry-shm`).
 const MEMFD_LINK: &str = "/memfd:ferry-shm";

@@ -20,6 +20,8 @@ mod handoff;
 mod hybrid;
 mod ring;
 mod segment;
+#[cfg(test)]
+mod sim;
 mod sys;
 mod transport;
 

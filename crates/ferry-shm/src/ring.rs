@@ -451,6 +451,60 @@ mod tests {
         assert_eq!(decode_cma(&encode_cma(d.pid, d.addr, d.len, d.seq)), d);
     }
 
+    /// Claim and withdraw race for real on many descriptors at once (two threads): exactly
+    /// one side wins each, and the receiver learns whether the sender aborted.
+    #[test]
+    fn claim_and_withdraw_race_has_one_winner() {
+        let n = if cfg!(miri) { 64 } else { 20_000 };
+        let words: Vec<AtomicU64> = (0..n).map(|_| AtomicU64::new(0)).collect();
+        let start = std::sync::Barrier::new(2);
+        let (claims, withdrawals) = std::thread::scope(|s| {
+            let r = s.spawn(|| {
+                start.wait();
+                words.iter().map(|w| claim(w, 0)).collect::<Vec<_>>()
+            });
+            let w = s.spawn(|| {
+                start.wait();
+                words
+                    .iter()
+                    .enumerate()
+                    .map(|(i, w)| withdraw(w, 0, i % 2 == 0))
+                    .collect::<Vec<_>>()
+            });
+            (r.join().unwrap(), w.join().unwrap())
+        });
+        let mut both_sides = [0usize; 2];
+        for i in 0..n {
+            let got = claims[i] == Claim::Got;
+            assert!(
+                got != withdrawals[i],
+                "descriptor {i}: {:?} / {}",
+                claims[i],
+                withdrawals[i]
+            );
+            both_sides[got as usize] += 1;
+            if !got {
+                let want = if i % 2 == 0 {
+                    Claim::Aborted
+                } else {
+                    Claim::Withdrawn
+                };
+                assert_eq!(claims[i], want);
+            } else {
+                assert_eq!(offer_state(&words[i], 0), Offer::Claimed);
+                complete(&words[i], 0);
+                assert_eq!(offer_state(&words[i], 0), Offer::Done);
+            }
+        }
+        // Each side wins somewhere: the threads really met (not one after the other).
+        if !cfg!(miri) {
+            eprintln!(
+                "claims won {}, withdrawals won {}",
+                both_sides[1], both_sides[0]
+            );
+        }
+    }
+
     proptest! {
         /// Any sequence of payload sizes goes through a small ring between two threads in
         /// order and intact, whatever the interleaving.

@@ -72,7 +72,7 @@ pub fn worker_cmd(
         .env_remove("FERRY_RANK")
         .env_remove("FERRY_JOB_ID")
         .env_remove("FERRY_SHM_JOB")
-        .env_remove("FERRY_SHM_FD")
+        .env_remove("FERRY_SEGMENT_FD")
         .env_remove("FERRY_CONFIG")
         .env_remove("FERRY_GENERAL_TIMEOUT_MS")
         .env_remove("FERRY_GENERAL_OPERATION_TIMEOUT_MS")
