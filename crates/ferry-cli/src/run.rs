@@ -463,7 +463,7 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
 }
 
 /// The segment of a local shared-memory job, made before any rank starts and inherited by the
-/// ranks (its descriptor number in `FERRY_SHM_FD`), so that it never has a name in /dev/shm
+/// ranks (its descriptor number in `FERRY_SEGMENT_FD`), so that it never has a name in /dev/shm
 /// that a launcher killed during start-up or a start-up that times out could leave behind
 /// (S4). None where the ranks do not run shm on this host, or where it cannot be made (the
 /// ranks then meet through a name, as when started by hand, and report any error themselves).
