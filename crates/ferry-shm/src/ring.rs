@@ -29,6 +29,9 @@ const R_ACKS: usize = 128;
 pub(crate) const T_INLINE: u8 = 1;
 pub(crate) const T_FRAG: u8 = 2;
 pub(crate) const T_CMA: u8 = 3;
+/// The sender gave up a message it had started to send as fragments or had withdrawn from
+/// single copy (its operation failed): no more of it follows.
+pub(crate) const T_ABORT: u8 = 4;
 
 /// Completion-word state bit: the receiver took descriptor `seq` and is reading it (the word
 /// holds `(seq + 1) | ACK_CLAIMED`; `seq + 1` alone means done).

@@ -33,7 +33,7 @@ use crate::flows::Flows;
 
 use crate::ring::{
     self, decode_cma, encode_cma, window_free, Claim, CmaDesc, Consumer, Entry, Offer, Producer,
-    RingRef, CMA_DESC, T_CMA, T_FRAG, T_INLINE,
+    RingRef, CMA_DESC, T_ABORT, T_CMA, T_FRAG, T_INLINE,
 };
 use crate::segment::{
     segment_name, Layout, Segment, ACK_WINDOW, STATE_ATTACHED, STATE_EMPTY, STATE_FINISHED,
@@ -115,6 +115,12 @@ pub struct ShmTransport {
     peer_progress: Vec<Instant>,
     /// The fragmented message currently streaming to each peer, by (key, serial).
     frag_owner: Vec<Option<(MsgKey, u64)>>,
+    /// Per peer: a message whose fragments a failed operation cut off (or whose descriptor it
+    /// had withdrawn for fragments), to be announced with an abort entry before the next
+    /// fragmented message to that peer: (key, serial, length).
+    abort_pending: Vec<Option<(MsgKey, u64, u64)>>,
+    /// Messages their senders abandoned before this rank posted the receive.
+    abandoned: std::collections::HashSet<Arrival>,
     /// Single-copy reads claimed during a drain, performed after it: (recv index, desc).
     to_read: Vec<(usize, CmaDesc)>,
     /// Operation vectors reused by the single-message paths.
@@ -428,6 +434,8 @@ impl ShmTransport {
             eager_wait: config.spin().max(Duration::from_micros(200)),
             peer_progress: vec![Instant::now(); n],
             frag_owner: vec![None; n],
+            abort_pending: vec![None; n],
+            abandoned: std::collections::HashSet::new(),
             to_read: Vec::new(),
             spare_sends: Vec::new(),
             spare_recvs: Vec::new(),
@@ -623,7 +631,15 @@ impl ShmTransport {
             return Ok(OpState::Active { serial, progress });
         }
         // Fragments through the ring (2 copies). One fragmented message per ring at a time,
-        // so the receiver reassembles one stream per peer.
+        // so the receiver reassembles one stream per peer; an abandoned stream is closed first.
+        if !self.flush_abort(l) {
+            self.blocked[l] = true;
+            self.want_space.push(l);
+            return Ok(OpState::Active {
+                serial,
+                progress: progress | if forced { FORCED_FRAG } else { 0 },
+            });
+        }
         match self.frag_owner[l] {
             Some(owner) if owner != (key, serial) => {
                 // Waits for the other stream, which a later op of this pass may be pushing:
@@ -937,9 +953,27 @@ impl ShmTransport {
                             Target::Buf(v) => {
                                 self.partial_bytes -= total;
                                 self.partial_count -= 1;
-                                self.inbox.insert(arrival, v).map_err(|err| {
-                                    self.protocol(peer, "duplicate message").with_source(err)
-                                })?;
+                                // Its receive may have been posted while it streamed in: hand
+                                // it over now. Parked in the inbox, it would be taken only by
+                                // the next pass, and a liveness check in between would see an
+                                // empty ring and a finished sender and report a message that
+                                // is here as missing.
+                                match Self::find_recv(ex, peer, &arrival) {
+                                    Some(i) => {
+                                        let r = &mut ex.recvs[i];
+                                        r.buf
+                                            .fill_from(v)
+                                            .map_err(|want| self.len_error(peer, total, want))?;
+                                        r.state = OpState::Done;
+                                        self.stats.record_recv(peer, total);
+                                    }
+                                    None => {
+                                        self.inbox.insert(arrival, v).map_err(|err| {
+                                            self.protocol(peer, "duplicate message")
+                                                .with_source(err)
+                                        })?;
+                                    }
+                                }
                             }
                         }
                     } else {
@@ -971,6 +1005,26 @@ impl ShmTransport {
                             self.pending_cma.insert(arrival, d);
                         }
                     }
+                }
+                T_ABORT => {
+                    if let Some(rx) = self.rx[l].as_mut() {
+                        rx.pop();
+                    }
+                    *popped += 1;
+                    if let Some(p) = self.partial[l].take_if(|p| p.arrival == arrival) {
+                        match p.target {
+                            Target::Buf(_) => {
+                                self.partial_bytes -= p.total;
+                                self.partial_count -= 1;
+                            }
+                            Target::Op(_) => return Err(self.abandoned_error(l)),
+                        }
+                    }
+                    if Self::find_recv(ex, peer, &arrival).is_some() {
+                        return Err(self.abandoned_error(l));
+                    }
+                    self.abandoned.insert(arrival);
+                    continue;
                 }
                 other => {
                     return Err(self.protocol(peer, &format!("unknown entry type {other}")));
@@ -1029,6 +1083,9 @@ impl ShmTransport {
                     self.stats.record_recv(peer, len);
                     continue;
                 }
+            }
+            if !self.abandoned.is_empty() && self.abandoned.remove(&arrival) {
+                return Err(self.abandoned_error(l));
             }
             if !self.pending_cma.is_empty() {
                 if let Some(d) = self.pending_cma.remove(&arrival) {
@@ -1250,8 +1307,28 @@ impl ShmTransport {
                 && s.data.len() >= self.threshold
                 && progress & FORCED_FRAG == 0
                 && progress != 0;
-            if l != self.me && single_copy {
+            if l == self.me {
+                continue;
+            }
+            let (key, len) = (s.key, s.data.len() as u64);
+            let OpState::Active { serial, .. } = s.state else {
+                continue;
+            };
+            if single_copy {
                 self.withdraw_or_wait(l, progress as u64 - 1);
+            } else if self.frag_owner[l] == Some((key, serial)) || progress == FORCED_FRAG {
+                // The receiver holds part of this message, or waits for the fragments of a
+                // withdrawn descriptor: tell it that nothing more comes.
+                if self.frag_owner[l] == Some((key, serial)) {
+                    self.frag_owner[l] = None;
+                }
+                if self.abort_pending[l].is_some() {
+                    // One stream per peer: an older abandoned one cannot be pending, as it
+                    // is flushed before a new stream starts. Keep the older if it is.
+                    continue;
+                }
+                self.abort_pending[l] = Some((key, serial, len));
+                self.flush_abort(l);
             }
         }
         if err.is_peer_failure() {
@@ -1264,6 +1341,40 @@ impl ShmTransport {
                 );
             }
         }
+    }
+
+    /// Pushes the abort entry pending for `l`, if any; false if the ring has no room yet.
+    fn flush_abort(&mut self, l: usize) -> bool {
+        let Some((key, serial, len)) = self.abort_pending[l] else {
+            return true;
+        };
+        let Some(tx) = self.tx[l].as_mut() else {
+            return true;
+        };
+        let e = Entry {
+            typ: T_ABORT,
+            key,
+            serial,
+            total_len: len,
+        };
+        if !tx.push(&e, &[]) {
+            return false;
+        }
+        self.abort_pending[l] = None;
+        self.wake(l);
+        true
+    }
+
+    /// The error of a receive whose message its sender (segment index `l`) abandoned.
+    fn abandoned_error(&self, l: usize) -> Error {
+        let peer = self.global_of[l];
+        self.err(ErrorKind::PeerFailed, "recv")
+            .with_peer(self.root_cause(l))
+            .with_detail(format!(
+                "rank {peer} abandoned this message: its send failed before all of it was \
+                 sent{}",
+                self.blame_note(l)
+            ))
     }
 
     /// Takes back single-copy descriptor `seq` offered to `l`, or waits until `l` has finished
