@@ -46,6 +46,9 @@ use crate::sys::{self, PeerWatch};
 const LIVENESS_EVERY: Duration = Duration::from_millis(10);
 /// Flag in a send's progress: single copy was withdrawn, the message goes as fragments.
 const FORCED_FRAG: usize = 1 << (usize::BITS - 1);
+/// Flag in a send's progress: a failed operation settled this send (nothing of it is offered
+/// any more); it is never progressed again.
+const SETTLED: usize = 1 << (usize::BITS - 2);
 /// How long the lean receive path spins before it starts yielding the core.
 const PURE_SPIN: Duration = Duration::from_micros(5);
 /// How long `wait_for_input` yield-polls before it sleeps on the doorbell.
@@ -115,10 +118,10 @@ pub struct ShmTransport {
     peer_progress: Vec<Instant>,
     /// The fragmented message currently streaming to each peer, by (key, serial).
     frag_owner: Vec<Option<(MsgKey, u64)>>,
-    /// Per peer: a message whose fragments a failed operation cut off (or whose descriptor it
-    /// had withdrawn for fragments), to be announced with an abort entry before the next
+    /// Per peer: messages whose fragments a failed operation cut off (or whose descriptors
+    /// it had withdrawn for fragments), to be announced with abort entries before the next
     /// fragmented message to that peer: (key, serial, length).
-    abort_pending: Vec<Option<(MsgKey, u64, u64)>>,
+    abort_pending: Vec<Vec<(MsgKey, u64, u64)>>,
     /// Messages their senders abandoned before this rank posted the receive.
     abandoned: std::collections::HashSet<Arrival>,
     /// Single-copy reads claimed during a drain, performed after it: (recv index, desc).
@@ -434,7 +437,7 @@ impl ShmTransport {
             eager_wait: config.spin().max(Duration::from_micros(200)),
             peer_progress: vec![Instant::now(); n],
             frag_owner: vec![None; n],
-            abort_pending: vec![None; n],
+            abort_pending: vec![Vec::new(); n],
             abandoned: std::collections::HashSet::new(),
             to_read: Vec::new(),
             spare_sends: Vec::new(),
@@ -559,6 +562,14 @@ impl ShmTransport {
             self.blocked[l] = true;
             self.want_space.push(l);
             return Ok(OpState::Active { serial, progress });
+        }
+        if progress & SETTLED != 0 {
+            return Err(self
+                .err(ErrorKind::InvalidArgument, "send")
+                .with_peer(peer)
+                .with_detail(
+                    "this send was abandoned when an earlier attempt of its exchange failed",
+                ));
         }
         let forced = progress & FORCED_FRAG != 0;
         let progress = progress & !FORCED_FRAG;
@@ -746,7 +757,7 @@ impl ShmTransport {
                     .err(ErrorKind::PeerFailed, "recv")
                     .with_peer(self.root_cause(l));
                 Err(e.with_detail(format!(
-                    "rank {peer} abandoned this message: its send failed before this rank took                      it{}",
+                    "rank {peer} abandoned this message: its send failed before this rank took it{}",
                     self.blame_note(l)
                 )))
             }
@@ -1296,12 +1307,19 @@ impl ShmTransport {
     /// it with the exchange and error whenever such an exchange fails.
     pub fn settle_failed(&mut self, ex: &mut Exchange<'_>, err: &Error) {
         for i in 0..ex.sends.len() {
-            let s = &ex.sends[i];
-            let OpState::Active { progress, .. } = s.state else {
+            let s = &mut ex.sends[i];
+            let OpState::Active { serial, progress } = s.state else {
                 continue;
             };
             let Some(l) = self.local_of.get(s.peer).copied().flatten() else {
                 continue;
+            };
+            if progress & SETTLED != 0 {
+                continue;
+            }
+            s.state = OpState::Active {
+                serial,
+                progress: progress | SETTLED,
             };
             let single_copy = self.single_copy
                 && s.data.len() >= self.threshold
@@ -1311,9 +1329,6 @@ impl ShmTransport {
                 continue;
             }
             let (key, len) = (s.key, s.data.len() as u64);
-            let OpState::Active { serial, .. } = s.state else {
-                continue;
-            };
             if single_copy {
                 self.withdraw_or_wait(l, progress as u64 - 1);
             } else if self.frag_owner[l] == Some((key, serial)) || progress == FORCED_FRAG {
@@ -1322,12 +1337,7 @@ impl ShmTransport {
                 if self.frag_owner[l] == Some((key, serial)) {
                     self.frag_owner[l] = None;
                 }
-                if self.abort_pending[l].is_some() {
-                    // One stream per peer: an older abandoned one cannot be pending, as it
-                    // is flushed before a new stream starts. Keep the older if it is.
-                    continue;
-                }
-                self.abort_pending[l] = Some((key, serial, len));
+                self.abort_pending[l].push((key, serial, len));
                 self.flush_abort(l);
             }
         }
@@ -1343,26 +1353,32 @@ impl ShmTransport {
         }
     }
 
-    /// Pushes the abort entry pending for `l`, if any; false if the ring has no room yet.
+    /// Pushes the abort entries pending for `l`; false if the ring has no room for all yet.
     fn flush_abort(&mut self, l: usize) -> bool {
-        let Some((key, serial, len)) = self.abort_pending[l] else {
+        if self.abort_pending[l].is_empty() {
             return true;
-        };
+        }
         let Some(tx) = self.tx[l].as_mut() else {
             return true;
         };
-        let e = Entry {
-            typ: T_ABORT,
-            key,
-            serial,
-            total_len: len,
-        };
-        if !tx.push(&e, &[]) {
-            return false;
+        let mut pushed = 0;
+        for &(key, serial, len) in &self.abort_pending[l] {
+            let e = Entry {
+                typ: T_ABORT,
+                key,
+                serial,
+                total_len: len,
+            };
+            if !tx.push(&e, &[]) {
+                break;
+            }
+            pushed += 1;
         }
-        self.abort_pending[l] = None;
-        self.wake(l);
-        true
+        self.abort_pending[l].drain(..pushed);
+        if pushed > 0 {
+            self.wake(l);
+        }
+        self.abort_pending[l].is_empty()
     }
 
     /// The error of a receive whose message its sender (segment index `l`) abandoned.
@@ -1662,8 +1678,15 @@ impl Transport for ShmTransport {
         self.waiting.clear();
         self.want_acks.clear();
         self.want_space.clear();
-        self.progress_sends(ex)?;
-        self.progress_recvs(ex)?;
+        // Callers may drive the exchange themselves (the data layer's first pass), so an error
+        // here settles it too: nothing of it stays offered (see `settle_failed`).
+        if let Err(e) = self
+            .progress_sends(ex)
+            .and_then(|()| self.progress_recvs(ex))
+        {
+            self.settle_failed(ex, &e);
+            return Err(e);
+        }
         Ok(ex.is_complete())
     }
 

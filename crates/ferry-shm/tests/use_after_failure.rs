@@ -69,3 +69,63 @@ fn failed_exchange_by_operation_timeout_leaves_nothing_to_read() {
         ("FERRY_GENERAL_SPIN_US", "400000".into()),
     ]);
 }
+
+/// The same through `progress_exchange`, which the data layer calls directly for its first
+/// pass: an error there (here a message longer than its fixed receive buffer) settles the
+/// exchange as well. Ranks are threads, so the reused buffer is plain process memory.
+#[test]
+fn failed_progress_pass_leaves_nothing_to_read() {
+    use ferry_core::config::SingleCopy;
+    use ferry_core::{Config, Exchange, MsgKey, Transport};
+    use ferry_shm::ShmTransport;
+
+    let mut cfg = Config::default();
+    cfg.shm.single_copy = SingleCopy::Auto;
+    cfg.shm.single_copy_threshold = 4096;
+    cfg.general.operation_timeout_ms = 5_000;
+    let overwritten = std::sync::Barrier::new(2);
+    let received = std::sync::Barrier::new(2);
+    let out = ShmTransport::run_threads(3, &cfg, |mut t| -> Result<String, String> {
+        let key = MsgKey::user(3);
+        match t.rank() {
+            0 => {
+                std::thread::sleep(Duration::from_millis(50));
+                let mut buf = vec![0xa5u8; 1 << 20];
+                let mut small = [0u8; 5];
+                let mut ex = Exchange::new();
+                ex.send(1, key, &buf);
+                ex.recv_into(2, key, &mut small);
+                let r = t.progress_exchange(&mut ex);
+                drop(ex);
+                let e = r.expect_err("10 bytes do not fit 5");
+                buf.fill(0x5a);
+                overwritten.wait();
+                // Keep the buffer mapped until rank 1 has received.
+                received.wait();
+                std::hint::black_box(&buf);
+                Ok(format!("failed: {e}"))
+            }
+            1 => {
+                overwritten.wait();
+                let mut got = Vec::new();
+                let r = t.recv(0, key, &mut got);
+                received.wait();
+                match r {
+                    Ok(()) if got.contains(&0x5a) => Err("STALE: read the reused buffer".into()),
+                    Ok(()) if got.iter().all(|&b| b == 0xa5) => Ok("original".into()),
+                    Ok(()) => Err("wrong bytes".into()),
+                    Err(e) => Ok(format!("error: {e}")),
+                }
+            }
+            _ => {
+                t.send(0, key, &[7u8; 10]).map_err(|e| e.to_string())?;
+                Ok("sent".into())
+            }
+        }
+    })
+    .expect("threads");
+    for (r, o) in out.into_iter().enumerate() {
+        let o = o.unwrap_or_else(|e| panic!("rank {r}: {e}"));
+        eprintln!("rank {r}: {o}");
+    }
+}
