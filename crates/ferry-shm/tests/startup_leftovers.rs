@@ -105,7 +105,7 @@ fn launcher_killed_during_startup_leaves_nothing() {
 }
 
 #[test]
-#[ignore = "stress: 20 launcher kills of 64-rank jobs, about a minute"]
+#[ignore = "stress: 20 launcher kills of 64-rank jobs"]
 fn launcher_killed_during_startup_leaves_nothing_stress() {
     kill_launcher_during_startup(20);
 }
