@@ -327,6 +327,7 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
         })?;
     let launcher_pid = std::process::id() as i32;
     let mut launch = Launch::new(total);
+    let shm_segment = shm_handoff(backend_env.as_deref(), total, is_remote);
 
     for r in 0..total {
         if launch.must_stop(&ranks, args.keep_going) {
@@ -344,6 +345,9 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
         }
         if spares > 0 {
             env.push(("FERRY_WORLD_SIZE".into(), n.to_string()));
+        }
+        if let Some((_, var)) = &shm_segment {
+            env.push(var.clone());
         }
         let host = placement.get(r).cloned();
         // How many ranks share this rank's host: waiting ranks yield their core when the host
@@ -476,6 +480,8 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
         }
     }
 
+    // Every rank holds the segment now; the launcher's descriptor would only keep it alive.
+    drop(shm_segment);
     let mut code = supervise(&mut ranks, &args, &output, &*server.store());
     let not_started = total - ranks.len();
     if not_started > 0 {
@@ -496,6 +502,42 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
     }
     drop(server);
     Ok(code.exit)
+}
+
+/// The segment of a local shared-memory job, made before any rank starts and inherited by the
+/// ranks (its descriptor number in `FERRY_SEGMENT_FD`), so that it never has a name in /dev/shm
+/// that a launcher killed during start-up or a start-up that times out could leave behind
+/// (S4). None where the ranks do not run shm on this host, or where it cannot be made (the
+/// ranks then meet through a name, as when started by hand, and report any error themselves).
+fn shm_handoff(
+    backend_env: Option<&str>,
+    total: usize,
+    is_remote: bool,
+) -> Option<(std::os::fd::OwnedFd, (String, String))> {
+    let inherited = std::env::var("FERRY_BACKEND").ok();
+    let backend = backend_env.or(inherited.as_deref());
+    let shm = match backend {
+        Some(b) => b.parse::<BackendKind>().ok() == Some(BackendKind::Shm),
+        None => total > 1,
+    };
+    if is_remote || !shm {
+        return None;
+    }
+    let config = ferry_core::Config::from_env().ok()?;
+    match ferry_shm::create_job_segment(&config, total) {
+        Ok(fd) => {
+            use std::os::fd::AsRawFd;
+            let var = (
+                ferry_shm::SHM_FD_VAR.to_string(),
+                fd.as_raw_fd().to_string(),
+            );
+            Some((fd, var))
+        }
+        Err(e) => {
+            tracing::debug!("launcher: no shm segment for the ranks: {e}");
+            None
+        }
+    }
 }
 
 #[cfg(test)]

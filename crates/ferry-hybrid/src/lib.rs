@@ -287,7 +287,8 @@ impl Transport for HybridTransport {
 
     fn exchange(&mut self, ex: &mut Exchange<'_>) -> Result<()> {
         self.calls += 1;
-        drive_exchange(self, ex)
+        // No node-local peer may still read the caller's buffers (no use after failure).
+        drive_exchange(self, ex).inspect_err(|e| self.shm.settle_failed(ex, e))
     }
 
     fn send(&mut self, peer: usize, key: MsgKey, data: &[u8]) -> Result<()> {

@@ -7,10 +7,19 @@
 //!   times, checks every element, prints `rank R of N ok TAG`;
 //! - `alltoall SECONDS BYTES`: exchanges with every peer until an error or SECONDS pass;
 //!   prints `running` after the first round (tests kill a rank meanwhile);
+//! - `abandon BYTES`: the use-after-failure check. Rank 0 sends BYTES (a single-copy size) to
+//!   rank 1 in an exchange that also waits for rank 2, which exits at once (or, with
+//!   `FERRY_GENERAL_OPERATION_TIMEOUT_MS` set, sleeps past it); once the exchange has failed
+//!   rank 0 overwrites its buffer and lingers. Rank 1 receives only after that: it prints
+//!   `original` (exit 0), or `STALE` (exit 4) if it got the overwritten bytes, or fails;
 //! - `pingpong [MAX_BYTES]`: ranks 0 and 1 measure latency (half round trip) and streaming
 //!   bandwidth (window of 64 messages per exchange) for sizes 1 B .. MAX_BYTES (default 4 MiB).
 //!
-//! Exits 0 on success, 3 after printing `error: ...` on stderr when ferry reports an error.
+//! With `FERRY_TEST_SLEEP_RANK=R FERRY_TEST_SLEEP_MS=T`, rank R prints `sleeping pid P` and
+//! sleeps T ms before it starts.
+//!
+//! Exits 0 on success, 3 after printing `error: ...` (and `error peer: P` when the error names
+//! a peer) on stderr when ferry reports an error.
 
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -24,6 +33,9 @@ fn main() {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("error: {e}");
+            if let Some(p) = e.peer() {
+                eprintln!("error peer: {p}");
+            }
             3
         }
     };
@@ -37,18 +49,89 @@ fn arg<T: std::str::FromStr>(args: &[String], i: usize, default: T) -> T {
 fn run(args: &[String]) -> ferry_core::Result<()> {
     let config = Config::from_env()?;
     let launch = LaunchInfo::from_env()?;
-    let mut t = ShmTransport::from_env(&config, &launch)?;
-    let t: &mut dyn Transport = &mut t;
+    let mut s = ShmTransport::from_env(&config, &launch)?;
+    if args.first().map(String::as_str) == Some("abandon") && s.rank() == 0 {
+        println!("single copy {}", s.single_copy());
+    }
+    let t: &mut dyn Transport = &mut s;
+    let sleeper: Option<usize> = std::env::var("FERRY_TEST_SLEEP_RANK")
+        .ok()
+        .and_then(|v| v.parse().ok());
+    if sleeper == Some(t.rank()) {
+        let ms: u64 = std::env::var("FERRY_TEST_SLEEP_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        println!("sleeping pid {}", std::process::id());
+        let _ = std::io::stdout().flush();
+        std::thread::sleep(Duration::from_millis(ms));
+    }
     match args.first().map(String::as_str) {
         Some("allreduce") => allreduce(t, arg(args, 1, 100), arg(args, 2, 64)),
         Some("alltoall") => alltoall(t, arg(args, 1, 30), arg(args, 2, 64)),
         Some("pingpong") => pingpong(t, arg(args, 1, 4 << 20)),
+        Some("abandon") => abandon(t, arg(args, 1, 1 << 20)),
         other => Err(ferry_core::Error::invalid(
             "shm_worker",
             format!("unknown mode {other:?} (allreduce, alltoall, pingpong)"),
         )),
     }?;
     t.finish()
+}
+
+fn abandon(t: &mut dyn Transport, bytes: usize) -> ferry_core::Result<()> {
+    const ORIGINAL: u8 = 0xa5;
+    const REUSED: u8 = 0x5a;
+    let key = MsgKey::user(7);
+    match t.rank() {
+        0 => {
+            // Rank 2 is gone (or asleep past the operation timeout) by then.
+            std::thread::sleep(Duration::from_millis(300));
+            let mut buf = vec![ORIGINAL; bytes];
+            let mut sink = Vec::new();
+            let mut ex = Exchange::new();
+            ex.send(1, key, &buf);
+            ex.recv(2, key, &mut sink);
+            let r = t.exchange(&mut ex);
+            drop(ex);
+            match r {
+                Ok(()) => println!("exchange unexpectedly succeeded"),
+                Err(e) => println!("exchange failed: {e}"),
+            }
+            // The caller owns its buffer again: reuse it, as a program would.
+            buf.fill(REUSED);
+            println!("overwritten");
+            let _ = std::io::stdout().flush();
+            std::thread::sleep(Duration::from_millis(2500));
+            std::hint::black_box(&buf);
+            std::process::exit(0);
+        }
+        1 => {
+            std::thread::sleep(Duration::from_millis(1200));
+            let mut got = Vec::new();
+            t.recv(0, key, &mut got)?;
+            if got.contains(&REUSED) {
+                println!("STALE");
+                let _ = std::io::stdout().flush();
+                std::process::exit(4);
+            }
+            if got.len() != bytes || got.iter().any(|&b| b != ORIGINAL) {
+                println!("WRONG");
+                let _ = std::io::stdout().flush();
+                std::process::exit(5);
+            }
+            println!("original");
+            Ok(())
+        }
+        2 => {
+            if std::env::var_os("FERRY_GENERAL_OPERATION_TIMEOUT_MS").is_some() {
+                std::thread::sleep(Duration::from_millis(3000));
+            }
+            // Ends without finishing, like a crash.
+            std::process::exit(0);
+        }
+        _ => Ok(()),
+    }
 }
 
 fn to_bytes(v: &[u64]) -> Vec<u8> {

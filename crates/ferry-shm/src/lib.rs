@@ -16,10 +16,14 @@
 //! memory disappears with the last process, however it ends. See `segment.rs`.
 
 mod flows;
+mod handoff;
 mod ring;
 mod segment;
+#[cfg(test)]
+mod sim;
 mod sys;
 mod transport;
 
+pub use handoff::{create_job_segment, SHM_FD_VAR};
 pub use segment::{remove_job_segments, segment_name};
 pub use transport::{ShmTransport, DEFAULT_JOB};

@@ -20,11 +20,11 @@
 //! while the job is still gathering) is closed by stale detection: the next start under the
 //! same name finds no live process attached and removes the leftover.
 
-use std::ffi::CString;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use ferry_core::{Error, ErrorKind, Result};
+use memmap2::MmapRaw;
 
 use crate::sys;
 
@@ -38,11 +38,11 @@ pub(crate) const RING_CTRL: usize = 1024;
 pub(crate) const ACK_WINDOW: u64 = 64;
 
 // Header fields.
-const H_MAGIC: usize = 0;
-const H_VERSION: usize = 8;
-const H_SIZE: usize = 16;
-const H_SLOTS: usize = 24;
-const H_SLOT_BYTES: usize = 32;
+pub(crate) const H_MAGIC: usize = 0;
+pub(crate) const H_VERSION: usize = 8;
+pub(crate) const H_SIZE: usize = 16;
+pub(crate) const H_SLOTS: usize = 24;
+pub(crate) const H_SLOT_BYTES: usize = 32;
 const H_CREATOR: usize = 40;
 const H_TOTAL: usize = 48;
 const H_COUNTER: usize = 64;
@@ -57,6 +57,7 @@ const B_PROBE_VALUE: usize = 24;
 const B_CMA_OK: usize = 32;
 const B_BELL: usize = 64;
 const B_SLEEPING: usize = 128;
+const B_BLAME: usize = 192;
 
 /// Rank states in the rank block.
 pub(crate) const STATE_EMPTY: u64 = 0;
@@ -144,11 +145,16 @@ impl Layout {
 
 /// One process's mapping of a job segment.
 pub(crate) struct Segment {
+    /// Owns the mapping (unmapped on drop, when the last transport holding the Arc<Segment>
+    /// goes away); `base` is its start.
+    _map: MmapRaw,
     base: *mut u8,
     len: usize,
     pub layout: Layout,
-    /// The POSIX name while it exists (None for anonymous in-process segments).
-    pub name: Option<CString>,
+    /// The POSIX name while it exists (None for anonymous and inherited segments).
+    pub name: Option<String>,
+    /// Whether other processes attach (named or inherited) rather than threads of this one.
+    pub shared: bool,
 }
 
 // SAFETY: the mapping is plain shared memory; all cross-thread/process access goes through
@@ -156,16 +162,24 @@ pub(crate) struct Segment {
 unsafe impl Send for Segment {}
 unsafe impl Sync for Segment {}
 
-impl Drop for Segment {
-    fn drop(&mut self) {
-        // SAFETY: the mapping was made by sys::map with this length and is dropped once, when
-        // the last transport holding the Arc<Segment> goes away.
-        unsafe { sys::unmap(self.base, self.len) }
-    }
-}
-
 impl Segment {
-    fn u64_at(&self, off: usize) -> &AtomicU64 {
+    pub(crate) fn over(
+        map: MmapRaw,
+        layout: Layout,
+        name: Option<String>,
+        shared: bool,
+    ) -> Segment {
+        Segment {
+            base: map.as_mut_ptr(),
+            len: map.len(),
+            _map: map,
+            layout,
+            name,
+            shared,
+        }
+    }
+
+    pub(crate) fn u64_at(&self, off: usize) -> &AtomicU64 {
         debug_assert!(off.is_multiple_of(8) && off + 8 <= self.len);
         // SAFETY: the offset is 8-aligned and inside the mapping (layout arithmetic), the
         // mapping is page-aligned and lives as long as &self.
@@ -219,8 +233,14 @@ impl Segment {
     pub(crate) fn sleeping(&self, r: usize) -> &AtomicU32 {
         self.u32_at(self.layout.block_off(r) + B_SLEEPING)
     }
+    /// "Rank r ended after rank X failed": X + 1, or 0 while r has not failed because of a
+    /// peer. Written by r when one of its operations fails because a peer died or left, read
+    /// by r's peers so that they name X, the root cause, instead of r.
+    pub(crate) fn blame(&self, r: usize) -> &AtomicU64 {
+        self.u64_at(self.layout.block_off(r) + B_BLAME)
+    }
 
-    fn write_header(&self, creator: u32) {
+    pub(crate) fn write_header(&self, creator: u32) {
         let l = &self.layout;
         self.u64_at(H_VERSION).store(VERSION, Ordering::Relaxed);
         self.u64_at(H_SIZE).store(l.size as u64, Ordering::Relaxed);
@@ -238,21 +258,16 @@ impl Segment {
 
     /// An anonymous segment shared by threads of this process (threads-as-ranks tests).
     pub(crate) fn anonymous(layout: Layout) -> Result<Segment> {
-        let base = sys::map(None, layout.total).map_err(|e| {
+        let map = sys::map_anonymous(layout.total).map_err(|e| {
             Error::io("shm init", e).with_detail(format!("mapping {} bytes", layout.total))
         })?;
-        let seg = Segment {
-            base,
-            len: layout.total,
-            layout,
-            name: None,
-        };
+        let seg = Segment::over(map, layout, None, false);
         seg.write_header(sys::my_pid());
         Ok(seg)
     }
 
     /// Whether some process that claimed a rank, or the creator, still runs.
-    fn anyone_alive(&self, size: usize) -> bool {
+    pub(crate) fn anyone_alive(&self, size: usize) -> bool {
         if sys::pid_alive(self.creator_pid()) {
             return true;
         }
@@ -269,8 +284,12 @@ impl Segment {
     /// starts again. A live segment with another geometry is a configuration error (e.g. two
     /// sets of ranks started with different `FERRY_SIZE` under the same job name).
     pub(crate) fn open_named(name: &str, want: Layout, deadline: Instant) -> Result<Segment> {
-        let cname = CString::new(name)
-            .map_err(|_| Error::config(format!("segment name `{name}` contains a NUL byte")))?;
+        if name.contains('\0') {
+            return Err(Error::config(format!(
+                "segment name `{name}` contains a NUL byte"
+            )));
+        }
+        let cname = name;
         let io_err = |what: &str, e: std::io::Error| {
             Error::io("shm init", e).with_detail(format!("{what} /dev/shm{name}"))
         };
@@ -280,45 +299,40 @@ impl Segment {
                 return Err(Error::new(ErrorKind::Timeout, "shm init")
                     .with_detail(format!("could not create or join segment {name}")));
             }
-            match sys::ShmFd::open(&cname, true) {
+            match sys::ShmFd::open(cname, true) {
                 Ok(fd) => {
                     // The creator fixes the geometry; joiners adopt it from the header.
                     let want = match fit_to_shm(want) {
                         Ok(w) => w,
                         Err(e) => {
-                            let _ = sys::shm_unlink(&cname);
+                            let _ = sys::shm_unlink(cname);
                             return Err(e);
                         }
                     };
                     if let Err(e) = fd.truncate(want.total) {
-                        let _ = sys::shm_unlink(&cname);
+                        let _ = sys::shm_unlink(cname);
                         return Err(io_err("sizing", e));
                     }
-                    let base = match sys::map(Some(&fd), want.total) {
-                        Ok(b) => b,
+                    let map = match fd.map(want.total) {
+                        Ok(m) => m,
                         Err(e) => {
-                            let _ = sys::shm_unlink(&cname);
+                            let _ = sys::shm_unlink(cname);
                             return Err(io_err("mapping", e));
                         }
                     };
-                    let seg = Segment {
-                        base,
-                        len: want.total,
-                        layout: want,
-                        name: Some(cname),
-                    };
+                    let seg = Segment::over(map, want, Some(cname.to_string()), true);
                     seg.write_header(sys::my_pid());
                     tracing::debug!(segment = name, bytes = want.total, "shm: created segment");
                     return Ok(seg);
                 }
-                Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
                 Err(e) => return Err(io_err("creating", e)),
             }
-            let fd = match sys::ShmFd::open(&cname, false) {
+            let fd = match sys::ShmFd::open(cname, false) {
                 Ok(fd) => fd,
                 // Removed between our two calls (stale cleanup or a finished gathering): race
                 // for creation again.
-                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
                 Err(e) => return Err(io_err("opening", e)),
             };
             let len = fd.len().map_err(|e| io_err("inspecting", e))?;
@@ -328,20 +342,15 @@ impl Segment {
                 let since = *small_since.get_or_insert_with(Instant::now);
                 if since.elapsed() > Duration::from_secs(2) {
                     tracing::warn!(segment = name, "shm: removing unsized leftover segment");
-                    let _ = sys::shm_unlink(&cname);
+                    let _ = sys::shm_unlink(cname);
                     small_since = None;
                 }
                 std::thread::sleep(Duration::from_millis(1));
                 continue;
             }
             small_since = None;
-            let base = sys::map(Some(&fd), len).map_err(|e| io_err("mapping", e))?;
-            let mut seg = Segment {
-                base,
-                len,
-                layout: want,
-                name: Some(cname.clone()),
-            };
+            let map = fd.map(len).map_err(|e| io_err("mapping", e))?;
+            let mut seg = Segment::over(map, want, Some(cname.to_string()), true);
             // Wait for the creator to publish the header.
             let wait_start = Instant::now();
             while seg.u64_at(H_MAGIC).load(Ordering::Acquire) != MAGIC {
@@ -360,7 +369,7 @@ impl Segment {
                     segment = name,
                     "shm: removing stale segment left by a dead job"
                 );
-                let _ = sys::shm_unlink(&cname);
+                let _ = sys::shm_unlink(cname);
                 drop(seg);
                 continue;
             }
@@ -395,7 +404,7 @@ impl Segment {
         if let Some(n) = &self.name {
             match sys::shm_unlink(n) {
                 Ok(()) => tracing::debug!(segment = ?n, "shm: removed segment name"),
-                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => tracing::warn!(segment = ?n, "shm: cannot remove segment name: {e}"),
             }
         }
@@ -406,7 +415,7 @@ impl Segment {
 /// most half of the free space of /dev/shm. A tmpfs page touched beyond its size limit kills
 /// the process with SIGBUS (containers often mount a 64 MiB /dev/shm), so the limit is checked
 /// here, where it can still be an error value.
-fn fit_to_shm(want: Layout) -> Result<Layout> {
+pub(crate) fn fit_to_shm(want: Layout) -> Result<Layout> {
     match sys::shm_free_bytes() {
         Some(free) => fit(want, free),
         None => Ok(want),
@@ -484,14 +493,12 @@ pub fn remove_job_segments(job_id: &str) -> usize {
         if !ours {
             continue;
         }
-        if let Ok(c) = CString::new(format!("/{name}")) {
-            if sys::shm_unlink(&c).is_ok() {
-                tracing::warn!(
-                    segment = name,
-                    "shm: removed a segment left by job {job_id}"
-                );
-                removed += 1;
-            }
+        if sys::shm_unlink(&format!("/{name}")).is_ok() {
+            tracing::warn!(
+                segment = name,
+                "shm: removed a segment left by job {job_id}"
+            );
+            removed += 1;
         }
     }
     removed

@@ -1,52 +1,40 @@
-//! Thin wrappers over the Linux calls the backend needs: futex wait/wake on a word in the shared
-//! segment, cross-memory attach (`process_vm_readv`), process liveness and POSIX shm names.
+//! The operating-system calls the backend needs, through `rustix` and `memmap2`: futex wait and
+//! wake on a word of the shared segment, process liveness through pidfds, POSIX shm names and
+//! memfds, mappings, and cross-memory attach (`process_vm_readv`).
 //!
-//! Every wrapper returns `std::io::Error` values; none panics.
+//! `process_vm_readv` is the one call made through `libc`: rustix does not wrap it. It lives in
+//! [`cma_read`] and nowhere else.
+//!
+//! Every wrapper returns `std::io::Error` values or a plain answer; none panics.
 
-use std::ffi::CString;
 use std::io;
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::AtomicU32;
 use std::time::Duration;
+
+use memmap2::{MmapOptions, MmapRaw};
+use rustix::event::{poll, PollFd, PollFlags};
+use rustix::fs::Mode;
+use rustix::process::{pidfd_open, Pid, PidfdFlags};
+use rustix::thread::futex;
 
 /// Sleeps while `*word == expected`, at most `timeout`. Returns early on a wake-up, a changed
 /// word or a signal; callers re-check their condition (spurious wake-ups are allowed).
 ///
-/// The futex is process-shared (no `FUTEX_PRIVATE_FLAG`): the word lives in a `MAP_SHARED`
-/// segment and the waker is another process (S3 blocking wait).
+/// The futex is process-shared (no private flag): the word lives in a shared mapping and the
+/// waker is another process (S3 blocking wait).
 pub(crate) fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
-    let ts = libc::timespec {
-        tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
-        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    let ts = futex::Timespec {
+        tv_sec: timeout.as_secs().min(i32::MAX as u64) as _,
+        tv_nsec: timeout.subsec_nanos() as _,
     };
-    // SAFETY: `word` is a valid, aligned u32 for the duration of the call; the kernel only
-    // reads it. The timeout pointer refers to a live stack value.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAIT,
-            expected,
-            &ts as *const libc::timespec,
-            std::ptr::null::<u32>(),
-            0u32,
-        );
-    }
+    // EAGAIN (word changed), ETIMEDOUT and EINTR all mean "check again".
+    let _ = futex::wait(word, futex::Flags::empty(), expected, Some(ts));
 }
 
 /// Wakes every process sleeping on `word`.
 pub(crate) fn futex_wake(word: &AtomicU32) {
-    // SAFETY: as in `futex_wait`; FUTEX_WAKE does not dereference the remaining arguments.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAKE,
-            i32::MAX,
-            std::ptr::null::<libc::timespec>(),
-            std::ptr::null::<u32>(),
-            0u32,
-        );
-    }
+    let _ = futex::wake(word, futex::Flags::empty(), i32::MAX as u32);
 }
 
 /// Copies `dst.len()` bytes from address `remote` of process `pid` into `dst` with one
@@ -60,11 +48,13 @@ pub(crate) fn cma_read(pid: u32, remote: u64, dst: &mut [u8]) -> io::Result<()> 
             iov_len: dst.len() - done,
         };
         let far = libc::iovec {
-            iov_base: (remote as usize + done) as *mut libc::c_void,
+            iov_base: (remote as usize).wrapping_add(done) as *mut libc::c_void,
             iov_len: dst.len() - done,
         };
-        // SAFETY: `local` describes memory we own exclusively (a &mut slice); the remote iovec
-        // is only interpreted by the kernel in the other address space, which validates it.
+        // SAFETY: rustix has no wrapper for process_vm_readv, so this is the crate's one libc
+        // call. `local` describes memory we own exclusively (a &mut slice) for the whole call;
+        // the remote iovec is only interpreted by the kernel in the other address space, which
+        // validates it (EFAULT, not undefined behaviour, for a bad address).
         let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &far, 1, 0) };
         if n < 0 {
             let e = io::Error::last_os_error();
@@ -84,15 +74,19 @@ pub(crate) fn cma_read(pid: u32, remote: u64, dst: &mut [u8]) -> io::Result<()> 
     Ok(())
 }
 
-/// Whether process `pid` still runs. A zombie (killed, not yet reaped by its parent) counts as
-/// dead: its memory is gone and it will never send again.
+/// Whether `e` says that the process does not exist (any more).
+pub(crate) fn is_no_such_process(e: &io::Error) -> bool {
+    e.raw_os_error() == Some(rustix::io::Errno::SRCH.raw_os_error())
+}
+
+/// Whether process `pid` still runs, asked without a pidfd. A zombie (killed, not yet reaped by
+/// its parent) counts as dead: its memory is gone and it will never send again. A stopped
+/// process is alive.
 pub(crate) fn pid_alive(pid: u32) -> bool {
-    if pid == 0 || pid > i32::MAX as u32 {
+    let Some(p) = i32::try_from(pid).ok().and_then(Pid::from_raw) else {
         return false;
-    }
-    // SAFETY: signal 0 only checks for existence and permission.
-    let rc = unsafe { libc::kill(pid as libc::pid_t, 0) };
-    if rc != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
+    };
+    if rustix::process::test_kill_process(p) == Err(rustix::io::Errno::SRCH) {
         return false;
     }
     // The state letter follows the last ')' of /proc/<pid>/stat (the command name may contain
@@ -108,15 +102,44 @@ pub(crate) fn pid_alive(pid: u32) -> bool {
     }
 }
 
+/// Watches one peer process for its end: a pidfd when the kernel offers one (Linux 5.3+),
+/// which becomes readable the moment the process exits, whoever its parent is; otherwise the
+/// `kill(pid, 0)` + `/proc` check of [`pid_alive`].
+///
+/// A pidfd also pins the identity: a recycled pid cannot make a dead peer look alive.
+pub(crate) struct PeerWatch {
+    pid: u32,
+    fd: Option<OwnedFd>,
+}
+
+impl PeerWatch {
+    /// Opens a watch on `pid`. Never fails: without a pidfd (old kernel, no file descriptor
+    /// left) the watch falls back to polling the pid.
+    pub(crate) fn open(pid: u32) -> PeerWatch {
+        let fd = i32::try_from(pid)
+            .ok()
+            .and_then(Pid::from_raw)
+            .and_then(|p| pidfd_open(p, PidfdFlags::empty()).ok());
+        PeerWatch { pid, fd }
+    }
+
+    /// Whether the process still runs (a stopped process does).
+    pub(crate) fn alive(&self) -> bool {
+        let Some(fd) = &self.fd else {
+            return pid_alive(self.pid);
+        };
+        let mut fds = [PollFd::new(fd, PollFlags::IN)];
+        match poll(&mut fds, 0) {
+            Ok(0) => true,
+            Ok(_) => fds[0].revents().is_empty(),
+            Err(_) => pid_alive(self.pid),
+        }
+    }
+}
+
 /// Free bytes of the file system behind POSIX shared memory (/dev/shm), if it can be asked.
 pub(crate) fn shm_free_bytes() -> Option<usize> {
-    let path = c"/dev/shm";
-    // SAFETY: `st` is written by statvfs on success; the path is NUL-terminated.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    let rc = unsafe { libc::statvfs(path.as_ptr(), &mut st) };
-    if rc != 0 {
-        return None;
-    }
+    let st = rustix::fs::statvfs("/dev/shm").ok()?;
     Some((st.f_bavail as u128 * st.f_frsize as u128).min(usize::MAX as u128) as usize)
 }
 
@@ -127,104 +150,107 @@ pub(crate) fn my_pid() -> u32 {
 
 /// Real user id, part of segment names so that users never meet each other's jobs.
 pub(crate) fn uid() -> u32 {
-    // SAFETY: getuid cannot fail.
-    unsafe { libc::getuid() }
+    rustix::process::getuid().as_raw()
 }
 
-/// A POSIX shared-memory object opened (or created) by name.
+/// A shared-memory object: opened by POSIX name, created anonymous (memfd), or inherited.
 pub(crate) struct ShmFd {
-    fd: libc::c_int,
+    fd: OwnedFd,
 }
 
 impl ShmFd {
     /// `shm_open`; `create` adds `O_CREAT | O_EXCL` (exactly one process wins, 001 §3.1).
-    pub(crate) fn open(name: &CString, create: bool) -> io::Result<ShmFd> {
-        let mut flags = libc::O_RDWR | libc::O_CLOEXEC;
+    pub(crate) fn open(name: &str, create: bool) -> io::Result<ShmFd> {
+        use rustix::shm::OFlags;
+        let mut flags = OFlags::RDWR;
         if create {
-            flags |= libc::O_CREAT | libc::O_EXCL;
+            flags |= OFlags::CREATE | OFlags::EXCL;
         }
-        // SAFETY: `name` is a valid NUL-terminated string.
-        let fd = unsafe { libc::shm_open(name.as_ptr(), flags, 0o600 as libc::mode_t) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
+        let fd = rustix::shm::open(name, flags, Mode::RUSR | Mode::WUSR)?;
         Ok(ShmFd { fd })
+    }
+
+    /// An anonymous object (`memfd_create`) that no other process can open by name: it is
+    /// passed on by inheritance and disappears with its last descriptor and mapping.
+    /// `inheritable` leaves close-on-exec off so that processes started next inherit it.
+    pub(crate) fn anonymous(inheritable: bool) -> io::Result<ShmFd> {
+        use rustix::fs::MemfdFlags;
+        let flags = if inheritable {
+            MemfdFlags::empty()
+        } else {
+            MemfdFlags::CLOEXEC
+        };
+        let fd = rustix::fs::memfd_create("ferry-shm", flags)?;
+        Ok(ShmFd { fd })
+    }
+
+    /// Wraps a descriptor this process owns (an inherited memfd).
+    pub(crate) fn from_owned(fd: OwnedFd) -> ShmFd {
+        ShmFd { fd }
     }
 
     /// Sets the object's size.
     pub(crate) fn truncate(&self, len: usize) -> io::Result<()> {
-        // SAFETY: plain syscall on a descriptor we own.
-        let rc = unsafe { libc::ftruncate(self.fd, len as libc::off_t) };
-        if rc != 0 {
-            return Err(io::Error::last_os_error());
-        }
+        rustix::fs::ftruncate(&self.fd, len as u64)?;
         Ok(())
     }
 
     /// Current size.
     pub(crate) fn len(&self) -> io::Result<usize> {
-        // SAFETY: `st` is fully written by fstat on success.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        let rc = unsafe { libc::fstat(self.fd, &mut st) };
-        if rc != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(st.st_size as usize)
+        let st = rustix::fs::fstat(&self.fd)?;
+        usize::try_from(st.st_size).map_err(|_| io::Error::other("negative or huge object size"))
     }
 
-    /// The raw descriptor, for `mmap`.
-    pub(crate) fn raw(&self) -> libc::c_int {
+    /// Maps the first `len` bytes shared, read and write.
+    pub(crate) fn map(&self, len: usize) -> io::Result<MmapRaw> {
+        use std::os::fd::AsRawFd;
+        MmapOptions::new()
+            .len(len)
+            .map_raw(self.fd.as_fd().as_raw_fd())
+    }
+
+    /// Gives up ownership of the descriptor.
+    pub(crate) fn into_owned(self) -> OwnedFd {
         self.fd
     }
 }
 
-impl Drop for ShmFd {
-    fn drop(&mut self) {
-        // SAFETY: we own the descriptor; a mapping made from it stays valid after close.
-        unsafe {
-            libc::close(self.fd);
-        }
-    }
-}
-
 /// Removes a shared-memory name; the memory lives on while processes map it (S4).
-pub(crate) fn shm_unlink(name: &CString) -> io::Result<()> {
-    // SAFETY: `name` is a valid NUL-terminated string.
-    let rc = unsafe { libc::shm_unlink(name.as_ptr()) };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
+pub(crate) fn shm_unlink(name: &str) -> io::Result<()> {
+    rustix::shm::unlink(name)?;
     Ok(())
 }
 
-/// Maps `len` bytes: of `fd` shared, or anonymous shared memory when `fd` is `None` (threads-as-
-/// ranks tests). Returns the base address.
-pub(crate) fn map(fd: Option<&ShmFd>, len: usize) -> io::Result<*mut u8> {
-    let (flags, raw) = match fd {
-        Some(f) => (libc::MAP_SHARED, f.raw()),
-        None => (libc::MAP_SHARED | libc::MAP_ANONYMOUS, -1),
-    };
-    // SAFETY: a fresh mapping chosen by the kernel; no existing memory is affected.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            flags,
-            raw,
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(p.cast())
+/// `len` bytes of anonymous memory (threads-as-ranks segments, which never leave the process).
+pub(crate) fn map_anonymous(len: usize) -> io::Result<MmapRaw> {
+    Ok(MmapRaw::from(MmapOptions::new().len(len).map_anon()?))
 }
 
-/// Unmaps a mapping made by [`map`].
-///
-/// # Safety
-/// `ptr`/`len` must describe a live mapping returned by [`map`] that nothing uses any more.
-pub(crate) unsafe fn unmap(ptr: *mut u8, len: usize) {
-    libc::munmap(ptr.cast(), len);
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    #[cfg_attr(miri, ignore = "system calls")]
+    fn watch_sees_a_child_end_and_a_stopped_child_alive() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("spawn sleep");
+        let w = PeerWatch::open(child.id());
+        assert!(w.alive());
+        let pid = Pid::from_raw(child.id() as i32).expect("pid");
+        rustix::process::kill_process(pid, rustix::process::Signal::Stop).expect("SIGSTOP");
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(w.alive(), "a stopped process is alive");
+        rustix::process::kill_process(pid, rustix::process::Signal::Kill).expect("SIGKILL");
+        // Not reaped yet: a zombie, which must count as dead.
+        let t0 = std::time::Instant::now();
+        while w.alive() && t0.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(!w.alive(), "a killed process is dead before it is reaped");
+        assert!(!pid_alive(child.id()), "zombie counts as dead");
+        let _ = child.wait();
+    }
 }

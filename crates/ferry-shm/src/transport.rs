@@ -32,25 +32,34 @@ use ferry_proto::{Arrival, EarlyArrivals};
 use crate::flows::Flows;
 
 use crate::ring::{
-    decode_cma, encode_cma, CmaDesc, Consumer, Entry, Producer, RingRef, ACK_CANCELLED,
-    ACK_CLAIMED, CMA_DESC, T_CMA, T_FRAG, T_INLINE,
+    self, decode_cma, encode_cma, window_free, Claim, CmaDesc, Consumer, Entry, Offer, Producer,
+    RingRef, CMA_DESC, T_ABORT, T_CMA, T_FRAG, T_INLINE,
 };
 use crate::segment::{
     segment_name, Layout, Segment, ACK_WINDOW, STATE_ATTACHED, STATE_EMPTY, STATE_FINISHED,
     STATE_GONE,
 };
-use crate::sys;
+use crate::sys::{self, PeerWatch};
 
-/// How often a waiting rank checks that the peers it waits for still live.
-const LIVENESS_EVERY: Duration = Duration::from_millis(20);
+/// How often a waiting rank checks that the peers it waits for still live (a poll of their
+/// pidfds): a peer's death is reported within about this long.
+const LIVENESS_EVERY: Duration = Duration::from_millis(10);
 /// Flag in a send's progress: single copy was withdrawn, the message goes as fragments.
 const FORCED_FRAG: usize = 1 << (usize::BITS - 1);
+/// Flag in a send's progress: a failed operation settled this send (nothing of it is offered
+/// any more); it is never progressed again.
+const SETTLED: usize = 1 << (usize::BITS - 2);
 /// How long the lean receive path spins before it starts yielding the core.
 const PURE_SPIN: Duration = Duration::from_micros(5);
 /// How long `wait_for_input` yield-polls before it sleeps on the doorbell.
 const YIELD_PHASE: Duration = Duration::from_micros(300);
 /// Default job name of hand-started ranks (R2b) when `shm.job` / `FERRY_SHM_JOB` is unset.
 pub const DEFAULT_JOB: &str = "default";
+
+mod failure;
+mod startup;
+
+use startup::{attach_block, decide_single_copy, wait_all};
 
 /// Where a partially received fragmented message goes.
 enum Target {
@@ -90,6 +99,9 @@ pub struct ShmTransport {
     tx: Vec<Option<Producer>>,
     rx: Vec<Option<Consumer>>,
     pids: Vec<u32>,
+    /// Per segment index: the peer process's pidfd (None for this rank, and for ranks that
+    /// are threads of this process).
+    watch: Vec<Option<PeerWatch>>,
     send_flows: Flows,
     recv_flows: Flows,
     inbox: EarlyArrivals,
@@ -111,6 +123,12 @@ pub struct ShmTransport {
     peer_progress: Vec<Instant>,
     /// The fragmented message currently streaming to each peer, by (key, serial).
     frag_owner: Vec<Option<(MsgKey, u64)>>,
+    /// Per peer: messages whose fragments a failed operation cut off (or whose descriptors
+    /// it had withdrawn for fragments), to be announced with abort entries before the next
+    /// fragmented message to that peer: (key, serial, length).
+    abort_pending: Vec<Vec<(MsgKey, u64, u64)>>,
+    /// Messages their senders abandoned before this rank posted the receive.
+    abandoned: std::collections::HashSet<Arrival>,
     /// Single-copy reads claimed during a drain, performed after it: (recv index, desc).
     to_read: Vec<(usize, CmaDesc)>,
     /// Operation vectors reused by the single-message paths.
@@ -184,6 +202,13 @@ impl ShmTransport {
             ),
         };
         let local = launch.rank;
+        // Started by `ferry run`: the launcher made the segment and passed it down, so it was
+        // never named (S4 during start-up, see handoff.rs).
+        let layout = Layout::for_job(size, config.shm.ring_slots, config.shm.slot_bytes)?;
+        if let Some(seg) = crate::handoff::inherited_segment(layout)? {
+            let deadline = Instant::now() + config.startup_timeout();
+            return ShmTransport::join_segment(seg, local, None, size, config, deadline);
+        }
         let name = segment_name(&job, None);
         let t = ShmTransport::join(
             JoinSpec {
@@ -292,13 +317,33 @@ impl ShmTransport {
         let name = spec
             .name
             .ok_or_else(|| Error::invalid("shm init", "a joined segment needs a name"))?;
-        let seg = Arc::new(Segment::open_named(&name, layout, deadline)?);
+        // Segments of jobs that died while gathering are removed before this one gathers.
+        static SWEPT: std::sync::Once = std::sync::Once::new();
+        SWEPT.call_once(|| {
+            crate::handoff::sweep_stale();
+        });
+        let seg = Segment::open_named(&name, layout, deadline)?;
+        ShmTransport::join_segment(seg, spec.local, spec.members, local_size, config, deadline)
+    }
+
+    /// Joins the opened segment `seg` of `local_size` ranks as index `local` (drawn from the
+    /// counter when None).
+    fn join_segment(
+        seg: Segment,
+        local: Option<usize>,
+        members: Option<(Vec<usize>, usize, usize)>,
+        local_size: usize,
+        config: &Config,
+        deadline: Instant,
+    ) -> Result<ShmTransport> {
+        let seg = Arc::new(seg);
+        let name = seg.name.clone().unwrap_or_else(|| "(inherited)".into());
         let fail = |seg: &Segment, e: Error| {
             // A rank that cannot complete the gathering removes the name so nothing is left.
             seg.unlink();
             e
         };
-        let me = match spec.local {
+        let me = match local {
             Some(r) if r < local_size => r,
             Some(r) => {
                 return Err(fail(
@@ -327,7 +372,7 @@ impl ShmTransport {
             .map_err(|e| fail(&seg, e.on_rank(me)))?;
         let single_copy =
             decide_single_copy(&seg, config, deadline, &[me]).map_err(|e| e.on_rank(me))?;
-        let (global_of, rank, size) = match spec.members {
+        let (global_of, rank, size) = match members {
             Some((m, rank, size)) => (Some(m), rank, size),
             None => (None, me, local_size),
         };
@@ -390,8 +435,11 @@ impl ShmTransport {
             tx.push(Some(Producer::new(out)));
             rx.push(Some(Consumer::new(inn)));
         }
-        let pids = (0..n)
+        let pids: Vec<u32> = (0..n)
             .map(|p| seg.pid(p).load(Ordering::Acquire) as u32)
+            .collect();
+        let watch = (0..n)
+            .map(|p| (seg.shared && p != me).then(|| PeerWatch::open(pids[p])))
             .collect();
         let inline_cap = l.slot_bytes - crate::ring::SLOT_HEADER;
         let mut stats = Stats::new(rank, size, "shm");
@@ -406,6 +454,7 @@ impl ShmTransport {
             tx,
             rx,
             pids,
+            watch,
             send_flows: Flows::default(),
             recv_flows: Flows::default(),
             inbox: EarlyArrivals::new(config.shm.inbox_messages, config.shm.inbox_bytes),
@@ -420,6 +469,8 @@ impl ShmTransport {
             eager_wait: config.spin().max(Duration::from_micros(200)),
             peer_progress: vec![Instant::now(); n],
             frag_owner: vec![None; n],
+            abort_pending: vec![Vec::new(); n],
+            abandoned: std::collections::HashSet::new(),
             to_read: Vec::new(),
             spare_sends: Vec::new(),
             spare_recvs: Vec::new(),
@@ -544,6 +595,14 @@ impl ShmTransport {
             self.want_space.push(l);
             return Ok(OpState::Active { serial, progress });
         }
+        if progress & SETTLED != 0 {
+            return Err(self
+                .err(ErrorKind::InvalidArgument, "send")
+                .with_peer(peer)
+                .with_detail(
+                    "this send was abandoned when an earlier attempt of its exchange failed",
+                ));
+        }
         let forced = progress & FORCED_FRAG != 0;
         let progress = progress & !FORCED_FRAG;
         if self.single_copy && len >= self.threshold && !forced {
@@ -582,14 +641,13 @@ impl ShmTransport {
                 return Err(self.err(ErrorKind::InvalidArgument, "send").with_peer(peer));
             };
             let word = tx.ring().ack(seq);
-            let v = word.load(Ordering::Acquire);
-            if v == seq + 1 {
+            let offer = ring::offer_state(word, seq);
+            if offer == Offer::Done {
                 self.peer_progress[l] = Instant::now();
                 self.stats.record_send(peer, len);
                 return Ok(OpState::Done);
             }
-            let claimed = ack_seq(v) == seq + 1 && v & ACK_CLAIMED != 0;
-            if claimed {
+            if offer == Offer::Claimed {
                 // The peer is copying this message right now: it consumes, nothing stalls.
                 self.peer_progress[l] = Instant::now();
                 self.busy[l] = true;
@@ -607,15 +665,7 @@ impl ShmTransport {
                 // backend; no send/send deadlock). Withdrawing by the age of one descriptor
                 // alone would also fire while the peer copies the predecessors of a window
                 // (half the offers of a 64 x 1 MiB window), paying two copies for nothing.
-                if word
-                    .compare_exchange(
-                        v,
-                        (seq + 1) | ACK_CANCELLED,
-                        Ordering::AcqRel,
-                        Ordering::Acquire,
-                    )
-                    .is_ok()
-                {
+                if ring::withdraw(word, seq, false) {
                     self.stats.bump("shm single copies withdrawn", 1);
                     return self.progress_send(l, peer, key, serial, FORCED_FRAG, data);
                 }
@@ -624,7 +674,15 @@ impl ShmTransport {
             return Ok(OpState::Active { serial, progress });
         }
         // Fragments through the ring (2 copies). One fragmented message per ring at a time,
-        // so the receiver reassembles one stream per peer.
+        // so the receiver reassembles one stream per peer; an abandoned stream is closed first.
+        if !self.flush_abort(l) {
+            self.blocked[l] = true;
+            self.want_space.push(l);
+            return Ok(OpState::Active {
+                serial,
+                progress: progress | if forced { FORCED_FRAG } else { 0 },
+            });
+        }
         match self.frag_owner[l] {
             Some(owner) if owner != (key, serial) => {
                 // Waits for the other stream, which a later op of this pass may be pushing:
@@ -713,24 +771,26 @@ impl ShmTransport {
             .with_peer(peer)
     }
 
-    /// Takes descriptor `seq` from `l` for reading; false if the sender withdrew it (its
-    /// fragments follow in the ring).
-    fn claim(&self, l: usize, seq: u64) -> bool {
+    /// Takes descriptor `seq` from `l` for reading. Withdrawn: its fragments follow in the
+    /// ring. Aborted (the sender's operation failed): an error naming the sender, or the rank
+    /// whose failure made the sender fail.
+    fn claim(&self, l: usize, peer: usize, seq: u64) -> Result<bool> {
         let Some(rx) = self.rx[l].as_ref() else {
-            return false;
+            return Ok(false);
         };
-        let w = rx.ring().ack(seq);
-        let v = w.load(Ordering::Acquire);
-        if ack_seq(v) == seq + 1 {
-            return false;
+        match ring::claim(rx.ring().ack(seq), seq) {
+            Claim::Got => Ok(true),
+            Claim::Withdrawn => Ok(false),
+            Claim::Aborted => {
+                let e = self
+                    .err(ErrorKind::PeerFailed, "recv")
+                    .with_peer(self.root_cause(l));
+                Err(e.with_detail(format!(
+                    "rank {peer} abandoned this message: its send failed before this rank took it{}",
+                    self.blame_note(l)
+                )))
+            }
         }
-        w.compare_exchange(
-            v,
-            (seq + 1) | ACK_CLAIMED,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        )
-        .is_ok()
     }
 
     /// Reads a claimed single-copy message into `buf` and completes the descriptor.
@@ -738,7 +798,7 @@ impl ShmTransport {
         let len = d.len as usize;
         let result = match buf.prepare(len) {
             Ok(dst) => sys::cma_read(self.pids[l], d.addr, dst).map_err(|e| {
-                let kind = if e.raw_os_error() == Some(libc::ESRCH) {
+                let kind = if sys::is_no_such_process(&e) {
                     ErrorKind::PeerFailed
                 } else {
                     ErrorKind::Io
@@ -754,7 +814,7 @@ impl ShmTransport {
         // Complete the descriptor even on failure so the sender does not wait forever; the
         // error surfaces here.
         if let Some(rx) = self.rx[l].as_ref() {
-            rx.ring().ack(d.seq).swap(d.seq + 1, Ordering::SeqCst);
+            ring::complete(rx.ring().ack(d.seq), d.seq);
         }
         self.wake(l);
         result?;
@@ -933,9 +993,27 @@ impl ShmTransport {
                             Target::Buf(v) => {
                                 self.partial_bytes -= total;
                                 self.partial_count -= 1;
-                                self.inbox.insert(arrival, v).map_err(|err| {
-                                    self.protocol(peer, "duplicate message").with_source(err)
-                                })?;
+                                // Its receive may have been posted while it streamed in: hand
+                                // it over now. Parked in the inbox, it would be taken only by
+                                // the next pass, and a liveness check in between would see an
+                                // empty ring and a finished sender and report a message that
+                                // is here as missing.
+                                match Self::find_recv(ex, peer, &arrival) {
+                                    Some(i) => {
+                                        let r = &mut ex.recvs[i];
+                                        r.buf
+                                            .fill_from(v)
+                                            .map_err(|want| self.len_error(peer, total, want))?;
+                                        r.state = OpState::Done;
+                                        self.stats.record_recv(peer, total);
+                                    }
+                                    None => {
+                                        self.inbox.insert(arrival, v).map_err(|err| {
+                                            self.protocol(peer, "duplicate message")
+                                                .with_source(err)
+                                        })?;
+                                    }
+                                }
                             }
                         }
                     } else {
@@ -957,14 +1035,36 @@ impl ShmTransport {
                     }
                     match Self::find_recv(ex, peer, &arrival) {
                         Some(i) => {
-                            if self.claim(l, d.seq) {
+                            *popped += 1;
+                            if self.claim(l, peer, d.seq)? {
                                 self.to_read.push((i, d));
                             }
+                            continue;
                         }
                         None => {
                             self.pending_cma.insert(arrival, d);
                         }
                     }
+                }
+                T_ABORT => {
+                    if let Some(rx) = self.rx[l].as_mut() {
+                        rx.pop();
+                    }
+                    *popped += 1;
+                    if let Some(p) = self.partial[l].take_if(|p| p.arrival == arrival) {
+                        match p.target {
+                            Target::Buf(_) => {
+                                self.partial_bytes -= p.total;
+                                self.partial_count -= 1;
+                            }
+                            Target::Op(_) => return Err(self.abandoned_error(l)),
+                        }
+                    }
+                    if Self::find_recv(ex, peer, &arrival).is_some() {
+                        return Err(self.abandoned_error(l));
+                    }
+                    self.abandoned.insert(arrival);
+                    continue;
                 }
                 other => {
                     return Err(self.protocol(peer, &format!("unknown entry type {other}")));
@@ -1024,10 +1124,13 @@ impl ShmTransport {
                     continue;
                 }
             }
+            if !self.abandoned.is_empty() && self.abandoned.remove(&arrival) {
+                return Err(self.abandoned_error(l));
+            }
             if !self.pending_cma.is_empty() {
                 if let Some(d) = self.pending_cma.remove(&arrival) {
                     // A withdrawn descriptor is dropped: its fragments follow.
-                    if self.claim(l, d.seq) {
+                    if self.claim(l, r.peer, d.seq)? {
                         let peer = r.peer;
                         self.cma_into(l, peer, d, &mut r.buf)?;
                         r.state = OpState::Done;
@@ -1050,129 +1153,6 @@ impl ShmTransport {
                 if let Some(l) = self.local_of.get(r.peer).copied().flatten() {
                     self.waiting.push(l);
                 }
-            }
-        }
-        Ok(())
-    }
-
-    // ----- waiting and liveness ------------------------------------------------------------
-
-    fn input_ready(&mut self) -> bool {
-        if self.rx.iter().flatten().any(|c| c.has_data()) {
-            return true;
-        }
-        for &(l, seq) in &self.want_acks {
-            if let Some(tx) = &self.tx[l] {
-                if tx.ring().ack(seq).load(Ordering::Acquire) == seq + 1 {
-                    return true;
-                }
-            }
-        }
-        for i in 0..self.want_space.len() {
-            let l = self.want_space[i];
-            if let Some(tx) = self.tx[l].as_mut() {
-                if tx.has_space() {
-                    return true;
-                }
-            }
-        }
-        false
-    }
-
-    /// Whether peer `l` published something this rank waits for (a message, a completion,
-    /// ring space) that progress has not taken yet.
-    fn peer_ready(&mut self, l: usize) -> bool {
-        if self.rx[l].as_ref().is_some_and(|c| c.has_data()) {
-            return true;
-        }
-        if let Some(tx) = self.tx[l].as_ref() {
-            if self
-                .want_acks
-                .iter()
-                .any(|&(p, seq)| p == l && tx.ring().ack(seq).load(Ordering::Acquire) == seq + 1)
-            {
-                return true;
-            }
-        }
-        if self.want_space.contains(&l) {
-            if let Some(tx) = self.tx[l].as_mut() {
-                return tx.has_space();
-            }
-        }
-        false
-    }
-
-    fn trouble(&self, l: usize) -> Option<PeerTrouble> {
-        let state = self.seg.state(l).load(Ordering::Acquire);
-        let pid = self.pids[l];
-        if state == STATE_GONE {
-            return Some(PeerTrouble::Left);
-        }
-        if !sys::pid_alive(pid) {
-            if state == STATE_FINISHED {
-                return Some(PeerTrouble::Finished);
-            }
-            return Some(PeerTrouble::Died(pid));
-        }
-        if state == STATE_FINISHED {
-            return Some(PeerTrouble::Finished);
-        }
-        None
-    }
-
-    /// Runs the liveness check when it is due (every `LIVENESS_EVERY`); for callers that wait
-    /// elsewhere (the hybrid backend blocked in TCP's poll).
-    pub fn check_liveness_if_due(&mut self) -> Result<()> {
-        if self.last_liveness.elapsed() >= LIVENESS_EVERY {
-            self.check_liveness()?;
-        }
-        Ok(())
-    }
-
-    /// Fails if a rank this rank waits for died or finished (T5).
-    fn check_liveness(&mut self) -> Result<()> {
-        self.last_liveness = Instant::now();
-        self.waiting.sort_unstable();
-        self.waiting.dedup();
-        // A crashed rank is the root cause; ranks that left because of it come second.
-        let mut worst: Option<(usize, PeerTrouble)> = None;
-        for i in 0..self.waiting.len() {
-            let l = self.waiting[i];
-            if l == self.me {
-                continue;
-            }
-            // The peer's state is read first: whatever it published before finishing or
-            // leaving (messages, completions, ring space) is then visible to peer_ready, and
-            // progress will take it; only a peer with nothing left for us is reported.
-            if let Some(t) = self.trouble(l) {
-                if self.peer_ready(l) {
-                    continue;
-                }
-                let died = matches!(t, PeerTrouble::Died(_));
-                if worst.is_none() || died {
-                    worst = Some((l, t));
-                }
-                if died {
-                    break;
-                }
-            }
-        }
-        {
-            if let Some((l, t)) = worst {
-                let peer = self.global_of[l];
-                let detail = match t {
-                    PeerTrouble::Died(pid) => format!("rank {peer} (pid {pid}) died"),
-                    PeerTrouble::Finished => format!(
-                        "rank {peer} finished without sending or receiving what this rank waits for"
-                    ),
-                    PeerTrouble::Left => {
-                        format!("rank {peer} left the job (its transport was dropped)")
-                    }
-                };
-                return Err(self
-                    .err(ErrorKind::PeerFailed, "exchange")
-                    .with_peer(peer)
-                    .with_detail(detail));
             }
         }
         Ok(())
@@ -1267,162 +1247,6 @@ impl ShmTransport {
     }
 }
 
-/// The descriptor sequence an acknowledgement word refers to (+1), without state bits.
-fn ack_seq(v: u64) -> u64 {
-    v & !(ACK_CLAIMED | ACK_CANCELLED)
-}
-
-/// Whether descriptor `seq` may use its completion word: the word's previous user
-/// (`seq - ACK_WINDOW`) is completed or withdrawn.
-fn window_free(ring: &RingRef, seq: u64) -> bool {
-    if seq < ACK_WINDOW {
-        return true;
-    }
-    let v = ring.ack(seq - ACK_WINDOW).load(Ordering::Acquire);
-    ack_seq(v) == seq - ACK_WINDOW + 1 && v & ACK_CLAIMED == 0
-}
-
-/// Claims rank block `r` for this process and publishes its probe word.
-fn attach_block(seg: &Segment, r: usize) -> Result<Box<u64>> {
-    let pid = sys::my_pid() as u64;
-    let in_process = seg.name.is_none();
-    if !in_process {
-        if let Err(old) = seg
-            .pid(r)
-            .compare_exchange(0, pid, Ordering::AcqRel, Ordering::Acquire)
-        {
-            return Err(Error::config(format!(
-                "rank {r} of this shm job is already taken by process {old}"
-            )));
-        }
-    } else {
-        seg.pid(r).store(pid, Ordering::Release);
-    }
-    let probe = Box::new(0x5eed_0000_0000_0000u64 ^ ((r as u64) << 32) ^ pid);
-    seg.probe_value(r).store(*probe, Ordering::Relaxed);
-    seg.probe_addr(r)
-        .store(&*probe as *const u64 as u64, Ordering::Relaxed);
-    seg.state(r).store(STATE_ATTACHED, Ordering::Release);
-    Ok(probe)
-}
-
-/// Waits until `counter` reaches `n`, failing if a rank that already attached died or the
-/// deadline passes.
-fn wait_all(
-    seg: &Segment,
-    n: usize,
-    counter: fn(&Segment) -> &std::sync::atomic::AtomicU64,
-    deadline: Instant,
-    what: &str,
-) -> Result<()> {
-    let mut sleep = Duration::from_micros(50);
-    let mut last_check = Instant::now();
-    loop {
-        let got = counter(seg).load(Ordering::Acquire) as usize;
-        if got >= n {
-            return Ok(());
-        }
-        let now = Instant::now();
-        if now >= deadline {
-            let missing: Vec<usize> = (0..n)
-                .filter(|&r| seg.state(r).load(Ordering::Acquire) == STATE_EMPTY)
-                .collect();
-            return Err(
-                Error::new(ErrorKind::Timeout, "shm init").with_detail(format!(
-                    "{what}: only {got} of {n} ranks arrived in time (missing ranks {missing:?})"
-                )),
-            );
-        }
-        if now.duration_since(last_check) > Duration::from_millis(50) {
-            last_check = now;
-            for r in 0..n {
-                let pid = seg.pid(r).load(Ordering::Acquire) as u32;
-                if pid != 0 && !sys::pid_alive(pid) {
-                    return Err(Error::new(ErrorKind::PeerFailed, "shm init")
-                        .with_peer(r)
-                        .with_detail(format!(
-                            "{what}: rank {r} (pid {pid}) died during start-up"
-                        )));
-                }
-            }
-        }
-        std::thread::sleep(sleep);
-        sleep = (sleep * 2).min(Duration::from_millis(2));
-    }
-}
-
-/// Decides, identically on every rank, whether single copy is used: each rank tries to read
-/// every other rank's probe word with `process_vm_readv` and votes; single copy is on only if
-/// every rank could read every other (ptrace restrictions can make this asymmetric). Reported
-/// once, by the segment's rank 0.
-fn decide_single_copy(
-    seg: &Segment,
-    config: &Config,
-    deadline: Instant,
-    voters: &[usize],
-) -> Result<bool> {
-    let n = seg.layout.size;
-    let mode = config.shm.single_copy;
-    let mut first_failure: Option<String> = None;
-    for &me in voters {
-        let mut ok = mode != SingleCopy::Off;
-        if ok {
-            for p in (0..n).filter(|&p| p != me) {
-                let pid = seg.pid(p).load(Ordering::Acquire) as u32;
-                let addr = seg.probe_addr(p).load(Ordering::Acquire);
-                let want = seg.probe_value(p).load(Ordering::Acquire);
-                let mut got = [0u8; 8];
-                match sys::cma_read(pid, addr, &mut got) {
-                    Ok(()) if u64::from_ne_bytes(got) == want => {}
-                    Ok(()) => {
-                        ok = false;
-                        first_failure.get_or_insert_with(|| {
-                            format!("rank {me} read a wrong probe value from rank {p}")
-                        });
-                    }
-                    Err(e) => {
-                        ok = false;
-                        first_failure.get_or_insert_with(|| {
-                            format!("rank {me} cannot read rank {p} (pid {pid}): {e}")
-                        });
-                    }
-                }
-                if !ok {
-                    break;
-                }
-            }
-        }
-        seg.cma_ok(me)
-            .store(if ok { 1 } else { 2 }, Ordering::Release);
-        seg.probed().fetch_add(1, Ordering::AcqRel);
-    }
-    wait_all(seg, n, |s| s.probed(), deadline, "single-copy probe")?;
-    let all_ok = (0..n).all(|r| seg.cma_ok(r).load(Ordering::Acquire) == 1);
-    let reporter = voters.contains(&0);
-    if mode == SingleCopy::Cma && !all_ok {
-        return Err(
-            Error::new(ErrorKind::Unsupported, "shm init").with_detail(format!(
-                "shm.single_copy = \"cma\" but cross-memory attach is not permitted{}",
-                first_failure.map(|f| format!(" ({f})")).unwrap_or_default()
-            )),
-        );
-    }
-    if reporter {
-        match (mode, all_ok) {
-            (SingleCopy::Off, _) => {
-                tracing::info!("shm: single copy off by configuration; large messages use 2 copies")
-            }
-            (_, true) => tracing::info!("shm: single copy through process_vm_readv enabled"),
-            (_, false) => tracing::warn!(
-                "shm: cross-memory attach (process_vm_readv) not permitted{}; large messages use \
-                 2 copies through the rings",
-                first_failure.map(|f| format!(" ({f})")).unwrap_or_default()
-            ),
-        }
-    }
-    Ok(all_ok && mode != SingleCopy::Off)
-}
-
 impl Transport for ShmTransport {
     fn rank(&self) -> usize {
         self.rank
@@ -1444,8 +1268,15 @@ impl Transport for ShmTransport {
         self.waiting.clear();
         self.want_acks.clear();
         self.want_space.clear();
-        self.progress_sends(ex)?;
-        self.progress_recvs(ex)?;
+        // Callers may drive the exchange themselves (the data layer's first pass), so an error
+        // here settles it too: nothing of it stays offered (see `settle_failed`).
+        if let Err(e) = self
+            .progress_sends(ex)
+            .and_then(|()| self.progress_recvs(ex))
+        {
+            self.settle_failed(ex, &e);
+            return Err(e);
+        }
         Ok(ex.is_complete())
     }
 
@@ -1484,7 +1315,7 @@ impl Transport for ShmTransport {
 
     fn exchange(&mut self, ex: &mut Exchange<'_>) -> Result<()> {
         self.stats.calls += 1;
-        drive_exchange(self, ex)
+        drive_exchange(self, ex).map_err(|e| self.failed(ex, e))
     }
 
     fn send(&mut self, peer: usize, key: MsgKey, data: &[u8]) -> Result<()> {
@@ -1508,7 +1339,7 @@ impl Transport for ShmTransport {
                 progress: 0,
             },
         });
-        let result = drive_exchange(self, &mut ex);
+        let result = drive_exchange(self, &mut ex).map_err(|e| self.failed(&mut ex, e));
         (self.spare_sends, self.spare_recvs) = ex.into_parts();
         result
     }
@@ -1560,7 +1391,7 @@ impl Transport for ShmTransport {
             buf,
             state: OpState::New,
         });
-        let result = drive_exchange(self, &mut ex);
+        let result = drive_exchange(self, &mut ex).map_err(|e| self.failed(&mut ex, e));
         (self.spare_sends, self.spare_recvs) = ex.into_parts();
         result
     }
@@ -1672,7 +1503,7 @@ impl ShmTransport {
                 progress: 0,
             },
         });
-        let result = drive_exchange(self, &mut ex);
+        let result = drive_exchange(self, &mut ex).map_err(|e| self.failed(&mut ex, e));
         (self.spare_sends, self.spare_recvs) = ex.into_parts();
         result
     }

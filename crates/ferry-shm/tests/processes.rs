@@ -201,10 +201,10 @@ fn sigkill_of_a_rank_is_reported_and_leaves_nothing() {
     );
     let victim = kids.remove(2);
     let pid = victim.id();
-    // SAFETY: sending SIGKILL to our own child.
-    unsafe {
-        libc::kill(pid as libc::pid_t, libc::SIGKILL);
-    }
+    let _ = rustix::process::kill_process(
+        rustix::process::Pid::from_raw(pid as i32).expect("child pid"),
+        rustix::process::Signal::Kill,
+    );
     let killed_at = Instant::now();
     let _ = wait_output(victim, Duration::from_secs(10));
     for (i, k) in kids.into_iter().enumerate() {
