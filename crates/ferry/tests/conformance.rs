@@ -16,7 +16,8 @@
 //! original variables are passed on too.
 //!
 //! Skips (printing why) when the conformance data is absent, the launcher binary is not built,
-//! or a backend answers that it is not part of this build. Elastic cases (launch column
+//! or a backend answers that it is not part of this build; with `CI=true` each of these is a
+//! failure instead, so that a green CI run means every case ran on every backend. Elastic cases (launch column
 //! `tcp2:spares=S,remove=PAT`) run like the outside checks run them, on every launcher backend
 //! (not mpi): `ferry run -n RANKS --spares S --job-name J ...` and, about 0.5 s after the start,
 //! `ferry ctl J remove PAT`.
@@ -25,13 +26,19 @@
 //! `FERRY_CONFORMANCE_ONLY=<substring>` restricts the cases, `FERRY_CONFORMANCE_TIMEOUT_S`
 //! sets the per-run timeout (default 120 s; the machine may be loaded).
 
+#[macro_use]
+mod cases;
+mod support;
+
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+use cases::*;
+use support::{in_ci, skip_or_fail};
 
 /// At most this many cases run at once: the CI machine has two cores and every case starts
 /// several processes.
@@ -42,211 +49,6 @@ const PARALLEL: usize = 2;
 const HYBRID2_WRAPPER: &str =
     r#"FERRY_NODE=node$((FERRY_RANK / ((FERRY_SIZE + 1) / 2))) exec "$0" "$@""#;
 
-/// Writes to the process's stderr directly: unlike `eprintln!`, this is not captured by the
-/// test harness, so skips and the summary show even when the test passes.
-macro_rules! note {
-    ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        let _ = writeln!(std::io::stderr(), $($arg)*);
-    }};
-}
-
-#[derive(Debug, Clone)]
-struct Case {
-    set: String,
-    id: String,
-    example: String,
-    ranks: usize,
-    args: Vec<String>,
-    expected: PathBuf,
-    mode: String,
-    env: String,
-    launch: String,
-}
-
-/// Outcome of one case on one backend.
-#[derive(Debug, Clone, PartialEq)]
-enum Outcome {
-    Pass,
-    Fail(String),
-    Skip(String),
-}
-
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
-}
-
-/// `target/<profile>`: the test binary lives in `target/<profile>/deps/`.
-fn profile_dir() -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    let deps = exe.parent()?;
-    Some(deps.parent()?.to_path_buf())
-}
-
-fn case_dirs(root: &Path) -> Vec<PathBuf> {
-    let mut dirs = vec![root.join("../shared/conformance")];
-    if let Ok(extra) = std::env::var("FERRY_CONFORMANCE_DIRS") {
-        for d in extra.split(',').map(str::trim).filter(|d| !d.is_empty()) {
-            let p = PathBuf::from(d);
-            dirs.push(if p.is_absolute() { p } else { root.join(p) });
-        }
-    }
-    dirs
-}
-
-fn parse_cases(dir: &Path, text: &str) -> Result<Vec<Case>, String> {
-    let set = dir
-        .file_name()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_else(|| dir.display().to_string());
-    let mut cases = Vec::new();
-    for (no, line) in text.lines().enumerate() {
-        if line.is_empty() || line.starts_with('#') || line.starts_with("case-id") {
-            continue;
-        }
-        let f: Vec<&str> = line.split('\t').collect();
-        if f.len() < 8 {
-            return Err(format!(
-                "{}: line {}: {} columns, need at least 8",
-                dir.display(),
-                no + 1,
-                f.len()
-            ));
-        }
-        let ranks = f[2].trim().parse::<usize>().map_err(|_| {
-            format!(
-                "{}: line {}: bad rank count `{}`",
-                dir.display(),
-                no + 1,
-                f[2]
-            )
-        })?;
-        cases.push(Case {
-            set: set.clone(),
-            id: f[0].to_string(),
-            example: f[1].to_string(),
-            ranks,
-            args: f[3].split_whitespace().map(str::to_string).collect(),
-            expected: dir.join(f[4]),
-            mode: f[5].to_string(),
-            env: f[6].to_string(),
-            launch: f[7].to_string(),
-        });
-    }
-    Ok(cases)
-}
-
-/// The runner's translation of LAIK variables: originals are kept, ferry's equivalents added.
-fn translate_env(env: &str) -> Vec<(String, String)> {
-    let mut out = Vec::new();
-    if env == "-" || env.is_empty() {
-        return out;
-    }
-    for kv in env.split(',') {
-        let Some((k, v)) = kv.split_once('=') else {
-            continue;
-        };
-        out.push((k.to_string(), v.to_string()));
-        if k == "LAIK_LOG" {
-            out.push(("FERRY_LOG".to_string(), "debug".to_string()));
-        } else if let Some(rest) = k.strip_prefix("LAIK_") {
-            out.push((format!("FERRY_{rest}"), v.to_string()));
-        }
-    }
-    out
-}
-
-fn split_lines(s: &str) -> Vec<&str> {
-    let mut lines: Vec<&str> = s.split('\n').collect();
-    if lines.last() == Some(&"") {
-        lines.pop();
-    }
-    lines
-}
-
-/// `^\d+\.\d{n}` followed by `rest`; returns the remainder after the number.
-fn eat_fixed(s: &str, decimals: usize) -> Option<&str> {
-    let int_len = s.bytes().take_while(u8::is_ascii_digit).count();
-    if int_len == 0 {
-        return None;
-    }
-    let s = s[int_len..].strip_prefix('.')?;
-    let frac_len = s.bytes().take_while(u8::is_ascii_digit).count();
-    if frac_len != decimals {
-        return None;
-    }
-    Some(&s[frac_len..])
-}
-
-/// `^Time: \d+\.\d{3} s \(average per iteration: \d+\.\d{3} ms, per phase: \d+\.\d{3} ms\)$`
-fn is_time_line(l: &str) -> bool {
-    (|| {
-        let s = l.strip_prefix("Time: ")?;
-        let s = eat_fixed(s, 3)?.strip_prefix(" s (average per iteration: ")?;
-        let s = eat_fixed(s, 3)?.strip_prefix(" ms, per phase: ")?;
-        let s = eat_fixed(s, 3)?;
-        (s == " ms)").then_some(())
-    })()
-    .is_some()
-}
-
-/// `^GB/s: (\d+\.\d{6}|inf|nan|-?inf|-nan)$`
-fn is_gbs_line(l: &str) -> bool {
-    match l.strip_prefix("GB/s: ") {
-        Some("inf" | "nan" | "-inf" | "-nan") => true,
-        Some(s) => eat_fixed(s, 6) == Some(""),
-        None => false,
-    }
-}
-
-/// Compares stdout with the expected bytes in `mode` (cases.tsv header, README).
-fn compare(mode: &str, got: &str, expected: &str) -> bool {
-    match mode {
-        "exact" => got == expected,
-        "sorted" => {
-            let mut lines = split_lines(got);
-            lines.sort_unstable_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
-            let mut joined = lines.join("\n");
-            if !lines.is_empty() {
-                joined.push('\n');
-            }
-            joined == expected
-        }
-        "prefix" => {
-            let g = split_lines(got);
-            let e = split_lines(expected);
-            g.len() == e.len() + 2
-                && g[..e.len()] == e[..]
-                && is_time_line(g[g.len() - 2])
-                && is_gbs_line(g[g.len() - 1])
-        }
-        _ => false,
-    }
-}
-
-/// First lines where two outputs differ, for failure messages.
-fn first_difference(got: &str, expected: &str) -> String {
-    let g = split_lines(got);
-    let e = split_lines(expected);
-    for i in 0..g.len().max(e.len()) {
-        let (a, b) = (g.get(i), e.get(i));
-        if a != b {
-            return format!(
-                "line {}: got {:?}, expected {:?} ({} vs {} lines)",
-                i + 1,
-                a.copied().unwrap_or("<none>"),
-                b.copied().unwrap_or("<none>"),
-                g.len(),
-                e.len()
-            );
-        }
-    }
-    "outputs differ only in line endings".to_string()
-}
-
 struct Runner {
     ferry: Option<PathBuf>,
     mpirun: Option<PathBuf>,
@@ -254,56 +56,9 @@ struct Runner {
     timeout: Duration,
 }
 
-struct RunResult {
-    status: Option<i32>,
-    stdout: String,
-    stderr: String,
-    timed_out: bool,
-}
-
-fn read_all(mut r: impl Read + Send + 'static) -> std::thread::JoinHandle<Vec<u8>> {
-    std::thread::spawn(move || {
-        let mut buf = Vec::new();
-        let _ = r.read_to_end(&mut buf);
-        buf
-    })
-}
-
 impl Runner {
-    fn run(&self, mut cmd: Command) -> std::io::Result<RunResult> {
-        use std::os::unix::process::CommandExt;
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0);
-        let mut child = cmd.spawn()?;
-        let out = read_all(child.stdout.take().expect("piped stdout"));
-        let err = read_all(child.stderr.take().expect("piped stderr"));
-        let start = Instant::now();
-        let mut timed_out = false;
-        let status = loop {
-            if let Some(st) = child.try_wait()? {
-                break st;
-            }
-            if start.elapsed() > self.timeout {
-                timed_out = true;
-                // The launcher and its ranks share the process group we created.
-                let _ = Command::new("kill")
-                    .args(["-KILL", "--", &format!("-{}", child.id())])
-                    .status();
-                let _ = child.kill();
-                break child.wait()?;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        let stdout = String::from_utf8_lossy(&out.join().unwrap_or_default()).into_owned();
-        let stderr = String::from_utf8_lossy(&err.join().unwrap_or_default()).into_owned();
-        Ok(RunResult {
-            status: status.code(),
-            stdout,
-            stderr,
-            timed_out,
-        })
+    fn run(&self, cmd: Command) -> std::io::Result<RunResult> {
+        run_with_timeout(cmd, self.timeout)
     }
 
     fn run_case(&self, case: &Case, backend: &str) -> Outcome {
@@ -311,12 +66,6 @@ impl Runner {
         if !prog.exists() {
             return Outcome::Fail(format!("example program {} not built", prog.display()));
         }
-        let expected = match std::fs::read(&case.expected) {
-            Ok(b) => String::from_utf8_lossy(&b).into_owned(),
-            Err(e) => {
-                return Outcome::Fail(format!("cannot read {}: {e}", case.expected.display()))
-            }
-        };
         let real_backend = if backend == "hybrid2" {
             "hybrid"
         } else {
@@ -411,45 +160,7 @@ impl Runner {
         if r.stderr.contains("is not available in this build") {
             return Outcome::Skip(format!("backend {backend} not built"));
         }
-        // The ranks' own first complaint says more than the launcher's summary line.
-        let lines: Vec<&str> = r.stderr.lines().filter(|l| !l.trim().is_empty()).collect();
-        let last_err = lines
-            .iter()
-            .find(|l| !l.starts_with("ferry: ") && !l.contains(" DEBUG ") && !l.contains(" INFO "))
-            .or(lines.last())
-            .copied()
-            .unwrap_or("")
-            .to_string();
-        if r.timed_out {
-            return Outcome::Fail(format!(
-                "timeout after {:?}; stderr: {last_err}",
-                self.timeout
-            ));
-        }
-        let want = if case.id == "ping_pong-1" { 1 } else { 0 };
-        if r.status != Some(want) {
-            return Outcome::Fail(format!(
-                "exit status {:?}, expected {want}; stderr: {last_err}",
-                r.status
-            ));
-        }
-        if !compare(&case.mode, &r.stdout, &expected) {
-            let shown = if case.mode == "sorted" {
-                let mut l = split_lines(&r.stdout);
-                l.sort_unstable_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
-                let mut s = l.join("\n");
-                s.push('\n');
-                s
-            } else {
-                r.stdout.clone()
-            };
-            return Outcome::Fail(format!(
-                "stdout differs ({}): {}; stderr: {last_err}",
-                case.mode,
-                first_difference(&shown, &expected)
-            ));
-        }
-        Outcome::Pass
+        judge(case, &r, self.timeout)
     }
 }
 
@@ -492,32 +203,26 @@ fn find_mpirun() -> Option<PathBuf> {
 
 #[test]
 fn conformance_cases() {
+    const TEST: &str = "conformance";
     let root = workspace_root();
-    let mut cases = Vec::new();
-    for dir in case_dirs(&root) {
-        let tsv = dir.join("cases.tsv");
-        match std::fs::read_to_string(&tsv) {
-            Ok(text) => match parse_cases(&dir, &text) {
-                Ok(c) => cases.extend(c),
-                Err(e) => panic!("{e}"),
-            },
-            Err(_) => note!(
-                "conformance: {} absent, cases of {} skipped",
-                tsv.display(),
-                dir.display()
-            ),
-        }
+    let (mut cases, missing) = load_cases(&root).unwrap_or_else(|e| panic!("{e}"));
+    for tsv in &missing {
+        note!(
+            "conformance: {} absent, its cases are not run",
+            tsv.display()
+        );
     }
     if cases.is_empty() {
-        note!("conformance: SKIPPED, no conformance data found (expected ../shared/conformance next to the workspace)");
-        return;
+        return skip_or_fail(
+            TEST,
+            "no conformance data found (expected ../shared/conformance next to the workspace)",
+        );
     }
     if let Ok(only) = std::env::var("FERRY_CONFORMANCE_ONLY") {
         cases.retain(|c| c.id.contains(&only) || c.example == only);
     }
     let Some(profile) = profile_dir() else {
-        note!("conformance: SKIPPED, cannot locate target/<profile> from the test binary");
-        return;
+        return skip_or_fail(TEST, "cannot locate target/<profile> from the test binary");
     };
     let ferry = profile.join("ferry");
     let ferry = ferry.exists().then_some(ferry);
@@ -639,6 +344,17 @@ fn conformance_cases() {
         note!("  skipped: {why}");
     }
     failures.sort();
+    if in_ci() {
+        // In CI every case must run on every backend: a skip hides that nothing was checked.
+        for (case, backend, outcome) in &results {
+            if let Outcome::Skip(why) = outcome {
+                failures.push(format!(
+                    "{} {} [{}]: skipped under CI=true: {}",
+                    case.set, case.id, backend, why
+                ));
+            }
+        }
+    }
     assert!(
         failures.is_empty(),
         "{} conformance case-run(s) failed:\n{}",
