@@ -6,7 +6,7 @@
 //! `MPI_Init` uses when there is no `mpirun`.
 //!
 //! Every plain multi-rank case of `../shared/conformance` (launch column `-`, more than one rank)
-//! runs on `tcp`, `shm` and `mpi`; stdout and exit status are judged like `conformance.rs` does,
+//! runs on `tcp`, `shm`, `hybrid` and `mpi`, all ranks on one node; stdout and exit status are judged like `conformance.rs` does,
 //! against the expected files read at run time.
 //!
 //! Needs a Slurm cluster that `srun` reaches: `.ci/run` starts a single-node one with
@@ -87,18 +87,17 @@ fn slurm_cluster() -> Result<PathBuf, String> {
 
 /// Why `srun --mpi=pmix` cannot start MPI ranks here, if it cannot.
 fn pmix_missing(srun: &Path) -> Option<String> {
-    match slurm_query(srun, &["--mpi=list"]) {
+    let mut cmd = Command::new(srun);
+    cmd.arg("--mpi=list");
+    match run_with_timeout(cmd, Duration::from_secs(30)) {
         // Slurm prints the list on stdout or stderr depending on the version.
-        Ok(out) if out.contains("pmix") => None,
-        Ok(_) => {
-            let mut cmd = Command::new(srun);
-            cmd.arg("--mpi=list");
-            match run_with_timeout(cmd, Duration::from_secs(30)) {
-                Ok(r) if r.stderr.contains("pmix") => None,
-                _ => Some("Slurm has no PMIx plugin (`srun --mpi=list`), which Open MPI needs to start under srun (Debian: slurm-wlm-basic-plugins)".into()),
-            }
-        }
-        Err(e) => Some(e),
+        Ok(r) if r.stdout.contains("pmix") || r.stderr.contains("pmix") => None,
+        Ok(_) => Some(
+            "Slurm has no PMIx plugin (`srun --mpi=list`), which Open MPI needs to start under \
+             srun (Debian: slurm-wlm-basic-plugins)"
+                .into(),
+        ),
+        Err(e) => Some(format!("cannot run `srun --mpi=list`: {e}")),
     }
 }
 
@@ -110,6 +109,9 @@ fn srun_command(srun: &Path, case: &Case, backend: &str, prog: &Path) -> Command
     let mut cmd = Command::new(srun);
     cmd.arg("-n")
         .arg(case.ranks.to_string())
+        // One node: the per-job file store lives in the node's temporary directory, and shm
+        // needs every rank on one host (on a real cluster too, where this test may run).
+        .arg("--nodes=1")
         // One failed rank ends the step instead of leaving its peers waiting.
         .arg("--kill-on-bad-exit=1")
         .arg(format!("--job-name=ferry-{}-{backend}", case.id));
@@ -167,7 +169,7 @@ fn conformance_cases_through_srun() {
             .unwrap_or(120),
     );
     let backends: Vec<String> = std::env::var("FERRY_SLURM_BACKENDS")
-        .unwrap_or_else(|_| "tcp,shm,mpi".to_string())
+        .unwrap_or_else(|_| "tcp,shm,hybrid,mpi".to_string())
         .split(',')
         .map(|s| s.trim().to_string())
         .filter(|s| !s.is_empty())
@@ -220,7 +222,7 @@ fn conformance_cases_through_srun() {
                         }
                     };
                     eprintln!(
-                        "slurm: {:<28} {:<4} {:>6.2}s {}",
+                        "slurm: {:<28} {:<6} {:>6.2}s {}",
                         case.id,
                         backend,
                         t.elapsed().as_secs_f64(),
@@ -265,7 +267,7 @@ fn conformance_cases_through_srun() {
     }
     note!("slurm summary (srun -n RANKS, pass/fail/skip):");
     for (backend, [p, f, s]) in &counts {
-        note!("  {backend:<4} {p:>3} pass {f:>3} fail {s:>3} skipped");
+        note!("  {backend:<6} {p:>3} pass {f:>3} fail {s:>3} skipped");
     }
     for why in &skips {
         note!("  skipped: {why}");
