@@ -86,7 +86,7 @@ fn random_all_to_all_rounds_keep_every_byte_and_flow_order() {
 }
 
 #[test]
-#[ignore = "5000 rounds per configuration (minutes); run with --include-ignored"]
+#[ignore = "stress: 5000 rounds per configuration; run with --include-ignored"]
 fn random_all_to_all_stress() {
     random_all_to_all_rounds("5000");
 }

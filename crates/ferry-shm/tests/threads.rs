@@ -364,7 +364,7 @@ fn withdrawal_races_with_claim() {
 /// Stress: 8 ranks, many rounds of random all-to-all exchanges with random sizes across every
 /// path, on small rings, with single copy on and off.
 #[test]
-#[ignore = "long stress run (minutes on 2 cores); run with --include-ignored"]
+#[ignore = "stress: 8 ranks x 2 modes of random all-to-all rounds; run with --include-ignored"]
 fn stress_random_alltoall() {
     for mode in [SingleCopy::Auto, SingleCopy::Off] {
         let cfg = config(mode, 4, 512);

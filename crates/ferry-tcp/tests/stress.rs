@@ -83,7 +83,7 @@ fn random_traffic_under_tight_limits() {
 }
 
 #[test]
-#[ignore = "long randomised run (minutes on 2 cores); run with --include-ignored"]
+#[ignore = "stress: 9 ranks x 40 rounds x 5 seeds; run with --include-ignored"]
 fn random_traffic_stress() {
     for seed in 0..5 {
         run(9, 40, seed);

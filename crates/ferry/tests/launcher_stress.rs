@@ -42,7 +42,7 @@ fn mix(mut x: u64) -> u64 {
 }
 
 #[test]
-#[ignore = "40 jobs in a row (minutes); run with --include-ignored"]
+#[ignore = "stress: 40 jobs in a row, each losing a rank; run with --include-ignored"]
 fn random_rank_killed_at_random_times() {
     let (ferry, t_fail) = (tool("ferry"), tool("examples/t_fail"));
     for i in 0..40u64 {
@@ -91,7 +91,7 @@ fn random_rank_killed_at_random_times() {
 }
 
 #[test]
-#[ignore = "32 ranks printing 1.6 million lines (minutes); run with --include-ignored"]
+#[ignore = "stress: 32 ranks printing 1.6 million lines; run with --include-ignored"]
 fn many_ranks_heavy_output() {
     let (ferry, t_print) = (tool("ferry"), tool("examples/t_print_lines"));
     let (ranks, lines) = (32usize, 50_000usize);
