@@ -26,8 +26,6 @@
 //! `FERRY_CONFORMANCE_ONLY=<substring>` restricts the cases, `FERRY_CONFORMANCE_TIMEOUT_S`
 //! sets the per-run timeout (default 120 s; the machine may be loaded).
 
-#[macro_use]
-mod cases;
 mod support;
 
 use std::collections::BTreeMap;
@@ -37,7 +35,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use cases::*;
+use support::cases::{compare, parse_cases, parse_elastic, run_group, translate_env, Case};
+use support::verdict::{judge, load_cases, workspace_root, Outcome};
 use support::{in_ci, skip_or_fail};
 
 /// At most this many cases run at once: the CI machine has two cores and every case starts
@@ -49,6 +48,22 @@ const PARALLEL: usize = 2;
 const HYBRID2_WRAPPER: &str =
     r#"FERRY_NODE=node$((FERRY_RANK / ((FERRY_SIZE + 1) / 2))) exec "$0" "$@""#;
 
+/// Writes to the process's stderr directly: unlike `eprintln!`, this is not captured by the
+/// test harness, so skips and the summary show even when the test passes.
+macro_rules! note {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
+/// `target/<profile>`: the test binary lives in `target/<profile>/deps/`.
+fn profile_dir() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let deps = exe.parent()?;
+    Some(deps.parent()?.to_path_buf())
+}
+
 struct Runner {
     ferry: Option<PathBuf>,
     mpirun: Option<PathBuf>,
@@ -57,10 +72,6 @@ struct Runner {
 }
 
 impl Runner {
-    fn run(&self, cmd: Command) -> std::io::Result<RunResult> {
-        run_with_timeout(cmd, self.timeout)
-    }
-
     fn run_case(&self, case: &Case, backend: &str) -> Outcome {
         let prog = self.examples.join(&case.example);
         if !prog.exists() {
@@ -139,7 +150,7 @@ impl Runner {
             }
             _ => None,
         };
-        let r = self.run(cmd);
+        let r = run_group(cmd, self.timeout);
         if let Some(h) = remover {
             match h.join() {
                 Ok(Ok(o)) if o.status.success() => {}
@@ -162,21 +173,6 @@ impl Runner {
         }
         judge(case, &r, self.timeout)
     }
-}
-
-/// The spares and removal pattern of an elastic launch column (`tcp2:spares=S,remove=PAT`).
-fn parse_elastic(launch: &str) -> Option<(usize, Option<String>)> {
-    let opts = launch.strip_prefix("tcp2:")?;
-    let mut spares = 0;
-    let mut remove = None;
-    for kv in opts.split(',') {
-        match kv.split_once('=') {
-            Some(("spares", v)) => spares = v.parse().unwrap_or(0),
-            Some(("remove", v)) => remove = Some(v.to_string()),
-            _ => {}
-        }
-    }
-    Some((spares, remove))
 }
 
 fn backends_for(case: &Case, multi: &[String]) -> Vec<String> {

@@ -18,8 +18,6 @@
 //! Knobs: `FERRY_SLURM_BACKENDS=tcp,shm` restricts the backends, `FERRY_SLURM_ONLY=<substring>`
 //! the cases, `FERRY_SLURM_TIMEOUT_S` the per-run timeout (default 120 s).
 
-#[macro_use]
-mod cases;
 mod support;
 
 use std::path::{Path, PathBuf};
@@ -28,8 +26,18 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use cases::*;
-use support::{in_ci, skip_or_fail};
+use support::cases::{run_group, translate_env, Case};
+use support::verdict::{judge, load_cases, workspace_root, Outcome};
+use support::{in_ci, skip_or_fail, target_dir};
+
+/// Writes to the process's stderr directly: unlike `eprintln!`, this is not captured by the
+/// test harness, so skips and the summary show even when the test passes.
+macro_rules! note {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
 
 /// Two steps at once: the single-node cluster has 8 (oversubscribed) CPUs, each case takes 4.
 const PARALLEL: usize = 2;
@@ -47,7 +55,7 @@ fn find_on_path(name: &str) -> Option<PathBuf> {
 fn slurm_query(prog: &Path, args: &[&str]) -> Result<String, String> {
     let mut cmd = Command::new(prog);
     cmd.args(args);
-    let r = run_with_timeout(cmd, Duration::from_secs(30))
+    let r = run_group(cmd, Duration::from_secs(30))
         .map_err(|e| format!("cannot run {}: {e}", prog.display()))?;
     if r.timed_out || r.status != Some(0) {
         return Err(format!(
@@ -89,7 +97,7 @@ fn slurm_cluster() -> Result<PathBuf, String> {
 fn pmix_missing(srun: &Path) -> Option<String> {
     let mut cmd = Command::new(srun);
     cmd.arg("--mpi=list");
-    match run_with_timeout(cmd, Duration::from_secs(30)) {
+    match run_group(cmd, Duration::from_secs(30)) {
         // Slurm prints the list on stdout or stderr depending on the version.
         Ok(r) if r.stdout.contains("pmix") || r.stderr.contains("pmix") => None,
         Ok(_) => Some(
@@ -159,9 +167,7 @@ fn conformance_cases_through_srun() {
     if let Ok(only) = std::env::var("FERRY_SLURM_ONLY") {
         cases.retain(|c| c.id.contains(&only) || c.example == only);
     }
-    let Some(examples) = profile_dir().map(|p| p.join("examples")) else {
-        return skip_or_fail(TEST, "cannot locate target/<profile> from the test binary");
-    };
+    let examples = target_dir().join("examples");
     let timeout = Duration::from_secs(
         std::env::var("FERRY_SLURM_TIMEOUT_S")
             .ok()
@@ -212,7 +218,7 @@ fn conformance_cases_through_srun() {
                     let o = if !prog.exists() {
                         Outcome::Fail(format!("example program {} not built", prog.display()))
                     } else {
-                        match run_with_timeout(srun_command(&srun, case, backend, &prog), timeout) {
+                        match run_group(srun_command(&srun, case, backend, &prog), timeout) {
                             Err(e) => Outcome::Fail(format!("cannot start srun: {e}")),
                             Ok(r) if r.stderr.contains("is not available in this build") => {
                                 unavailable.lock().unwrap().insert(backend.clone());

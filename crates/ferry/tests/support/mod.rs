@@ -2,6 +2,8 @@
 //! a command with a deadline so that a broken launcher cannot hang the suite.
 #![allow(dead_code)]
 
+pub mod cases;
+
 use std::io::Read;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
@@ -69,3 +71,6 @@ pub fn skip_or_fail(test: &str, reason: &str) {
     use std::io::Write as _;
     let _ = writeln!(std::io::stderr(), "{test}: SKIPPED: {reason}");
 }
+
+/// Judging conformance runs of any launcher against the expected outputs.
+pub mod verdict;

@@ -1,23 +1,13 @@
-//! Conformance data shared by the suites that run it (`conformance.rs` through `ferry run` and
-//! `mpirun`, `slurm.rs` through `srun`): the case table of `../shared/conformance`, the
-//! environment translation and compare modes of its README, and running one case with a
-//! deadline. The expected outputs are read at run time, never copied.
-#![allow(dead_code)]
+//! The conformance cases (`../shared/conformance/cases.tsv`): parsing, the runner's
+//! translation of LAIK variables, the compare modes of the cases file's header, and running
+//! a launcher job with a kill-after deadline. Shared by the conformance and differential tests.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Writes to the process's stderr directly: unlike `eprintln!`, this is not captured by the
-/// test harness, so skips and the summary show even when the test passes.
-macro_rules! note {
-    ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        let _ = writeln!(std::io::stderr(), $($arg)*);
-    }};
-}
-
+/// One line of a cases file.
 #[derive(Debug, Clone)]
 pub struct Case {
     pub set: String,
@@ -31,39 +21,7 @@ pub struct Case {
     pub launch: String,
 }
 
-/// Outcome of one case on one backend.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Outcome {
-    Pass,
-    Fail(String),
-    Skip(String),
-}
-
-pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
-}
-
-/// `target/<profile>`: the test binary lives in `target/<profile>/deps/`.
-pub fn profile_dir() -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    let deps = exe.parent()?;
-    Some(deps.parent()?.to_path_buf())
-}
-
-pub fn case_dirs(root: &Path) -> Vec<PathBuf> {
-    let mut dirs = vec![root.join("../shared/conformance")];
-    if let Ok(extra) = std::env::var("FERRY_CONFORMANCE_DIRS") {
-        for d in extra.split(',').map(str::trim).filter(|d| !d.is_empty()) {
-            let p = PathBuf::from(d);
-            dirs.push(if p.is_absolute() { p } else { root.join(p) });
-        }
-    }
-    dirs
-}
-
+/// Parses a cases file of directory `dir` (the set is named after the directory).
 pub fn parse_cases(dir: &Path, text: &str) -> Result<Vec<Case>, String> {
     let set = dir
         .file_name()
@@ -169,28 +127,39 @@ pub fn is_gbs_line(l: &str) -> bool {
     }
 }
 
-/// Compares stdout with the expected bytes in `mode` (cases.tsv header, README).
-pub fn compare(mode: &str, got: &str, expected: &str) -> bool {
+/// Stdout reduced to what a compare mode checks: as is (`exact`), lines sorted by byte value and
+/// joined with `\n` (`sorted`), or without its two closing timing lines (`prefix`; None when
+/// they are missing or malformed). None for a mode the cases file does not define.
+pub fn normalise(mode: &str, got: &str) -> Option<String> {
+    let join = |lines: &[&str]| {
+        let mut s = lines.join("\n");
+        if !lines.is_empty() {
+            s.push('\n');
+        }
+        s
+    };
     match mode {
-        "exact" => got == expected,
+        "exact" => Some(got.to_string()),
         "sorted" => {
             let mut lines = split_lines(got);
             lines.sort_unstable_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
-            let mut joined = lines.join("\n");
-            if !lines.is_empty() {
-                joined.push('\n');
-            }
-            joined == expected
+            Some(join(&lines))
         }
         "prefix" => {
             let g = split_lines(got);
-            let e = split_lines(expected);
-            g.len() == e.len() + 2
-                && g[..e.len()] == e[..]
-                && is_time_line(g[g.len() - 2])
-                && is_gbs_line(g[g.len() - 1])
+            let n = g.len();
+            (n >= 2 && is_time_line(g[n - 2]) && is_gbs_line(g[n - 1])).then(|| join(&g[..n - 2]))
         }
-        _ => false,
+        _ => None,
+    }
+}
+
+/// Compares stdout with the expected bytes in `mode` (cases.tsv header, README).
+pub fn compare(mode: &str, got: &str, expected: &str) -> bool {
+    match (mode, normalise(mode, got)) {
+        ("prefix", Some(n)) => split_lines(&n) == split_lines(expected),
+        (_, Some(n)) => n == expected,
+        (_, None) => false,
     }
 }
 
@@ -214,6 +183,22 @@ pub fn first_difference(got: &str, expected: &str) -> String {
     "outputs differ only in line endings".to_string()
 }
 
+/// The spares and removal pattern of an elastic launch column (`tcp2:spares=S,remove=PAT`).
+pub fn parse_elastic(launch: &str) -> Option<(usize, Option<String>)> {
+    let opts = launch.strip_prefix("tcp2:")?;
+    let mut spares = 0;
+    let mut remove = None;
+    for kv in opts.split(',') {
+        match kv.split_once('=') {
+            Some(("spares", v)) => spares = v.parse().unwrap_or(0),
+            Some(("remove", v)) => remove = Some(v.to_string()),
+            _ => {}
+        }
+    }
+    Some((spares, remove))
+}
+
+/// What one job did.
 pub struct RunResult {
     pub status: Option<i32>,
     pub stdout: String,
@@ -221,7 +206,7 @@ pub struct RunResult {
     pub timed_out: bool,
 }
 
-pub fn read_all(mut r: impl Read + Send + 'static) -> std::thread::JoinHandle<Vec<u8>> {
+fn read_all(mut r: impl Read + Send + 'static) -> std::thread::JoinHandle<Vec<u8>> {
     std::thread::spawn(move || {
         let mut buf = Vec::new();
         let _ = r.read_to_end(&mut buf);
@@ -229,9 +214,10 @@ pub fn read_all(mut r: impl Read + Send + 'static) -> std::thread::JoinHandle<Ve
     })
 }
 
-/// Runs `cmd` in a process group of its own, capturing its output; after `timeout` the whole
-/// group (a launcher and its ranks) is killed and the result marked as timed out.
-pub fn run_with_timeout(mut cmd: Command, timeout: Duration) -> std::io::Result<RunResult> {
+/// Runs `cmd` (the launcher and its ranks) in a process group of its own with its output
+/// captured; past `limit` the whole group is killed and the result says so (`timed_out`), with
+/// what the ranks printed until then.
+pub fn run_group(mut cmd: Command, limit: Duration) -> std::io::Result<RunResult> {
     use std::os::unix::process::CommandExt;
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -246,7 +232,7 @@ pub fn run_with_timeout(mut cmd: Command, timeout: Duration) -> std::io::Result<
         if let Some(st) = child.try_wait()? {
             break st;
         }
-        if start.elapsed() > timeout {
+        if start.elapsed() > limit {
             timed_out = true;
             // The launcher and its ranks share the process group we created.
             let _ = Command::new("kill")
@@ -265,68 +251,4 @@ pub fn run_with_timeout(mut cmd: Command, timeout: Duration) -> std::io::Result<
         stderr,
         timed_out,
     })
-}
-
-/// Judges a finished run of `case`: exit status (`ping_pong-1` must exit 1, every other case
-/// 0) and stdout in the case's compare mode against the expected file.
-pub fn judge(case: &Case, r: &RunResult, timeout: Duration) -> Outcome {
-    let expected = match std::fs::read(&case.expected) {
-        Ok(b) => String::from_utf8_lossy(&b).into_owned(),
-        Err(e) => return Outcome::Fail(format!("cannot read {}: {e}", case.expected.display())),
-    };
-    // The ranks' own first complaint says more than the launcher's summary line.
-    let lines: Vec<&str> = r.stderr.lines().filter(|l| !l.trim().is_empty()).collect();
-    let last_err = lines
-        .iter()
-        .find(|l| {
-            !l.starts_with("ferry: ")
-                && !l.starts_with("srun: ")
-                && !l.contains(" DEBUG ")
-                && !l.contains(" INFO ")
-        })
-        .or(lines.last())
-        .copied()
-        .unwrap_or("")
-        .to_string();
-    if r.timed_out {
-        return Outcome::Fail(format!("timeout after {timeout:?}; stderr: {last_err}"));
-    }
-    let want = if case.id == "ping_pong-1" { 1 } else { 0 };
-    if r.status != Some(want) {
-        return Outcome::Fail(format!(
-            "exit status {:?}, expected {want}; stderr: {last_err}",
-            r.status
-        ));
-    }
-    if !compare(&case.mode, &r.stdout, &expected) {
-        let shown = if case.mode == "sorted" {
-            let mut l = split_lines(&r.stdout);
-            l.sort_unstable_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
-            let mut s = l.join("\n");
-            s.push('\n');
-            s
-        } else {
-            r.stdout.clone()
-        };
-        return Outcome::Fail(format!(
-            "stdout differs ({}): {}; stderr: {last_err}",
-            case.mode,
-            first_difference(&shown, &expected)
-        ));
-    }
-    Outcome::Pass
-}
-
-/// Reads every case table of [`case_dirs`]; a missing table is reported in the second list.
-pub fn load_cases(root: &Path) -> Result<(Vec<Case>, Vec<PathBuf>), String> {
-    let mut cases = Vec::new();
-    let mut missing = Vec::new();
-    for dir in case_dirs(root) {
-        let tsv = dir.join("cases.tsv");
-        match std::fs::read_to_string(&tsv) {
-            Ok(text) => cases.extend(parse_cases(&dir, &text)?),
-            Err(_) => missing.push(tsv),
-        }
-    }
-    Ok((cases, missing))
 }
