@@ -6,7 +6,6 @@
 //! - [`config`]: the TOML configuration with environment overrides (R4);
 //! - [`launch`]: what a rank learns from its environment (R1, R2, R3);
 //! - [`store`]: key-value stores used for rendezvous (bootstrap) and small shared state;
-//!   [`tcp_store`] serves one over TCP, speaking the wire format of [`store_codec`];
 //! - [`stats`]: per-rank communication statistics (T7);
 //! - [`single`] and [`mem`]: the one-rank backend and the threads-as-ranks test backend.
 //!
@@ -22,7 +21,6 @@ pub mod mem;
 pub mod single;
 pub mod stats;
 pub mod store;
-pub mod store_codec;
 pub mod tcp_store;
 pub mod transport;
 

@@ -5,8 +5,14 @@
 //! Backends publish their addresses here at start-up (`tcp/addr/<rank>`, node maps, ...) and
 //! read the others' with a blocking get; `fetch_add` serves races such as node numbering.
 //!
-//! The wire format (hello, length-prefixed requests and responses) is encoded and decoded by
-//! the pure functions of [`crate::store_codec`]; this module adds the sockets.
+//! Protocol (all integers little-endian):
+//! - hello, client to server: magic `FYKV`, version `u16`, secret length `u16`, secret bytes;
+//!   the server answers one status byte (0 = welcome) and drops any client whose magic,
+//!   version or secret is wrong (T8: only members of the job can use the store);
+//! - request: body length `u32`, then op `u8` (1 set, 2 get, 3 add), key length `u16`, key
+//!   (UTF-8), then the value (set), the timeout in ms as `u64` (get) or the delta as `i64` (add);
+//! - response: body length `u32`, then a status `u8` ([`Status`]) and the value (get), the old
+//!   counter value as `i64` (add), or a UTF-8 message (errors).
 //!
 //! Every size is bounded ([`MAX_KEY_BYTES`], [`MAX_VALUE_BYTES`], [`StoreLimits`]), every read
 //! on the server has a deadline once a frame has begun, and malformed input ends only the
@@ -24,13 +30,53 @@ use std::time::{Duration, Instant};
 use crate::error::{Error, ErrorKind, Result};
 use crate::store::Store;
 
-use crate::store_codec::{self, Request};
-pub use crate::store_codec::{Status, MAX_KEY_BYTES, MAX_SECRET_BYTES, MAX_VALUE_BYTES};
+/// Longest key in bytes.
+pub const MAX_KEY_BYTES: usize = 1024;
+/// Largest value in bytes: addresses and node maps are small; bulk data never goes here.
+pub const MAX_VALUE_BYTES: usize = 1 << 20;
+/// Longest accepted secret in bytes.
+pub const MAX_SECRET_BYTES: usize = 1024;
 
+const MAGIC: [u8; 4] = *b"FYKV";
+const VERSION: u16 = 1;
+const OP_SET: u8 = 1;
+const OP_GET: u8 = 2;
+const OP_ADD: u8 = 3;
+/// Largest request or response body: a key, a value and a few header bytes.
+const MAX_BODY: usize = 3 + MAX_KEY_BYTES + MAX_VALUE_BYTES + 8;
 /// How often blocked server threads look at the stop flag.
 const STOP_POLL: Duration = Duration::from_millis(200);
 /// Longest blocking get the server honours; longer requests are cut to this.
 const MAX_GET_WAIT: Duration = Duration::from_secs(24 * 3600);
+
+/// Status byte of a response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Status {
+    /// Done; the payload is the result.
+    Ok = 0,
+    /// A get found no value within its timeout.
+    Timeout = 1,
+    /// The request was malformed or not applicable (e.g. adding to a non-integer).
+    Invalid = 2,
+    /// The store is full ([`StoreLimits`]).
+    Full = 3,
+    /// The hello was refused (wrong magic, version or secret).
+    Refused = 4,
+}
+
+impl Status {
+    fn from_byte(b: u8) -> Option<Status> {
+        Some(match b {
+            0 => Status::Ok,
+            1 => Status::Timeout,
+            2 => Status::Invalid,
+            3 => Status::Full,
+            4 => Status::Refused,
+            _ => return None,
+        })
+    }
+}
 
 /// Caps of one store server, so that a misbehaving rank or a stranger cannot exhaust the
 /// launcher.
@@ -374,10 +420,16 @@ fn serve_client(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
     stream.set_nodelay(true)?;
     stream.set_read_timeout(Some(shared.limits.io_timeout))?;
     stream.set_write_timeout(Some(shared.limits.io_timeout))?;
-    let mut head = [0u8; store_codec::HELLO_HEAD_LEN];
+    let mut head = [0u8; 8];
     read_full(&mut stream, &mut head)?;
-    // A stranger speaking another protocol: say nothing, drop it.
-    let secret_len = store_codec::decode_hello_head(&head).map_err(|e| bad(e.to_string()))?;
+    let version = u16::from_le_bytes([head[4], head[5]]);
+    let secret_len = u16::from_le_bytes([head[6], head[7]]) as usize;
+    if head[..4] != MAGIC || version != VERSION || secret_len > MAX_SECRET_BYTES {
+        // A stranger speaking another protocol: say nothing, drop it.
+        return Err(bad(
+            "not a ferry store client (bad magic, version or length)".into(),
+        ));
+    }
     let mut secret = vec![0u8; secret_len];
     read_full(&mut stream, &mut secret)?;
     if !constant_time_eq(&secret, &shared.secret) {
@@ -405,7 +457,10 @@ fn serve_client(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
             Err(e) => return Err(e),
         }
         read_full(&mut stream, &mut len[1..])?;
-        let n = store_codec::request_len(len).map_err(|e| bad(e.to_string()))?;
+        let n = u32::from_le_bytes(len) as usize;
+        if !(3..=MAX_BODY).contains(&n) {
+            return Err(bad(format!("request body of {n} bytes")));
+        }
         body.resize(n, 0);
         read_full(&mut stream, &mut body)?;
         let reply = handle_request(&body, shared);
@@ -413,7 +468,10 @@ fn serve_client(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
             Ok(p) => (Status::Ok, p.as_slice()),
             Err((s, m)) => (*s, m.as_bytes()),
         };
-        let out = store_codec::encode_response(status, payload).map_err(|e| bad(e.to_string()))?;
+        let mut out = Vec::with_capacity(5 + payload.len());
+        out.extend_from_slice(&((payload.len() + 1) as u32).to_le_bytes());
+        out.push(status as u8);
+        out.extend_from_slice(payload);
         stream.write_all(&out)?;
         if let Err((Status::Invalid, m)) = &reply {
             if m.starts_with("malformed") {
@@ -424,10 +482,30 @@ fn serve_client(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
 }
 
 fn handle_request(body: &[u8], shared: &Shared) -> std::result::Result<Vec<u8>, (Status, String)> {
-    match store_codec::decode_request(body).map_err(|e| (Status::Invalid, e.to_string()))? {
-        Request::Set { key, value } => shared.set(key, value).map(|()| Vec::new()),
-        Request::Get { key, timeout_ms } => shared.get(key, Duration::from_millis(timeout_ms)),
-        Request::Add { key, delta } => shared.add(key, delta).map(|old| old.to_le_bytes().to_vec()),
+    let malformed = |what: &str| (Status::Invalid, format!("malformed request: {what}"));
+    let op = body[0];
+    let key_len = u16::from_le_bytes([body[1], body[2]]) as usize;
+    let rest = &body[3..];
+    if key_len > rest.len() {
+        return Err(malformed("key longer than the request"));
+    }
+    let key = std::str::from_utf8(&rest[..key_len]).map_err(|_| malformed("key is not UTF-8"))?;
+    let arg = &rest[key_len..];
+    let arg8 = || -> std::result::Result<[u8; 8], (Status, String)> {
+        arg.try_into()
+            .map_err(|_| malformed("expected an 8-byte argument"))
+    };
+    match op {
+        OP_SET => shared.set(key, arg).map(|()| Vec::new()),
+        OP_GET => {
+            let ms = u64::from_le_bytes(arg8()?);
+            shared.get(key, Duration::from_millis(ms))
+        }
+        OP_ADD => {
+            let delta = i64::from_le_bytes(arg8()?);
+            shared.add(key, delta).map(|old| old.to_le_bytes().to_vec())
+        }
+        other => Err(malformed(&format!("unknown operation {other}"))),
     }
 }
 
@@ -564,8 +642,11 @@ impl TcpStoreClient {
             .map_err(io)?;
         s.set_write_timeout(Some(self.connect_timeout.max(Duration::from_millis(100))))
             .map_err(io)?;
-        let hello = store_codec::encode_hello(self.secret.as_bytes())
-            .map_err(|e| Error::invalid(op, e.to_string()))?;
+        let mut hello = Vec::with_capacity(8 + self.secret.len());
+        hello.extend_from_slice(&MAGIC);
+        hello.extend_from_slice(&VERSION.to_le_bytes());
+        hello.extend_from_slice(&(self.secret.len() as u16).to_le_bytes());
+        hello.extend_from_slice(self.secret.as_bytes());
         s.write_all(&hello).map_err(io)?;
         let mut answer = [0u8; 1];
         s.read_exact(&mut answer).map_err(io)?;
@@ -616,15 +697,33 @@ fn exchange_frame(
     wait: Duration,
 ) -> std::io::Result<(Status, Vec<u8>)> {
     let bad = |m: String| std::io::Error::new(std::io::ErrorKind::InvalidData, m);
-    stream.write_all(&store_codec::frame(body))?;
+    let mut frame = Vec::with_capacity(4 + body.len());
+    frame.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    frame.extend_from_slice(body);
+    stream.write_all(&frame)?;
     stream.set_read_timeout(Some(wait + GET_MARGIN))?;
     let mut len = [0u8; 4];
     stream.read_exact(&mut len)?;
-    let n = store_codec::response_len(len).map_err(|e| bad(e.to_string()))?;
+    let n = u32::from_le_bytes(len) as usize;
+    if !(1..=MAX_BODY).contains(&n) {
+        return Err(bad(format!("response body of {n} bytes")));
+    }
     let mut reply = vec![0u8; n];
     stream.read_exact(&mut reply)?;
-    let (status, payload) = store_codec::decode_response(&reply).map_err(|e| bad(e.to_string()))?;
-    Ok((status, payload.to_vec()))
+    let status =
+        Status::from_byte(reply[0]).ok_or_else(|| bad(format!("unknown status {}", reply[0])))?;
+    reply.remove(0);
+    Ok((status, reply))
+}
+
+fn request_body(op: u8, key: &str, arg: &[u8]) -> std::result::Result<Vec<u8>, String> {
+    check_key(key)?;
+    let mut body = Vec::with_capacity(3 + key.len() + arg.len());
+    body.push(op);
+    body.extend_from_slice(&(key.len() as u16).to_le_bytes());
+    body.extend_from_slice(key.as_bytes());
+    body.extend_from_slice(arg);
+    Ok(body)
 }
 
 impl Store for TcpStoreClient {
@@ -639,8 +738,7 @@ impl Store for TcpStoreClient {
                 ),
             ));
         }
-        let body = store_codec::encode_request(&Request::Set { key, value })
-            .map_err(|m| Error::invalid(op, m.to_string()))?;
+        let body = request_body(OP_SET, key, value).map_err(|m| Error::invalid(op, m))?;
         self.request(op, &body, Duration::ZERO).map(|_| ())
     }
 
@@ -648,18 +746,15 @@ impl Store for TcpStoreClient {
         let op = "store get";
         let timeout = timeout.min(MAX_GET_WAIT);
         let ms = timeout.as_millis().min(u64::MAX as u128) as u64;
-        let body = store_codec::encode_request(&Request::Get {
-            key,
-            timeout_ms: ms,
-        })
-        .map_err(|m| Error::invalid(op, m.to_string()))?;
+        let body =
+            request_body(OP_GET, key, &ms.to_le_bytes()).map_err(|m| Error::invalid(op, m))?;
         self.request(op, &body, timeout)
     }
 
     fn fetch_add(&self, key: &str, delta: i64) -> Result<i64> {
         let op = "store add";
-        let body = store_codec::encode_request(&Request::Add { key, delta })
-            .map_err(|m| Error::invalid(op, m.to_string()))?;
+        let body =
+            request_body(OP_ADD, key, &delta.to_le_bytes()).map_err(|m| Error::invalid(op, m))?;
         let reply = self.request(op, &body, Duration::ZERO)?;
         let bytes: [u8; 8] = reply.as_slice().try_into().map_err(|_| {
             Error::new(ErrorKind::Protocol, op)
@@ -750,7 +845,10 @@ mod tests {
         // A member with an oversized frame is cut off too; the store keeps serving others.
         let mut raw = TcpStream::connect(&addr).unwrap();
         raw.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        let hello = store_codec::encode_hello(SECRET.as_bytes()).unwrap();
+        let mut hello = MAGIC.to_vec();
+        hello.extend_from_slice(&VERSION.to_le_bytes());
+        hello.extend_from_slice(&(SECRET.len() as u16).to_le_bytes());
+        hello.extend_from_slice(SECRET.as_bytes());
         raw.write_all(&hello).unwrap();
         raw.read_exact(&mut buf[..1]).unwrap();
         assert_eq!(buf[0], Status::Ok as u8);
