@@ -6,8 +6,8 @@
 //! `MPI_Init` uses when there is no `mpirun`.
 //!
 //! Every plain multi-rank case of `../shared/conformance` (launch column `-`, more than one rank)
-//! runs on `tcp`, `shm`, `hybrid` and `mpi`, all ranks on one node; stdout and exit status are judged like `conformance.rs` does,
-//! against the expected files read at run time.
+//! runs on `tcp`, `shm`, `hybrid` and `mpi`, all ranks on one node; stdout and exit status are
+//! judged like `conformance.rs` does, against the expected files read at run time.
 //!
 //! Needs a Slurm cluster that `srun` reaches: `.ci/run` starts a single-node one with
 //! `.ci/slurm-up DIR` and exports `SLURM_CONF`; a developer can do the same (as root). Without a
@@ -78,7 +78,10 @@ fn slurm_cluster() -> Result<PathBuf, String> {
     let srun = find_on_path("srun").ok_or("no `srun` on PATH (Debian: slurm-client)")?;
     let sinfo = find_on_path("sinfo").ok_or("no `sinfo` on PATH (Debian: slurm-client)")?;
     let states = slurm_query(&sinfo, &["-h", "-o", "%T"]).map_err(|e| {
-        format!("{e} (no Slurm cluster answers: start one with `.ci/slurm-up DIR` as root and export SLURM_CONF=DIR/slurm.conf)")
+        format!(
+            "{e} (no Slurm cluster answers: start one with `.ci/slurm-up DIR` as root and \
+             export SLURM_CONF=DIR/slurm.conf)"
+        )
     })?;
     let usable = ["idle", "mixed", "allocated", "completing"];
     if !states
@@ -110,7 +113,10 @@ fn pmix_missing(srun: &Path) -> Option<String> {
 }
 
 fn not_built(backend: &str) -> String {
-    format!("backend {backend} not in this build of the examples (build them with --features ferry/{backend})")
+    format!(
+        "backend {backend} not in this build of the examples (build them with \
+         --features ferry/{backend})"
+    )
 }
 
 fn srun_command(srun: &Path, case: &Case, backend: &str, prog: &Path) -> Command {
@@ -161,7 +167,8 @@ fn conformance_cases_through_srun() {
     if cases.is_empty() {
         return skip_or_fail(
             TEST,
-            "no multi-rank conformance cases found (expected ../shared/conformance next to the workspace)",
+            "no multi-rank conformance cases found (expected ../shared/conformance next to the \
+             workspace)",
         );
     }
     if let Ok(only) = std::env::var("FERRY_SLURM_ONLY") {
