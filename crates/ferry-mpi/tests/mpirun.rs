@@ -1,5 +1,7 @@
 //! Runs the `mpi_selftest` example under `mpirun` (Open MPI or MPICH). Skips with a message when
-//! no `mpirun` is on the PATH.
+//! no `mpirun` is on the PATH, and fails instead when `CI=true`.
+
+mod support;
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -14,7 +16,7 @@ fn selftest() -> PathBuf {
 fn mpirun() -> Option<Command> {
     let found = Command::new("mpirun").arg("--version").output().is_ok();
     if !found {
-        eprintln!("skipping: no `mpirun` on PATH (install openmpi-bin)");
+        support::skip_or_fail("mpirun", "no `mpirun` on PATH (install openmpi-bin)");
         return None;
     }
     let mut cmd = Command::new("mpirun");
@@ -80,11 +82,16 @@ fn missing_message_times_out_instead_of_hanging() {
 
 #[test]
 fn random_all_to_all_rounds_keep_every_byte_and_flow_order() {
-    let stress = std::env::var("FERRY_STRESS").is_ok_and(|v| v == "1");
-    let rounds = if stress { "5000" } else { "100" };
-    if !stress {
-        eprintln!("FERRY_STRESS=1 runs 5000 rounds instead of 100");
-    }
+    random_all_to_all_rounds("100");
+}
+
+#[test]
+#[ignore = "stress: 5000 rounds per configuration; run with --include-ignored"]
+fn random_all_to_all_stress() {
+    random_all_to_all_rounds("5000");
+}
+
+fn random_all_to_all_rounds(rounds: &str) {
     for (n, zero_copy_sends) in [(3, "0"), (4, "0"), (4, "1")] {
         let Some(mut cmd) = mpirun() else {
             return;

@@ -4,10 +4,15 @@
 //! built with `--features ferry/mpi`), must print the conformance outputs.
 //!
 //! Skips with a message when `mpirun`, the examples (`cargo build --workspace --examples`) or
-//! the conformance data (`../shared/conformance`) are missing.
+//! the conformance data (`../shared/conformance`) are missing, and fails instead when `CI=true`.
+
+mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use support::skip_or_fail;
+
+const NO_MPIRUN: &str = "no `mpirun` on PATH (install openmpi-bin)";
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -97,11 +102,14 @@ fn job_dirs() -> std::collections::BTreeSet<PathBuf> {
 #[test]
 fn examples_under_mpirun_print_the_conformance_output() {
     if is_open_mpi().is_none() {
-        return eprintln!("skipping: no `mpirun` on PATH (install openmpi-bin)");
+        return skip_or_fail("mpirun_discovery", NO_MPIRUN);
     }
     let data = repo().join("../shared/conformance");
     if !data.join("cases.tsv").exists() {
-        return eprintln!("skipping: no conformance data in {}", data.display());
+        return skip_or_fail(
+            "mpirun_discovery",
+            &format!("no conformance data in {}", data.display()),
+        );
     }
     // (example, ranks, args, expected file, compare mode)
     let cases = [
@@ -119,13 +127,19 @@ fn examples_under_mpirun_print_the_conformance_output() {
     for (name, n, args, expected, mode) in cases {
         let prog = example(name);
         if !prog.exists() {
-            eprintln!("skipping {name}: {} not built", prog.display());
+            skip_or_fail(
+                "mpirun_discovery",
+                &format!("{name}: {} not built", prog.display()),
+            );
             continue;
         }
         let expected = std::fs::read_to_string(data.join(expected)).expect("expected output");
         for backend in ["tcp", "shm", "hybrid", "mpi"] {
             let Some((ok, out, err)) = run(&prog, n, &args, backend) else {
-                eprintln!("skipping {name} on {backend}: not compiled into the example");
+                skip_or_fail(
+                    "mpirun_discovery",
+                    &format!("{name} on {backend}: not compiled into the example"),
+                );
                 continue;
             };
             assert!(
@@ -154,15 +168,15 @@ fn examples_under_mpirun_print_the_conformance_output() {
 #[test]
 fn hybrid_over_two_nodes_under_mpirun() {
     if is_open_mpi().is_none() {
-        return eprintln!("skipping: no `mpirun` on PATH (install openmpi-bin)");
+        return skip_or_fail("mpirun_discovery", NO_MPIRUN);
     }
     let expected = repo().join("../shared/conformance/jac2d-s-100-4.expected");
     let Ok(expected) = std::fs::read_to_string(&expected) else {
-        return eprintln!("skipping: no {}", expected.display());
+        return skip_or_fail("mpirun_discovery", &format!("no {}", expected.display()));
     };
     let prog = example("jac2d");
     if !prog.exists() {
-        return eprintln!("skipping: {} not built", prog.display());
+        return skip_or_fail("mpirun_discovery", &format!("{} not built", prog.display()));
     }
     let mut cmd = Command::new("mpirun");
     if is_open_mpi() == Some(true) {
@@ -209,11 +223,11 @@ fn hybrid_over_two_nodes_under_mpirun() {
 fn slurm_task_variables_rendezvous_without_srun() {
     let expected = repo().join("../shared/conformance/jac2d-s-100-4.expected");
     let Ok(expected) = std::fs::read_to_string(&expected) else {
-        return eprintln!("skipping: no {}", expected.display());
+        return skip_or_fail("mpirun_discovery", &format!("no {}", expected.display()));
     };
     let prog = example("jac2d");
     if !prog.exists() {
-        return eprintln!("skipping: {} not built", prog.display());
+        return skip_or_fail("mpirun_discovery", &format!("{} not built", prog.display()));
     }
     let job = format!("{}", 900_000 + std::process::id());
     for (step, backend) in ["tcp", "shm", "hybrid"].into_iter().enumerate() {

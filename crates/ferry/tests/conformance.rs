@@ -16,7 +16,8 @@
 //! original variables are passed on too.
 //!
 //! Skips (printing why) when the conformance data is absent, the launcher binary is not built,
-//! or a backend answers that it is not part of this build. Elastic cases (launch column
+//! or a backend answers that it is not part of this build; with `CI=true` each of these is a
+//! failure instead, so that a green CI run means every case ran on every backend. Elastic cases (launch column
 //! `tcp2:spares=S,remove=PAT`) run like the outside checks run them, on every launcher backend
 //! (not mpi): `ferry run -n RANKS --spares S --job-name J ...` and, about 0.5 s after the start,
 //! `ferry ctl J remove PAT`.
@@ -34,10 +35,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use support::cases::{
-    compare, first_difference, parse_cases, parse_elastic, run_group, split_lines, translate_env,
-    Case,
-};
+use support::cases::{compare, parse_cases, parse_elastic, run_group, translate_env, Case};
+use support::verdict::{judge, load_cases, workspace_root, Outcome};
+use support::{in_ci, skip_or_fail};
 
 /// At most this many cases run at once: the CI machine has two cores and every case starts
 /// several processes.
@@ -57,37 +57,11 @@ macro_rules! note {
     }};
 }
 
-/// Outcome of one case on one backend.
-#[derive(Debug, Clone, PartialEq)]
-enum Outcome {
-    Pass,
-    Fail(String),
-    Skip(String),
-}
-
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
-}
-
 /// `target/<profile>`: the test binary lives in `target/<profile>/deps/`.
 fn profile_dir() -> Option<PathBuf> {
     let exe = std::env::current_exe().ok()?;
     let deps = exe.parent()?;
     Some(deps.parent()?.to_path_buf())
-}
-
-fn case_dirs(root: &Path) -> Vec<PathBuf> {
-    let mut dirs = vec![root.join("../shared/conformance")];
-    if let Ok(extra) = std::env::var("FERRY_CONFORMANCE_DIRS") {
-        for d in extra.split(',').map(str::trim).filter(|d| !d.is_empty()) {
-            let p = PathBuf::from(d);
-            dirs.push(if p.is_absolute() { p } else { root.join(p) });
-        }
-    }
-    dirs
 }
 
 struct Runner {
@@ -103,12 +77,6 @@ impl Runner {
         if !prog.exists() {
             return Outcome::Fail(format!("example program {} not built", prog.display()));
         }
-        let expected = match std::fs::read(&case.expected) {
-            Ok(b) => String::from_utf8_lossy(&b).into_owned(),
-            Err(e) => {
-                return Outcome::Fail(format!("cannot read {}: {e}", case.expected.display()))
-            }
-        };
         let real_backend = if backend == "hybrid2" {
             "hybrid"
         } else {
@@ -203,45 +171,7 @@ impl Runner {
         if r.stderr.contains("is not available in this build") {
             return Outcome::Skip(format!("backend {backend} not built"));
         }
-        // The ranks' own first complaint says more than the launcher's summary line.
-        let lines: Vec<&str> = r.stderr.lines().filter(|l| !l.trim().is_empty()).collect();
-        let last_err = lines
-            .iter()
-            .find(|l| !l.starts_with("ferry: ") && !l.contains(" DEBUG ") && !l.contains(" INFO "))
-            .or(lines.last())
-            .copied()
-            .unwrap_or("")
-            .to_string();
-        if r.timed_out {
-            return Outcome::Fail(format!(
-                "timeout after {:?}; stderr: {last_err}",
-                self.timeout
-            ));
-        }
-        let want = if case.id == "ping_pong-1" { 1 } else { 0 };
-        if r.status != Some(want) {
-            return Outcome::Fail(format!(
-                "exit status {:?}, expected {want}; stderr: {last_err}",
-                r.status
-            ));
-        }
-        if !compare(&case.mode, &r.stdout, &expected) {
-            let shown = if case.mode == "sorted" {
-                let mut l = split_lines(&r.stdout);
-                l.sort_unstable_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
-                let mut s = l.join("\n");
-                s.push('\n');
-                s
-            } else {
-                r.stdout.clone()
-            };
-            return Outcome::Fail(format!(
-                "stdout differs ({}): {}; stderr: {last_err}",
-                case.mode,
-                first_difference(&shown, &expected)
-            ));
-        }
-        Outcome::Pass
+        judge(case, &r, self.timeout)
     }
 }
 
@@ -269,32 +199,26 @@ fn find_mpirun() -> Option<PathBuf> {
 
 #[test]
 fn conformance_cases() {
+    const TEST: &str = "conformance";
     let root = workspace_root();
-    let mut cases = Vec::new();
-    for dir in case_dirs(&root) {
-        let tsv = dir.join("cases.tsv");
-        match std::fs::read_to_string(&tsv) {
-            Ok(text) => match parse_cases(&dir, &text) {
-                Ok(c) => cases.extend(c),
-                Err(e) => panic!("{e}"),
-            },
-            Err(_) => note!(
-                "conformance: {} absent, cases of {} skipped",
-                tsv.display(),
-                dir.display()
-            ),
-        }
+    let (mut cases, missing) = load_cases(&root).unwrap_or_else(|e| panic!("{e}"));
+    for tsv in &missing {
+        note!(
+            "conformance: {} absent, its cases are not run",
+            tsv.display()
+        );
     }
     if cases.is_empty() {
-        note!("conformance: SKIPPED, no conformance data found (expected ../shared/conformance next to the workspace)");
-        return;
+        return skip_or_fail(
+            TEST,
+            "no conformance data found (expected ../shared/conformance next to the workspace)",
+        );
     }
     if let Ok(only) = std::env::var("FERRY_CONFORMANCE_ONLY") {
         cases.retain(|c| c.id.contains(&only) || c.example == only);
     }
     let Some(profile) = profile_dir() else {
-        note!("conformance: SKIPPED, cannot locate target/<profile> from the test binary");
-        return;
+        return skip_or_fail(TEST, "cannot locate target/<profile> from the test binary");
     };
     let ferry = profile.join("ferry");
     let ferry = ferry.exists().then_some(ferry);
@@ -416,6 +340,17 @@ fn conformance_cases() {
         note!("  skipped: {why}");
     }
     failures.sort();
+    if in_ci() {
+        // In CI every case must run on every backend: a skip hides that nothing was checked.
+        for (case, backend, outcome) in &results {
+            if let Outcome::Skip(why) = outcome {
+                failures.push(format!(
+                    "{} {} [{}]: skipped under CI=true: {}",
+                    case.set, case.id, backend, why
+                ));
+            }
+        }
+    }
     assert!(
         failures.is_empty(),
         "{} conformance case-run(s) failed:\n{}",

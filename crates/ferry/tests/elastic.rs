@@ -3,30 +3,27 @@
 //! status` shows the states, bad removal requests are refused.
 //!
 //! They need `target/<profile>/ferry` and the examples (`cargo build --bins --examples`);
-//! without them each test says so and skips.
+//! without them each test says so and skips, or fails when `CI=true`.
+
+mod support;
 
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
-
-/// `target/<profile>`, found from this test binary (`target/<profile>/deps/elastic-*`).
-fn target_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    exe.parent()
-        .and_then(|d| d.parent())
-        .expect("profile dir")
-        .to_path_buf()
-}
+use support::{skip_or_fail, target_dir};
 
 /// The launcher and an example, or `None` after printing why the test skips.
 fn tools(example: &str) -> Option<(PathBuf, PathBuf)> {
     let f = target_dir().join("ferry");
     let e = target_dir().join("examples").join(example);
     if !f.exists() || !e.exists() {
-        eprintln!(
-            "skipping: {} or {} not built (run `cargo build --bins --examples` first)",
-            f.display(),
-            e.display()
+        skip_or_fail(
+            "elastic",
+            &format!(
+                "{} or {} not built (run `cargo build --bins --examples` first)",
+                f.display(),
+                e.display()
+            ),
         );
         return None;
     }

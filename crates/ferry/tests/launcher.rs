@@ -2,7 +2,8 @@
 //! launcher binary and the `t_*` example programs.
 //!
 //! They need `target/<profile>/ferry` and the examples (`cargo build --bins --examples`, as
-//! `.ci/run` does before testing); without them each test says so and skips. Backend tests
+//! `.ci/run` does before testing); without them each test says so and skips, or fails when
+//! `CI=true`. Backend tests
 //! run over every backend of tcp, shm and hybrid that the build provides.
 
 mod support;
@@ -12,7 +13,7 @@ use std::path::PathBuf;
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-use support::{run_limited, target_dir};
+use support::{run_limited, skip_or_fail, target_dir};
 
 fn ferry_bin() -> Option<PathBuf> {
     let p = target_dir().join("ferry");
@@ -27,9 +28,12 @@ fn example(name: &str) -> Option<PathBuf> {
 /// The launcher and the named examples, or `None` after printing why the test skips.
 fn tools(examples: &[&str]) -> Option<(PathBuf, Vec<PathBuf>)> {
     let Some(f) = ferry_bin() else {
-        eprintln!(
-            "skipping: {}/ferry not built (run `cargo build --bins --examples` first)",
-            target_dir().display()
+        skip_or_fail(
+            "launcher",
+            &format!(
+                "{}/ferry not built (run `cargo build --bins --examples` first)",
+                target_dir().display()
+            ),
         );
         return None;
     };
@@ -38,7 +42,10 @@ fn tools(examples: &[&str]) -> Option<(PathBuf, Vec<PathBuf>)> {
         match example(name) {
             Some(p) => ex.push(p),
             None => {
-                eprintln!("skipping: example {name} not built (run `cargo build --examples`)");
+                skip_or_fail(
+                    "launcher",
+                    &format!("example {name} not built (run `cargo build --examples`)"),
+                );
                 return None;
             }
         }

@@ -21,7 +21,13 @@ fn ferry() -> Option<PathBuf> {
     if p.exists() {
         Some(p)
     } else {
-        eprintln!("skipping: {} not built", p.display());
+        support::skip_or_fail(
+            "launcher_lifecycle",
+            &format!(
+                "{} not built (cargo build --release --workspace --bins --examples)",
+                p.display()
+            ),
+        );
         None
     }
 }
@@ -395,7 +401,10 @@ fn a_bad_environment_value_names_its_variable() {
     let Some(ferry) = ferry() else { return };
     let ex = target_dir().join("examples").join("t_alltoall");
     if !ex.exists() {
-        return eprintln!("skipping: t_alltoall not built");
+        return support::skip_or_fail(
+            "a_bad_environment_value_names_its_variable",
+            "t_alltoall not built (cargo build --release --workspace --bins --examples)",
+        );
     }
     let (out, _) = run_limited(
         Command::new(&ferry)
