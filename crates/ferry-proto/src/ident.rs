@@ -86,6 +86,16 @@ impl FlowTable {
         serial
     }
 
+    /// Number of flows with a counter (both directions).
+    pub fn len(&self) -> usize {
+        self.next_send.len() + self.next_recv.len()
+    }
+
+    /// Whether no flow has a counter.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// Forgets every flow of generations older than `generation` (their messages can no longer
     /// be wanted once a communicator is replaced), keeping the table bounded.
     pub fn retire_generations_before(&mut self, generation: u32) {
