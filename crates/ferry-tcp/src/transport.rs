@@ -100,6 +100,10 @@ const RNDV_GRACE: Duration = Duration::from_millis(1);
 const RNDV_GRACE_IDLE: Duration = Duration::from_millis(20);
 /// Progress calls a corked ACCEPT may wait for a frame to travel with (bounded delay).
 const CORK_CALLS: u64 = 8;
+/// A receive that waits this long for a peer this rank has no connection with dials it: a
+/// peer that died without ever talking to us is then noticed (its listener refuses, or its
+/// host does not answer within the failure timeout) instead of being waited for forever.
+const PROBE_AFTER: Duration = Duration::from_millis(100);
 /// Recv op progress values (OpState::Active::progress).
 const WAITING: usize = 0;
 const GET_SENT: usize = 1;
@@ -111,8 +115,9 @@ type MsgId = (usize, MsgKey, u64);
 #[derive(Debug, Clone)]
 enum PeerStatus {
     Alive,
-    /// Said BYE: finished in order.
-    Finished,
+    /// Said BYE: finished in order; after the failure of the rank it names, if any (the BYE's
+    /// serial carries that rank plus one, so errors name the rank that originally failed).
+    Finished(Option<usize>),
     /// Gone without BYE, or unreachable; the cause.
     Dead(String),
 }
@@ -128,6 +133,9 @@ struct Peer {
     backoff: Duration,
     /// Connections with this peer (two when both dialled at once).
     n_conns: usize,
+    /// Since when a receive has waited for this peer without any connection with it (the
+    /// liveness probe dials it after [`PROBE_AFTER`]).
+    silent_since: Option<Instant>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -173,6 +181,10 @@ struct Settings {
     eager: usize,
     max_msg: u64,
     connect_timeout: Duration,
+    failure_timeout: Duration,
+    /// A refused connection means the peer's process ended (launcher mode: addresses come from
+    /// bound listeners), rather than a peer that has not started yet (file mode).
+    refused_is_dead: bool,
     policy: WaitPolicy,
 }
 
@@ -227,6 +239,8 @@ pub struct TcpTransport {
     stats: Stats,
     count: Counters,
     pending_error: Option<Error>,
+    /// The first rank this rank saw fail (directly, or named by a peer's goodbye).
+    blame: Option<usize>,
     finished: bool,
     /// Recycled outbox buffers: a fresh large allocation per message costs page faults that
     /// dominate a copy (measured: ~30% of a 1 MiB stream), so buffers are reused.
@@ -412,7 +426,7 @@ impl TcpTransport {
             .map_err(init_err)?;
         let t = &config.tcp;
         let set = Settings {
-            cap: t.connection_cap.max(1),
+            cap: crate::limits::connection_cap(t.connection_cap, crate::limits::open_file_limit()),
             outbox_cap: if t.outbox_bytes == 0 {
                 usize::MAX
             } else {
@@ -421,6 +435,8 @@ impl TcpTransport {
             eager: t.eager_bytes,
             max_msg: t.max_message_bytes,
             connect_timeout: Duration::from_millis(t.connect_timeout_ms.max(1)),
+            failure_timeout: config.failure_timeout(),
+            refused_is_dead: watcher.is_none(),
             policy: config.wait_policy(ferry_core::config::local_ranks_hint(size)),
         };
         tracing::debug!("rank {rank}: tcp backend listening on {local_addr}, {size} ranks");
@@ -457,6 +473,7 @@ impl TcpTransport {
                     first_failure: None,
                     backoff: Duration::from_millis(5),
                     n_conns: 0,
+                    silent_since: None,
                 })
                 .collect(),
             excluded,
@@ -475,6 +492,7 @@ impl TcpTransport {
             stats: Stats::new(rank, size, NAME),
             count: Counters::default(),
             pending_error: None,
+            blame: None,
             finished: false,
         })
     }
@@ -509,11 +527,17 @@ impl TcpTransport {
     fn peer_gone(&self, op: &'static str, peer: usize) -> Option<Error> {
         match &self.peers[peer].status {
             PeerStatus::Alive => None,
-            PeerStatus::Finished => Some(self.err(
+            PeerStatus::Finished(None) => Some(self.err(
                 ErrorKind::PeerFailed,
                 op,
                 peer,
                 format!("rank {peer} already finished (orderly shutdown)"),
+            )),
+            PeerStatus::Finished(Some(x)) => Some(self.err(
+                ErrorKind::PeerFailed,
+                op,
+                peer,
+                format!("rank {peer} ended after rank {x} failed"),
             )),
             PeerStatus::Dead(cause) => Some(self.err(
                 ErrorKind::PeerFailed,
@@ -528,6 +552,7 @@ impl TcpTransport {
         if matches!(self.peers[peer].status, PeerStatus::Alive) {
             tracing::warn!("rank {}: rank {peer} failed: {cause}", self.rank);
             self.peers[peer].status = PeerStatus::Dead(cause);
+            self.blame.get_or_insert(peer);
         }
     }
 
@@ -806,7 +831,7 @@ impl TcpTransport {
                 format!("no usable address for rank {peer}"),
             ));
         };
-        match start_connect(addr) {
+        match start_connect(addr, self.set.failure_timeout) {
             Ok((sock, done)) => {
                 let phase = if done {
                     Phase::AwaitHelloAck
@@ -844,10 +869,37 @@ impl TcpTransport {
     }
 
     fn connect_failed(&mut self, peer: usize, addr: SocketAddr, e: io::Error) {
-        if matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE)) {
-            // Out of descriptors is local pressure, not a dead peer: free one and retry.
+        if crate::limits::out_of_descriptors(&e) {
+            // Out of descriptors is local pressure, not a dead peer: free one and retry. When
+            // no connection is closing or can be closed, nothing will free one: report the
+            // cause instead of retrying in silence.
             self.evict_one();
             self.peers[peer].retry_at = Some(Instant::now() + Duration::from_millis(5));
+            let closing = self
+                .conns
+                .iter()
+                .flatten()
+                .any(|c| matches!(c.phase, Phase::ClosingSent | Phase::Closing));
+            if !closing && self.pending_error.is_none() {
+                self.pending_error = Some(
+                    Error::new(ErrorKind::ResourceExhausted, "connect")
+                        .on_rank(self.rank)
+                        .with_peer(peer)
+                        .with_detail(crate::limits::describe_out_of_descriptors(
+                            &e,
+                            &format!("connect to rank {peer} at {addr}"),
+                        )),
+                );
+            }
+            return;
+        }
+        if e.kind() == io::ErrorKind::ConnectionRefused && self.set.refused_is_dead {
+            // Launcher mode: every address in the store was published by a bound listener,
+            // which lives as long as its rank; a refusal means the rank's process is gone.
+            self.mark_dead(
+                peer,
+                format!("connection to {addr} refused: its listener is gone (the process ended)"),
+            );
             return;
         }
         let now = Instant::now();
@@ -1246,7 +1298,11 @@ impl TcpTransport {
             }
             match self.listener.accept() {
                 Ok((sock, from)) => {
-                    if let Err(e) = sock.set_nonblocking(true).and(sock.set_nodelay(true)) {
+                    let setup = sock
+                        .set_nonblocking(true)
+                        .and(sock.set_nodelay(true))
+                        .and(crate::limits::set_liveness(&sock, self.set.failure_timeout));
+                    if let Err(e) = setup {
                         tracing::warn!("rank {}: accepted socket from {from}: {e}", self.rank);
                         continue;
                     }
@@ -1262,7 +1318,15 @@ impl TcpTransport {
                 Err(e) => {
                     // Out of descriptors (EMFILE/ENFILE) or similar: stop accepting until a
                     // connection was closed, instead of spinning on a ready listener.
-                    tracing::warn!("rank {}: accept failed: {e}", self.rank);
+                    if crate::limits::out_of_descriptors(&e) {
+                        tracing::warn!(
+                            "rank {}: {}",
+                            self.rank,
+                            crate::limits::describe_out_of_descriptors(&e, "accept")
+                        );
+                    } else {
+                        tracing::warn!("rank {}: accept failed: {e}", self.rank);
+                    }
                     self.evict_one();
                     self.pause_listener();
                     return;
@@ -1417,13 +1481,15 @@ impl TcpTransport {
                 peer_failed: false,
             },
             Phase::AwaitHelloAck => Verdict::Fault {
-                cause: format!("{what} during the handshake (wrong job secret?)"),
+                cause: format!(
+                    "{what} during the handshake (the peer ended, or its job secret differs)"
+                ),
                 peer_failed: true,
             },
             Phase::Open => {
                 let finished = conn
                     .peer
-                    .is_some_and(|p| matches!(self.peers[p].status, PeerStatus::Finished));
+                    .is_some_and(|p| matches!(self.peers[p].status, PeerStatus::Finished(_)));
                 if finished {
                     Verdict::Close
                 } else {
@@ -1595,6 +1661,7 @@ impl TcpTransport {
                         peer_failed: false,
                     });
                 }
+                // Handshake payloads are capped at MAX_HELLO_LEN by the decoder.
                 conn.rstate = payload_state(Target::Owned(vec![0; h.len as usize]));
                 return self.maybe_empty_payload(id, conn, ex);
             }
@@ -1637,9 +1704,24 @@ impl TcpTransport {
                     }
                     conn.outstanding = conn.outstanding.saturating_sub(1);
                 }
+                let alloc_fault = |what: &str| Verdict::Fault {
+                    cause: format!(
+                        "cannot allocate {len} bytes for {what} announced by rank {p} \
+                         (out of memory; tcp.max_message_bytes = {})",
+                        self.set.max_msg
+                    ),
+                    peer_failed: true,
+                };
                 let target = match find_posted(&ex.recvs, arrival) {
                     Some(i) => {
                         let r = &mut ex.recvs[i];
+                        if let RecvBuf::Vec(v) = &mut r.buf {
+                            // A peer-announced size is reserved fallibly: too much for memory
+                            // is an error naming the peer, never an abort.
+                            if v.try_reserve_exact(len.saturating_sub(v.len())).is_err() {
+                                return Ok(alloc_fault("a message"));
+                            }
+                        }
                         match r.buf.prepare(len) {
                             Ok(_) => {
                                 r.state = OpState::Active {
@@ -1665,7 +1747,10 @@ impl TcpTransport {
                         }
                     }
                     None if h.ty != FrameType::Try || self.inbox.has_room_for(len) => {
-                        Target::Owned(vec![0; len])
+                        match alloc_zeroed(len) {
+                            Some(v) => Target::Owned(v),
+                            None => return Ok(alloc_fault("an early message")),
+                        }
                     }
                     None => Target::Discard,
                 };
@@ -1795,7 +1880,13 @@ impl TcpTransport {
                 Ok(Verdict::Keep)
             }
             FrameType::Bye => {
-                self.peers[p].status = PeerStatus::Finished;
+                let after = (h.serial > 0)
+                    .then(|| (h.serial - 1) as usize)
+                    .filter(|&x| x < self.size && x != p);
+                if let Some(x) = after {
+                    self.blame.get_or_insert(x);
+                }
+                self.peers[p].status = PeerStatus::Finished(after);
                 conn.phase = Phase::Closing;
                 self.detach(id, p);
                 self.dirty.push(id);
@@ -2088,6 +2179,7 @@ impl TcpTransport {
                 }
             }
         }
+        let mut now = None;
         for r in ex.recvs.iter().filter(|r| r.state != OpState::Done) {
             if r.peer < self.size
                 && !self.excluded[r.peer]
@@ -2096,6 +2188,18 @@ impl TcpTransport {
             {
                 if let Some(e) = self.peer_gone("recv", r.peer) {
                     return Err(e);
+                }
+                // Liveness probe: nothing would ever tell us that a peer we have no
+                // connection with died, so dial it.
+                let p = &mut self.peers[r.peer];
+                if p.n_conns > 0 {
+                    p.silent_since = None;
+                } else {
+                    let now = *now.get_or_insert_with(Instant::now);
+                    let since = *p.silent_since.get_or_insert(now);
+                    if now.duration_since(since) >= PROBE_AFTER {
+                        self.get_conn(r.peer, "recv")?;
+                    }
                 }
             }
         }
@@ -2138,7 +2242,7 @@ impl TcpTransport {
     /// A peer that said BYE on one connection may still have frames in flight on another
     /// (two ranks that dialled each other at once): it is only done once all are closed.
     fn may_still_deliver(&self, peer: usize) -> bool {
-        matches!(self.peers[peer].status, PeerStatus::Finished)
+        matches!(self.peers[peer].status, PeerStatus::Finished(_))
             && self.conns.iter().flatten().any(|c| c.peer == Some(peer))
     }
 
@@ -2216,12 +2320,14 @@ impl TcpTransport {
             };
             match (conn.phase, conn.peer) {
                 (Phase::Open | Phase::ClosingSent | Phase::AwaitHelloAck, Some(p)) => {
+                    // The serial names the rank whose failure this rank saw first (plus
+                    // one), so that peers still waiting for us blame that rank, not us.
                     let h = Header::control(
                         FrameType::Bye,
                         MsgKey::user(0),
                         self.rank as u32,
                         p as u32,
-                        0,
+                        self.blame.map_or(0, |x| x as u64 + 1),
                     );
                     conn.wq.push_back(OutFrame::new(&h, None));
                     conn.phase = Phase::ByeSent;
@@ -2313,6 +2419,14 @@ fn unreachable_frame() -> Result<Verdict> {
     })
 }
 
+/// `len` zero bytes, or `None` when memory cannot hold them (never an abort).
+fn alloc_zeroed(len: usize) -> Option<Vec<u8>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(len).ok()?;
+    v.resize(len, 0);
+    Some(v)
+}
+
 /// This host's name (for addresses published when bound to every interface).
 fn host_name() -> String {
     let mut buf = [0u8; 256];
@@ -2330,17 +2444,19 @@ fn resolve(a: &str) -> Option<SocketAddr> {
 }
 
 /// Starts a non-blocking connect; `true` if it completed at once.
-fn start_connect(addr: SocketAddr) -> io::Result<(TcpStream, bool)> {
+fn start_connect(addr: SocketAddr, failure_timeout: Duration) -> io::Result<(TcpStream, bool)> {
     use socket2::{Domain, Socket, Type};
     let sock = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
     sock.set_nonblocking(true)?;
     sock.set_nodelay(true)?;
-    let done = match sock.connect(&addr.into()) {
+    let sock: TcpStream = sock.into();
+    crate::limits::set_liveness(&sock, failure_timeout)?;
+    let done = match socket2::SockRef::from(&sock).connect(&addr.into()) {
         Ok(()) => true,
         Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => false,
         Err(e) => return Err(e),
     };
-    Ok((sock.into(), done))
+    Ok((sock, done))
 }
 
 /// Index of the posted receive waiting for exactly this message (M2).
