@@ -23,10 +23,24 @@
 //! queued. The delay only postpones when a sender may free an outbox entry, never whether.
 //!
 //! # Shutdown
-//! [`Transport::finish`] serves peers until every message of the outbox was ACCEPTed (so no
-//! rank exits while a peer still needs one of its messages, the purpose of 000's
-//! "shutdown OK?" exchange), then says BYE on every connection and waits (at most 2 s) for the
-//! peers to close. A connection that ends without BYE means the peer died (T5).
+//! [`Transport::finish`] serves peers until every message of the outbox was ACCEPTed by a live
+//! peer (so no rank exits while a peer still needs one of its messages, the purpose of 000's
+//! "shutdown OK?" exchange): as long as they are alive, however long that takes, unless
+//! `general.operation_timeout_ms` bounds it. Dead peers are skipped at once, and so are peers an
+//! operation already timed out on (reported once, never after a second wait). Then it says BYE
+//! on every connection and waits at most 2 s (less with a shorter operation timeout; not at all
+//! for peers given up on) for the peers to close, so that its BYE is not destroyed by a reset.
+//! The BYE names the rank whose failure this rank saw first, if any, so that peers report
+//! "rank 2 ended after rank 1 failed". A connection that ends without BYE means the peer died
+//! (T5).
+//!
+//! # Liveness
+//! A waiting operation fails because its peer is dead or unreachable, never because it waited
+//! long: a reset or an end of stream without BYE is noticed at once; every connection carries
+//! `TCP_USER_TIMEOUT` and keepalive derived from `general.failure_timeout_ms`, so the kernel
+//! reports a cut-off host within that time even while this rank computes; and a receive that
+//! waits 100 ms for a peer this rank has no connection with dials it (a refusal in launcher
+//! mode means the peer's process ended).
 //!
 //! # Connections
 //! Connections are opened lazily on first use with a non-blocking connect; the dialler sends
@@ -241,6 +255,9 @@ pub struct TcpTransport {
     pending_error: Option<Error>,
     /// The first rank this rank saw fail (directly, or named by a peer's goodbye).
     blame: Option<usize>,
+    /// Peers an operation already timed out on (`general.operation_timeout_ms`): finish
+    /// neither waits for them to take messages nor lingers for them to close.
+    gave_up: Vec<bool>,
     finished: bool,
     /// Recycled outbox buffers: a fresh large allocation per message costs page faults that
     /// dominate a copy (measured: ~30% of a 1 MiB stream), so buffers are reused.
@@ -493,6 +510,7 @@ impl TcpTransport {
             count: Counters::default(),
             pending_error: None,
             blame: None,
+            gave_up: vec![false; size],
             finished: false,
         })
     }
@@ -2278,7 +2296,9 @@ impl TcpTransport {
                 .keys()
                 .map(|k| k.0)
                 .filter(|&p| {
-                    matches!(self.peers[p].status, PeerStatus::Alive) || self.may_still_deliver(p)
+                    !self.gave_up[p]
+                        && (matches!(self.peers[p].status, PeerStatus::Alive)
+                            || self.may_still_deliver(p))
                 })
                 .collect();
             if waiting.is_empty() {
@@ -2307,8 +2327,15 @@ impl TcpTransport {
         if result.is_ok() {
             let lost: Vec<usize> = self.outbox.keys().map(|k| k.0).collect();
             if let Some(&p) = lost.first() {
+                let n = lost.iter().filter(|&&q| q == p).count();
                 result = Err(self.peer_gone("finish", p).unwrap_or_else(|| {
-                    Error::new(ErrorKind::PeerFailed, "finish").on_rank(self.rank)
+                    Error::new(ErrorKind::Timeout, "finish")
+                        .on_rank(self.rank)
+                        .with_peer(p)
+                        .with_detail(format!(
+                            "{n} messages to rank {p} were not taken: an operation already \
+                             timed out waiting for it (general.operation_timeout_ms)"
+                        ))
                 }));
             }
         }
@@ -2348,6 +2375,14 @@ impl TcpTransport {
                 .timeout
                 .map_or(Duration::from_secs(2), |t| t.min(Duration::from_secs(2)));
         while self.n_conns > 0 && Instant::now() < linger {
+            let only_given_up = self
+                .conns
+                .iter()
+                .flatten()
+                .all(|c| c.peer.is_some_and(|p| self.gave_up[p]));
+            if only_given_up {
+                break;
+            }
             let _ = self.poll_io(&mut empty, 10);
         }
         for id in 0..self.conns.len() {
@@ -2386,6 +2421,12 @@ impl TcpTransport {
             }
             let elapsed = now.duration_since(start);
             if let Some(limit) = policy.timeout.filter(|&limit| elapsed >= limit) {
+                // Reported once: finish does not wait for these peers a second time.
+                for p in ex.pending_peers() {
+                    if let Some(g) = self.gave_up.get_mut(p) {
+                        *g = true;
+                    }
+                }
                 return Err(ferry_core::transport::operation_timeout_error(
                     self.rank, ex, limit,
                 ));
