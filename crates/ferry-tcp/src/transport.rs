@@ -528,6 +528,23 @@ impl TcpTransport {
         self.poller.fd()
     }
 
+    /// Forgets the flows of communicator generations before `generation` (their groups ended):
+    /// serial counters, early arrivals nobody can receive any more and pull bookkeeping, so a run
+    /// that keeps creating groups stays bounded. Outbox entries stay until their receivers take
+    /// them or fail. Not yet reachable through `dyn Transport`: the data layer needs a trait hook
+    /// to call it when a generation ends.
+    pub fn retire_generations_before(&mut self, generation: u32) {
+        self.flows.retire_generations_before(generation);
+        self.inbox.retain(|a| a.key.generation >= generation);
+        self.overflow.retain(|a, _| a.key.generation >= generation);
+        self.remote.retain(|a, _| a.key.generation >= generation);
+    }
+
+    /// Number of flow counters held (for tests that the flow table stays bounded).
+    pub fn flow_count(&self) -> usize {
+        self.flows.len()
+    }
+
     /// Number of open connections (for tests of the connection cap, T2).
     pub fn open_connections(&self) -> usize {
         self.n_conns

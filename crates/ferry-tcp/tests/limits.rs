@@ -206,3 +206,31 @@ fn frame_announcing_more_than_memory_is_an_error_not_an_abort() {
     drop(t);
     forger.join().unwrap();
 }
+
+/// Flow tables stay bounded when groups come and go: 2,000 generations of a ping-pong, each
+/// retired once it ended, leave no flow counters behind.
+#[test]
+fn retired_generations_leave_no_flows() {
+    common::run(2, common::config(), |mut t| {
+        let me = t.rank();
+        let peer = 1 - me;
+        let mut got = Vec::new();
+        for g in 0..2000u32 {
+            let key = ferry_core::MsgKey::new(g, ferry_proto::MsgKind::COLLECTIVE, 0);
+            if me == 0 {
+                t.send(peer, key, &g.to_le_bytes()).unwrap();
+                t.recv(peer, key, &mut got).unwrap();
+            } else {
+                t.recv(peer, key, &mut got).unwrap();
+                t.send(peer, key, &got).unwrap();
+            }
+            t.retire_generations_before(g + 1);
+            assert!(
+                t.flow_count() <= 2,
+                "generation {g}: {} flows",
+                t.flow_count()
+            );
+        }
+        t.finish().unwrap();
+    });
+}
