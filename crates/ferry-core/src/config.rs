@@ -119,8 +119,9 @@ pub struct Tcp {
     /// ones are announced and pulled by the receiver with GET straight into the posted receive
     /// buffer (rendezvous, 000 §4.4, §7.2.1).
     pub eager_bytes: usize,
-    /// Largest message accepted from a peer; a frame announcing more is a protocol error and the
-    /// connection is dropped (bounds what a broken or hostile peer can make us allocate).
+    /// Largest message accepted from a peer or sent (default 4 GiB); a frame announcing more is
+    /// a protocol error and the connection is dropped (bounds what a broken or hostile peer can
+    /// make us allocate; allocations below it are fallible too).
     pub max_message_bytes: u64,
 }
 

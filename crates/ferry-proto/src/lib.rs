@@ -8,9 +8,12 @@
 //!   serial number so that out-of-order arrivals are matched to the right receive.
 //! - [`matching`]: the receive side of M2: posted receives and a bounded store of early arrivals.
 //! - [`frame`] and [`handshake`]: the TCP backend's wire format (T1, T4, T8), strict decoders.
+//! - [`endpoint`]: the TCP backend's whole protocol state (outbox, inbox, pulls, connection
+//!   phases, close handshake, goodbye, timers) as a state machine driven by events and time.
 //! - [`tcp_protocol`]: the TCP backend's protocol decisions (which request carries a message,
 //!   which frames may travel in which direction, how answers are addressed).
 
+pub mod endpoint;
 pub mod frame;
 pub mod handshake;
 pub mod ident;

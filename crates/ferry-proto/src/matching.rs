@@ -94,6 +94,24 @@ impl EarlyArrivals {
         Some(payload)
     }
 
+    /// The message with exactly this identifier, left in place.
+    pub fn peek(&self, arrival: &Arrival) -> Option<&[u8]> {
+        self.stored.get(arrival).map(Vec::as_slice)
+    }
+
+    /// Keeps only the messages for which `keep` holds (a retired generation's go).
+    pub fn retain(&mut self, mut keep: impl FnMut(&Arrival) -> bool) {
+        let mut freed = 0;
+        self.stored.retain(|a, p| {
+            let k = keep(a);
+            if !k {
+                freed += p.len();
+            }
+            k
+        });
+        self.bytes -= freed;
+    }
+
     /// Whether the message with this identifier is stored.
     pub fn contains(&self, arrival: &Arrival) -> bool {
         self.stored.contains_key(arrival)

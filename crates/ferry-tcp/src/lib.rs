@@ -21,6 +21,7 @@
 //! property-tested and fuzzable). This crate never panics on input from peers or the network.
 
 mod conn;
+mod limits;
 mod poller;
 mod transport;
 

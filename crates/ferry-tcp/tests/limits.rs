@@ -150,3 +150,87 @@ fn a_flooding_connection_does_not_starve_a_newcomer() {
         t.finish().unwrap();
     });
 }
+
+/// A peer that announces a message larger than memory (2^60 bytes, under a cap raised to
+/// `u64::MAX`) for a posted receive: the receive fails with an error naming the peer and the
+/// cause; the process does not abort.
+#[test]
+fn frame_announcing_more_than_memory_is_an_error_not_an_abort() {
+    use ferry_core::store::MemStore;
+    use ferry_core::Store;
+    use ferry_proto::frame::{FrameType, Header};
+    use ferry_proto::handshake;
+    use ferry_tcp::TcpTransport;
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    use std::time::Duration;
+
+    common::init_log();
+    let store = MemStore::new();
+    // The forger poses as rank 1; its listener only gives rank 0 an address to publish.
+    let fake = TcpListener::bind("127.0.0.1:0").unwrap();
+    store
+        .set(
+            "tcp/addr/1",
+            fake.local_addr().unwrap().to_string().as_bytes(),
+        )
+        .unwrap();
+    let mut cfg = common::config();
+    cfg.tcp.max_message_bytes = u64::MAX;
+    let mut t = TcpTransport::from_store(0, 2, &store, &cfg, common::SECRET).unwrap();
+    let addr = t.local_addr();
+    let forger = std::thread::spawn(move || {
+        let mut s = TcpStream::connect(addr).unwrap();
+        let secret = common::SECRET.as_bytes();
+        s.write_all(&handshake::hello(1, 0, secret).encode())
+            .unwrap();
+        s.write_all(secret).unwrap();
+        let forged = Header {
+            ty: FrameType::Try,
+            key: MsgKey::user(5),
+            source: 1,
+            dest: 0,
+            serial: 0,
+            len: 1 << 60,
+        };
+        s.write_all(&forged.encode()).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let mut buf = [0u8; 256];
+        while matches!(s.read(&mut buf), Ok(n) if n > 0) {}
+    });
+    let mut got = Vec::new();
+    let e = t.recv(1, MsgKey::user(5), &mut got).unwrap_err();
+    assert_eq!(e.peer(), Some(1), "{e}");
+    assert_eq!(e.rank(), Some(0), "{e}");
+    assert!(e.to_string().contains("cannot allocate"), "{e}");
+    drop(t);
+    forger.join().unwrap();
+}
+
+/// Flow tables stay bounded when groups come and go: 2,000 generations of a ping-pong, each
+/// retired once it ended, leave no flow counters behind.
+#[test]
+fn retired_generations_leave_no_flows() {
+    common::run(2, common::config(), |mut t| {
+        let me = t.rank();
+        let peer = 1 - me;
+        let mut got = Vec::new();
+        for g in 0..2000u32 {
+            let key = ferry_core::MsgKey::new(g, ferry_proto::MsgKind::COLLECTIVE, 0);
+            if me == 0 {
+                t.send(peer, key, &g.to_le_bytes()).unwrap();
+                t.recv(peer, key, &mut got).unwrap();
+            } else {
+                t.recv(peer, key, &mut got).unwrap();
+                t.send(peer, key, &got).unwrap();
+            }
+            t.retire_generations_before(g + 1);
+            assert!(
+                t.flow_count().unwrap_or(usize::MAX) <= 2,
+                "generation {g}: {} flows",
+                t.flow_count().unwrap_or(usize::MAX)
+            );
+        }
+        t.finish().unwrap();
+    });
+}

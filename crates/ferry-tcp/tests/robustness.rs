@@ -208,3 +208,38 @@ fn peer_that_disappears_mid_exchange_fails_the_receive() {
     assert_eq!(e2.rank(), Some(2));
     assert!(*took2 < Duration::from_secs(25), "{took2:?}");
 }
+
+/// Issue 06 item 7: with `general.operation_timeout_ms` = T, a peer that does not take part
+/// (stopped, or computing without calling the library) is reported once, after T: finish then
+/// skips it at once instead of waiting T again and lingering for it to close.
+#[test]
+fn finish_after_an_operation_timeout_does_not_wait_again() {
+    let mut cfg = common::config();
+    cfg.general.operation_timeout_ms = 1000;
+    let out = common::run(2, cfg, |mut t| {
+        if t.rank() == 1 {
+            // "Stopped": the process is alive (its kernel acknowledges data) but does not
+            // take part until rank 0 is long done.
+            std::thread::sleep(Duration::from_millis(4000));
+            let _ = t.finish();
+            return None;
+        }
+        // An eager message rank 1 never accepts, then a receive that times out.
+        t.send(1, MsgKey::user(0), b"unanswered").unwrap();
+        let mut got = Vec::new();
+        let start = Instant::now();
+        let e = t.recv(1, MsgKey::user(1), &mut got).unwrap_err();
+        let reported = start.elapsed();
+        let start = Instant::now();
+        let f = t.finish();
+        Some((e, reported, f, start.elapsed()))
+    });
+    let (e, reported, f, finish_took) = out[0].as_ref().expect("rank 0 result");
+    assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
+    assert!(*reported < Duration::from_millis(2500), "{reported:?}");
+    assert!(f.is_err(), "the message rank 1 never took is reported");
+    assert!(
+        *finish_took < Duration::from_millis(600),
+        "finish waited {finish_took:?} for a peer already reported"
+    );
+}

@@ -1,0 +1,756 @@
+//! The TCP backend's protocol as a sans-I/O state machine (000 §4.4-4.5, §5.3; T1-T5): one
+//! [`Endpoint`] per rank holds the outbox, the inbox, the GET bookkeeping, the connection
+//! phases, the close handshake, the goodbye and the timers, and never touches a socket or a
+//! clock.
+//!
+//! The driver (`ferry-tcp`, or the simulation in this crate's tests) feeds it *events* and
+//! executes the *actions* it returns, in the style of quinn-proto's `Connection`:
+//!
+//! - events: a send or receive posted ([`Endpoint::post_send`], [`Endpoint::post_recv`]), a
+//!   frame header read from a connection ([`Endpoint::on_header`]) and its payload landed
+//!   ([`Endpoint::on_payload`]), a connection accepted, connected, refused or lost, a zero-copy
+//!   payload written ([`Endpoint::on_op_written`]), and the time (every call that may start a
+//!   timer takes `now`, a [`Duration`] since an epoch the driver chooses);
+//! - actions ([`Endpoint::poll_action`]): frames to write on a connection, connections to dial
+//!   or close, completed and failed operations. [`Endpoint::poll_timeout`] says when
+//!   [`Endpoint::handle_timeout`] wants to run next.
+//!
+//! # Buffers
+//! Payloads never pass through the endpoint when they need not: a frame's payload is
+//! [`Payload::Shared`] (an outbox copy the endpoint owns) or [`Payload::Op`] (write the bytes
+//! of send operation `k` straight from the program's buffer: zero-copy rendezvous, T4), and an
+//! incoming payload goes where [`Sink`] says (straight into the buffer of receive `k`, into a
+//! vector the driver allocates for the inbox, or nowhere). The endpoint copies only what the
+//! protocol needs: small messages into the bounded outbox (their send is then complete) and
+//! announced messages whose GET does not come in time (so blocking sends in a cycle never
+//! deadlock). It reads the program's bytes through [`SendBuffers`] when it does.
+//!
+//! # Failures
+//! A connection that ends without the peer's BYE means the peer failed (T5); a peer that cannot
+//! be dialled within [`EndpointConfig::connect_timeout`] failed too. Every operation that waits
+//! for a failed peer fails with an [`EndpointError`] naming this rank, the operation, the peer
+//! and the rank that originally failed: a peer whose goodbye says it ended because rank X
+//! failed is reported as "ended after rank X failed". Nothing fails because it waited long.
+
+mod conn;
+mod inbox;
+mod input;
+mod outbox;
+mod shutdown;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::frame::Header;
+use crate::ident::{FlowTable, MsgKey};
+use crate::matching::{Arrival, EarlyArrivals};
+
+pub use conn::{ConnectFailure, Lost, Phase};
+pub use outbox::SendStatus;
+
+/// A send operation, named by the driver (unique while the operation is live).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SendId(pub u64);
+
+/// A receive operation, named by the driver (unique while the operation is live).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RecvId(pub u64);
+
+/// A connection, named by the endpoint (dialled) or handed out on accept; never reused.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ConnId(pub u64);
+
+/// An operation of either direction (in errors).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum OpRef {
+    /// A send.
+    Send(SendId),
+    /// A receive.
+    Recv(RecvId),
+}
+
+/// The program's bytes of live send operations, read when the endpoint must copy a message
+/// (into the outbox) instead of leaving it in place.
+pub trait SendBuffers {
+    /// The payload of send `op`, or `None` if the driver no longer has it.
+    fn bytes(&self, op: SendId) -> Option<&[u8]>;
+}
+
+/// No send buffers (for calls that cannot need any).
+pub struct NoBuffers;
+
+impl SendBuffers for NoBuffers {
+    fn bytes(&self, _: SendId) -> Option<&[u8]> {
+        None
+    }
+}
+
+/// What follows a frame header on the wire.
+#[derive(Clone, Debug)]
+pub enum Payload {
+    /// Nothing.
+    None,
+    /// Bytes the endpoint owns (outbox copy, handshake secret).
+    Shared(Arc<Vec<u8>>),
+    /// The bytes of send `SendId`, written straight from the program's buffer; the driver calls
+    /// [`Endpoint::on_op_written`] once the whole frame is out.
+    Op(SendId, usize),
+}
+
+impl Payload {
+    /// Payload length in bytes.
+    pub fn len(&self) -> usize {
+        match self {
+            Payload::None => 0,
+            Payload::Shared(v) => v.len(),
+            Payload::Op(_, len) => *len,
+        }
+    }
+
+    /// Whether there are no payload bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Where the payload of the frame whose header was just read goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sink {
+    /// Nothing follows the header (or the frame was handled completely).
+    Done,
+    /// Straight into the buffer of receive `RecvId` (`len` bytes); report
+    /// [`Landed::Direct`].
+    Recv(RecvId, usize),
+    /// Into a new vector of `len` bytes; report [`Landed::Owned`]. The driver allocates it
+    /// fallibly: a peer-announced size that memory cannot hold is a fault of the connection
+    /// ([`Endpoint::on_conn_fault`]), never an abort.
+    Owned(usize),
+    /// Read and throw away `len` bytes; report [`Landed::Discarded`].
+    Discard(usize),
+}
+
+/// Where a payload went (answer to a [`Sink`]).
+#[derive(Debug)]
+pub enum Landed {
+    /// Into the receive's buffer.
+    Direct,
+    /// Into this vector.
+    Owned(Vec<u8>),
+    /// Nowhere.
+    Discarded,
+}
+
+/// Something the driver must do.
+#[derive(Debug)]
+pub enum Action {
+    /// Open a connection to `peer` and report [`Endpoint::on_connected`] or
+    /// [`Endpoint::on_connect_failed`].
+    Dial {
+        /// The new connection.
+        conn: ConnId,
+        /// Rank to dial.
+        peer: usize,
+    },
+    /// Write this frame on `conn` after those queued before it.
+    Transmit {
+        /// Connection.
+        conn: ConnId,
+        /// Header.
+        header: Header,
+        /// Payload.
+        payload: Payload,
+    },
+    /// Finish writing what is queued on `conn`, then shut down its write side (goodbye said);
+    /// keep reading until the peer closes.
+    ShutdownWrite(ConnId),
+    /// Finish writing what is queued on `conn`, then close it. The endpoint has forgotten it.
+    Close(ConnId),
+    /// Close `conn` at once (a fault: stranger, garbage, failed peer). Forgotten too.
+    Drop(ConnId),
+    /// Send `SendId` is complete: its buffer is the program's again.
+    SendDone(SendId),
+    /// Receive `RecvId` is complete with `len` bytes; `data` holds them unless they were read
+    /// straight into the receive's buffer.
+    RecvDone {
+        /// The receive.
+        op: RecvId,
+        /// The payload, when it did not land in the receive's buffer.
+        data: Option<Vec<u8>>,
+        /// Message length.
+        len: usize,
+    },
+    /// An operation failed.
+    Failed(OpRef, EndpointError),
+}
+
+/// Why something failed, with everything a report needs.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("rank {rank}: {op} (peer rank {peer}): {cause}")]
+pub struct EndpointError {
+    /// Kind.
+    pub kind: ErrorKind,
+    /// This rank.
+    pub rank: usize,
+    /// The operation ("send", "recv", "finish", ...).
+    pub op: &'static str,
+    /// The peer concerned.
+    pub peer: usize,
+    /// The rank that originally failed (the peer itself, or the rank whose failure made the
+    /// peer end).
+    pub origin: usize,
+    /// What happened.
+    pub cause: String,
+}
+
+/// Classes of [`EndpointError`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The peer died, cannot be reached, or ended.
+    PeerFailed,
+    /// The peer broke the protocol.
+    Protocol,
+    /// The program's request cannot be carried out (peer out of range, message too large).
+    Invalid,
+}
+
+/// Static settings of an endpoint.
+#[derive(Debug, Clone)]
+pub struct EndpointConfig {
+    /// This rank.
+    pub rank: usize,
+    /// Ranks in the job.
+    pub size: usize,
+    /// Messages up to this size travel with TRY; larger ones are announced and pulled.
+    pub eager_bytes: usize,
+    /// Inbox cap in messages.
+    pub inbox_messages: usize,
+    /// Inbox cap in bytes.
+    pub inbox_bytes: usize,
+    /// Outbox cap in bytes (`usize::MAX` for none). A message larger than the cap still goes
+    /// when the outbox is empty.
+    pub outbox_bytes: usize,
+    /// Largest message accepted from a peer or from the program.
+    pub max_message_bytes: u64,
+    /// Connections kept open at most (more only briefly, while idle ones close).
+    pub connection_cap: usize,
+    /// A peer that cannot be dialled for this long failed; also the handshake deadline.
+    pub connect_timeout: Duration,
+    /// How long an announced message waits for its GET before it is copied into the outbox
+    /// when this rank holds pulls of its own (it may be one of a cycle of blocked senders).
+    pub rndv_grace: Duration,
+    /// The same when nothing waits to be pulled by this rank (the receiver is only late).
+    pub rndv_grace_idle: Duration,
+    /// A receive that waited this long for a peer this rank has no connection with dials it,
+    /// so that a peer that died (or whose host is cut off) is noticed even when it owes this
+    /// rank a message and nothing else would talk to it (a liveness probe, not a timeout).
+    pub probe_after: Duration,
+    /// How long [`Endpoint::finish`] waits for peers to close after the goodbye.
+    pub linger: Duration,
+    /// The job secret exchanged in the handshake (T8).
+    pub secret: Arc<Vec<u8>>,
+}
+
+impl EndpointConfig {
+    /// Settings with the defaults of `docs/CONFIGURATION.md` for rank `rank` of `size`.
+    pub fn new(rank: usize, size: usize, secret: &[u8]) -> EndpointConfig {
+        EndpointConfig {
+            rank,
+            size,
+            eager_bytes: 64 << 10,
+            inbox_messages: 1024,
+            inbox_bytes: 64 << 20,
+            outbox_bytes: 64 << 20,
+            max_message_bytes: 1 << 32,
+            connection_cap: 1024,
+            connect_timeout: Duration::from_secs(10),
+            rndv_grace: Duration::from_millis(1),
+            rndv_grace_idle: Duration::from_millis(20),
+            probe_after: Duration::from_millis(100),
+            linger: Duration::from_millis(500),
+            secret: Arc::new(secret.to_vec()),
+        }
+    }
+}
+
+/// Counters (T7).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Counters {
+    /// Connections dialled.
+    pub opened: u64,
+    /// Connections accepted.
+    pub accepted: u64,
+    /// Idle connections closed to stay under the cap.
+    pub evictions: u64,
+    /// TRYs this rank refused.
+    pub refusals_sent: u64,
+    /// TRYs of this rank that were refused.
+    pub refusals_received: u64,
+    /// GETs sent.
+    pub gets_sent: u64,
+    /// GETs served.
+    pub gets_served: u64,
+    /// Connections dropped before or at the handshake.
+    pub strangers: u64,
+    /// Messages announced.
+    pub announced: u64,
+    /// Announced messages copied into the outbox after their grace period.
+    pub rndv_copies: u64,
+    /// Duplicate connections closed.
+    pub duplicates_closed: u64,
+}
+
+/// How a peer stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PeerStatus {
+    /// Alive as far as we know.
+    Alive,
+    /// Said goodbye; `after_failure_of` names the rank whose failure made it end, if any.
+    Finished {
+        /// Rank whose failure ended the peer.
+        after_failure_of: Option<usize>,
+    },
+    /// Died or unreachable.
+    Dead {
+        /// What showed it.
+        cause: String,
+    },
+}
+
+/// Sizes of the endpoint's tables (the simulation checks that they empty).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct TableSizes {
+    /// Outbox entries.
+    pub outbox: usize,
+    /// Outbox bytes.
+    pub outbox_bytes: usize,
+    /// Inbox messages.
+    pub inbox: usize,
+    /// Never-refused arrivals (ADD, GET answers) waiting for their receive.
+    pub overflow: usize,
+    /// Messages known to wait in a sender's outbox.
+    pub remote: usize,
+    /// Posted receives.
+    pub posted: usize,
+    /// Sends not yet complete.
+    pub sends: usize,
+    /// Connections.
+    pub conns: usize,
+    /// Flow counters.
+    pub flows: usize,
+}
+
+/// Test-only protocol faults, to show that the simulation catches a broken endpoint.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Mutations {
+    /// Answer every GET with two DATA frames.
+    pub get_answered_twice: bool,
+    /// Deliver a stored message to a receive without removing it from the inbox.
+    pub inbox_not_emptied: bool,
+}
+
+/// Shortest delay before a deadline that could not be acted on is reported again.
+const RETRY_TICK: Duration = Duration::from_micros(100);
+
+/// (peer, key, serial): a message of this rank in its outbox.
+pub(crate) type MsgId = (usize, MsgKey, u64);
+
+/// One rank's protocol state. See the module documentation.
+pub struct Endpoint {
+    pub(crate) cfg: EndpointConfig,
+    pub(crate) actions: VecDeque<Action>,
+    pub(crate) flows: FlowTable,
+    pub(crate) peers: Vec<conn::Peer>,
+    pub(crate) conns: HashMap<ConnId, conn::Conn>,
+    pub(crate) next_conn: u64,
+    pub(crate) tick: u64,
+    pub(crate) dup_pending: bool,
+    // ----- send side -----
+    pub(crate) outbox: HashMap<MsgId, outbox::OutMsg>,
+    pub(crate) outbox_bytes: usize,
+    /// Outbox messages waiting for a connection.
+    pub(crate) unsent: VecDeque<MsgId>,
+    /// Sends that wait for room (outbox, or this rank's own inbox for sends to itself).
+    pub(crate) waiting_sends: VecDeque<outbox::WaitingSend>,
+    /// Announced sends whose payload is still the program's: send -> message.
+    pub(crate) announced: HashMap<SendId, MsgId>,
+    /// When the last GET was served or zero-copy data moved (rendezvous grace).
+    pub(crate) last_get: Duration,
+    // ----- receive side -----
+    pub(crate) inbox: EarlyArrivals,
+    pub(crate) overflow: HashMap<Arrival, Vec<u8>>,
+    /// Messages known to wait in a sender's outbox: whether GET was sent.
+    pub(crate) remote: HashMap<Arrival, bool>,
+    pub(crate) posted: HashMap<Arrival, inbox::Posted>,
+    pub(crate) recv_ids: HashMap<RecvId, Arrival>,
+    /// Posted receives that want to GET but had no connection.
+    pub(crate) want_get: VecDeque<Arrival>,
+    // ----- end -----
+    pub(crate) finishing: Option<shutdown::Finish>,
+    /// Messages of this rank that a gone peer never took, per peer (reported by finish).
+    pub(crate) lost: std::collections::BTreeMap<usize, usize>,
+    pub(crate) counters: Counters,
+    /// When [`Endpoint::handle_timeout`] last ran: a deadline it could not act on (no room,
+    /// cap reached) is not reported as due again at once, so a driver never spins on it.
+    pub(crate) timeout_ran: Option<Duration>,
+    /// The latest time the driver told (for events that carry none).
+    pub(crate) now: Duration,
+    #[doc(hidden)]
+    pub mutations: Mutations,
+}
+
+impl Endpoint {
+    /// A fresh endpoint: no connections, every peer alive.
+    pub fn new(cfg: EndpointConfig) -> Endpoint {
+        let peers = (0..cfg.size).map(|_| conn::Peer::new()).collect();
+        Endpoint {
+            inbox: EarlyArrivals::new(cfg.inbox_messages, cfg.inbox_bytes),
+            cfg,
+            actions: VecDeque::new(),
+            flows: FlowTable::new(),
+            peers,
+            conns: HashMap::new(),
+            next_conn: 0,
+            tick: 0,
+            dup_pending: false,
+            outbox: HashMap::new(),
+            outbox_bytes: 0,
+            unsent: VecDeque::new(),
+            waiting_sends: VecDeque::new(),
+            announced: HashMap::new(),
+            last_get: Duration::ZERO,
+            overflow: HashMap::new(),
+            remote: HashMap::new(),
+            posted: HashMap::new(),
+            recv_ids: HashMap::new(),
+            want_get: VecDeque::new(),
+            finishing: None,
+            lost: Default::default(),
+            counters: Counters::default(),
+            timeout_ran: None,
+            now: Duration::ZERO,
+            mutations: Mutations::default(),
+        }
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.cfg.rank
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &EndpointConfig {
+        &self.cfg
+    }
+
+    /// The next thing the driver must do, in order.
+    pub fn poll_action(&mut self) -> Option<Action> {
+        self.actions.pop_front()
+    }
+
+    /// Whether actions are queued.
+    pub fn has_actions(&self) -> bool {
+        !self.actions.is_empty()
+    }
+
+    /// Counters (T7).
+    pub fn counters(&self) -> Counters {
+        self.counters
+    }
+
+    /// How `peer` stands.
+    pub fn peer_status(&self, peer: usize) -> Option<&PeerStatus> {
+        self.peers.get(peer).map(|p| &p.status)
+    }
+
+    /// Sizes of the tables, to check that nothing grows once all messages are delivered.
+    pub fn table_sizes(&self) -> TableSizes {
+        TableSizes {
+            outbox: self.outbox.len(),
+            outbox_bytes: self.outbox_bytes,
+            inbox: self.inbox.len(),
+            overflow: self.overflow.len(),
+            remote: self.remote.len(),
+            posted: self.posted.len(),
+            sends: self.waiting_sends.len() + self.announced.len(),
+            conns: self.conns.len(),
+            flows: self.flows.len(),
+        }
+    }
+
+    /// A one-line dump of the connection and send state, for simulation traces.
+    #[doc(hidden)]
+    pub fn debug_state(&self) -> String {
+        let mut conns: Vec<_> = self.conns.iter().collect();
+        conns.sort_by_key(|c| c.0);
+        format!(
+            "conns {conns:?} waiting {:?} unsent {:?} announced {:?} outbox {:?}",
+            self.waiting_sends,
+            self.unsent,
+            self.announced,
+            self.outbox
+                .iter()
+                .map(|(k, m)| (k.0, k.2, m.state, m.len))
+                .collect::<Vec<_>>()
+        )
+    }
+
+    /// Forgets the flows of generations before `generation` (a group ended): their counters,
+    /// early arrivals and pull bookkeeping can no longer be wanted, so a run that keeps
+    /// creating groups stays bounded. Outbox entries stay until their receiver takes them or
+    /// fails.
+    pub fn retire_generations_before(&mut self, generation: u32) {
+        self.flows.retire_generations_before(generation);
+        self.overflow.retain(|a, _| a.key.generation >= generation);
+        self.remote.retain(|a, _| a.key.generation >= generation);
+        self.inbox.retain(|a| a.key.generation >= generation);
+    }
+
+    /// The earliest time [`Endpoint::handle_timeout`] wants to run, if any.
+    pub fn poll_timeout(&self) -> Option<Duration> {
+        let mut t: Option<Duration> = None;
+        let mut at = |d: Duration| t = Some(t.map_or(d, |t| t.min(d)));
+
+        for c in self.conns.values() {
+            match c.phase {
+                Phase::Connecting { since } => at(since + self.cfg.connect_timeout),
+                Phase::AwaitHello { deadline } => at(deadline),
+                _ => {}
+            }
+        }
+        if !self.announced.is_empty() && self.posted.is_empty() {
+            let grace = self.grace();
+            for id in self.announced.values() {
+                if let Some(m) = self.outbox.get(id) {
+                    if m.data.is_none() && m.state != outbox::OutState::Served {
+                        at((m.since + grace).max(self.last_get + grace));
+                    }
+                }
+            }
+        }
+        for p in self.waited_peers() {
+            let peer = &self.peers[p];
+            if peer.status == PeerStatus::Alive && (peer.n_conns == 0 || peer.conn.is_none()) {
+                // A dial retry, or the liveness probe of a peer nothing talks to.
+                match peer.retry_at {
+                    Some(r) => at(r),
+                    None if peer.n_conns == 0 => at(peer.silent_since + self.cfg.probe_after),
+                    None => {}
+                }
+            }
+        }
+        if let Some(f) = self.finishing.as_ref().filter(|f| !f.done) {
+            if let Some(l) = f.linger_until {
+                at(l);
+            }
+        }
+        match (t, self.timeout_ran) {
+            (Some(t), Some(ran)) if t <= ran => Some(ran + self.cfg.rndv_grace.max(RETRY_TICK)),
+            _ => t,
+        }
+    }
+
+    /// Runs what is due at `now`: connect retries and deadlines, rendezvous copies, the end of
+    /// the goodbye linger. Cheap when nothing is due; the driver may also call it on every pass.
+    pub fn handle_timeout(&mut self, now: Duration, bufs: &dyn SendBuffers) {
+        self.timeout_ran = Some(now);
+        self.now = self.now.max(now);
+        self.expire_handshakes(now);
+        self.rndv_copies(now, bufs);
+        self.probe_silent_peers(now);
+        self.progress(now, bufs);
+    }
+
+    /// Retries what waits for a connection, for room, or for the goodbye to complete.
+    pub fn progress(&mut self, now: Duration, bufs: &dyn SendBuffers) {
+        if !self.waiting_sends.is_empty() {
+            self.retry_waiting_sends(now, bufs);
+        }
+        self.progress_conns(now);
+    }
+
+    /// The part of [`Endpoint::progress`] that needs no program buffers: what waited for a
+    /// connection goes, duplicates close, the goodbye advances.
+    pub(crate) fn progress_conns(&mut self, now: Duration) {
+        self.now = self.now.max(now);
+        if !self.unsent.is_empty() {
+            self.retry_unsent(now);
+        }
+        if !self.want_get.is_empty() {
+            self.retry_gets(now);
+        }
+        if self.dup_pending {
+            self.close_duplicates();
+        }
+        if self.finishing.is_some() {
+            self.advance_finish(now);
+        }
+    }
+
+    /// Peers this rank waits for: sources of waiting receives, receivers of outbox messages
+    /// and of sends that wait for room.
+    pub(crate) fn waited_peers(&self) -> Vec<usize> {
+        let mut v: Vec<usize> = self
+            .posted
+            .values()
+            .filter(|p| p.state == inbox::RecvState::Waiting)
+            .map(|p| p.peer)
+            .chain(self.outbox.keys().map(|k| k.0))
+            .chain(self.waiting_sends.iter().map(|w| w.peer))
+            .chain(self.want_get.iter().map(|a| a.source))
+            .filter(|&p| p != self.cfg.rank)
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    // ----- errors -----
+
+    pub(crate) fn error(
+        &self,
+        kind: ErrorKind,
+        op: &'static str,
+        peer: usize,
+        cause: String,
+    ) -> EndpointError {
+        EndpointError {
+            kind,
+            rank: self.cfg.rank,
+            op,
+            peer,
+            origin: peer,
+            cause,
+        }
+    }
+
+    /// The error for an operation `op` with a peer that is gone, or `None` if it is alive.
+    pub(crate) fn peer_gone(&self, op: &'static str, peer: usize) -> Option<EndpointError> {
+        let (origin, cause) = match &self.peers.get(peer)?.status {
+            PeerStatus::Alive => return None,
+            PeerStatus::Finished {
+                after_failure_of: Some(x),
+            } => (*x, format!("rank {peer} ended after rank {x} failed")),
+            PeerStatus::Finished {
+                after_failure_of: None,
+            } => (
+                peer,
+                format!("rank {peer} already finished (orderly shutdown)"),
+            ),
+            PeerStatus::Dead { cause } => (peer, format!("rank {peer} failed: {cause}")),
+        };
+        Some(EndpointError {
+            origin,
+            ..self.error(ErrorKind::PeerFailed, op, peer, cause)
+        })
+    }
+
+    pub(crate) fn check_peer(&self, peer: usize, op: &'static str) -> Result<(), EndpointError> {
+        if peer >= self.cfg.size {
+            return Err(self.error(
+                ErrorKind::Invalid,
+                op,
+                peer,
+                format!("rank {peer} does not exist ({} ranks)", self.cfg.size),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Marks `peer` failed and fails every operation that waits for it.
+    pub(crate) fn mark_dead(&mut self, peer: usize, cause: String) {
+        if self.peers[peer].status == PeerStatus::Alive {
+            self.peers[peer].status = PeerStatus::Dead { cause };
+            // Whatever else it still has in flight on other connections is not taken.
+            let mut ids: Vec<ConnId> = self
+                .conns
+                .iter()
+                .filter(|(_, c)| c.peer == Some(peer))
+                .map(|(&id, _)| id)
+                .collect();
+            ids.sort_unstable();
+            for id in ids {
+                self.forget(id);
+                self.actions.push_back(Action::Drop(id));
+            }
+            self.fail_ops_with(peer);
+        }
+    }
+
+    /// Fails the operations that wait for `peer`, which is gone (dead, or finished with
+    /// nothing more to deliver).
+    pub(crate) fn fail_ops_with(&mut self, peer: usize) {
+        let Some(e) = self.peer_gone("send", peer) else {
+            return;
+        };
+        // Sends: waiting for room or for a GET from the gone peer.
+        let mut failed = Vec::new();
+        self.waiting_sends.retain(|w| {
+            let keep = w.peer != peer;
+            if !keep {
+                failed.push(w.op);
+            }
+            keep
+        });
+        let announced: Vec<SendId> = self
+            .announced
+            .iter()
+            .filter(|(_, id)| id.0 == peer)
+            .map(|(op, _)| *op)
+            .collect();
+        for op in announced {
+            if let Some(id) = self.announced.remove(&op) {
+                self.outbox.remove(&id);
+            }
+            failed.push(op);
+        }
+        // Messages the gone peer can no longer take leave the outbox (they would block its
+        // room for live peers); finish reports them lost. A peer that said goodbye on one
+        // connection may still answer on another, so its entries wait for that to close.
+        let mut lost = 0;
+        let still = self.may_still_deliver(peer);
+        let mut freed = 0;
+        self.outbox.retain(|id, m| {
+            let keep = id.0 != peer || still;
+            if !keep {
+                lost += 1;
+                if m.data.is_some() {
+                    freed += m.len;
+                }
+            }
+            keep
+        });
+        self.outbox_bytes -= freed;
+        if lost > 0 {
+            *self.lost.entry(peer).or_insert(0) += lost;
+        }
+        failed.sort_unstable();
+        for op in failed {
+            self.actions
+                .push_back(Action::Failed(OpRef::Send(op), e.clone()));
+        }
+        if still {
+            return;
+        }
+        let e = EndpointError { op: "recv", ..e };
+        let mut recvs: Vec<(Arrival, RecvId)> = self
+            .posted
+            .iter()
+            .filter(|(a, p)| a.source == peer && p.state != inbox::RecvState::Receiving)
+            .map(|(a, p)| (*a, p.op))
+            .collect();
+        recvs.sort_unstable_by_key(|r| r.1);
+        for (a, op) in recvs {
+            // A message of the gone peer that already arrived is still delivered.
+            if self.inbox.contains(&a) || self.overflow.contains_key(&a) {
+                continue;
+            }
+            self.posted.remove(&a);
+            self.recv_ids.remove(&op);
+            self.remote.remove(&a);
+            self.actions
+                .push_back(Action::Failed(OpRef::Recv(op), e.clone()));
+        }
+    }
+}

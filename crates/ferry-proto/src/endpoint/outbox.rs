@@ -1,0 +1,417 @@
+//! The send side (000 §4.4; T1, T4): serials, the bounded outbox, TRY/ADD/ANNOUNCE, the
+//! answers to them (ACCEPT frees an entry, REFUSE leaves it for a GET), GETs served from the
+//! outbox or straight from the program's buffer, and the rendezvous copy after the grace period.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{
+    Action, ConnId, Endpoint, EndpointError, ErrorKind, MsgId, OpRef, Payload, SendBuffers, SendId,
+};
+use crate::frame::{FrameType, Header};
+use crate::ident::MsgKey;
+use crate::matching::Arrival;
+use crate::tcp_protocol;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OutState {
+    /// Waiting for a connection.
+    Unsent,
+    /// TRY/ADD written, or ANNOUNCE written and waiting for GET.
+    Sent,
+    /// Refused; waiting for GET.
+    Refused,
+    /// DATA written in answer to GET; waiting for its ACCEPT.
+    Served,
+}
+
+#[derive(Debug)]
+pub(crate) struct OutMsg {
+    /// The payload, or `None` while it is still the announcing send's buffer.
+    pub data: Option<Arc<Vec<u8>>>,
+    /// The announcing send while the payload is borrowed.
+    pub op: Option<SendId>,
+    pub len: usize,
+    pub state: OutState,
+    /// When the message was announced (rendezvous grace).
+    pub since: Duration,
+}
+
+/// A send that waits for room (outbox, or this rank's inbox for a send to itself).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WaitingSend {
+    pub op: SendId,
+    pub peer: usize,
+    pub key: MsgKey,
+    pub serial: u64,
+    pub len: usize,
+}
+
+/// Whether a posted send completed at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendStatus {
+    /// Complete: the buffer is the program's again.
+    Done,
+    /// Not yet: [`Action::SendDone`] or [`Action::Failed`] follows.
+    Pending,
+}
+
+impl Endpoint {
+    /// Posts send `op` of `len` bytes to `peer` with `key`; the serial is taken now (M2), so
+    /// sends of one flow must be posted in program order. Small messages are copied into the
+    /// outbox through `bufs` and complete at once when it has room; large ones are announced
+    /// and stay in the program's buffer until the receiver pulls them.
+    pub fn post_send(
+        &mut self,
+        op: SendId,
+        peer: usize,
+        key: MsgKey,
+        len: usize,
+        now: Duration,
+        bufs: &dyn SendBuffers,
+    ) -> Result<SendStatus, EndpointError> {
+        self.check_peer(peer, "send")?;
+        self.now = self.now.max(now);
+        if len as u64 > self.cfg.max_message_bytes {
+            return Err(self.error(
+                ErrorKind::Invalid,
+                "send",
+                peer,
+                format!(
+                    "message of {len} bytes exceeds tcp.max_message_bytes = {}",
+                    self.cfg.max_message_bytes
+                ),
+            ));
+        }
+        if peer != self.cfg.rank {
+            if let Some(e) = self.peer_gone("send", peer) {
+                return Err(e);
+            }
+        }
+        let serial = self.flows.take_send_serial(peer, key);
+        let w = WaitingSend {
+            op,
+            peer,
+            key,
+            serial,
+            len,
+        };
+        if self.try_send(w, now, bufs)? {
+            Ok(SendStatus::Done)
+        } else {
+            Ok(SendStatus::Pending)
+        }
+    }
+
+    /// Tries to get a send going; `true` if it completed.
+    fn try_send(
+        &mut self,
+        w: WaitingSend,
+        now: Duration,
+        bufs: &dyn SendBuffers,
+    ) -> Result<bool, EndpointError> {
+        let WaitingSend {
+            op,
+            peer,
+            key,
+            serial,
+            len,
+        } = w;
+        if peer == self.cfg.rank {
+            return self.send_to_self(w, bufs);
+        }
+        if tcp_protocol::request_for(key, len, self.cfg.eager_bytes) == FrameType::Announce {
+            if let Some(c) = self.get_conn(peer, "send", now)? {
+                let id = (peer, key, serial);
+                self.outbox.insert(
+                    id,
+                    OutMsg {
+                        data: None,
+                        op: Some(op),
+                        len,
+                        state: OutState::Sent,
+                        since: now,
+                    },
+                );
+                self.announced.insert(op, id);
+                let h = Header {
+                    ty: FrameType::Announce,
+                    key,
+                    source: self.cfg.rank as u32,
+                    dest: peer as u32,
+                    serial,
+                    len: len as u64,
+                };
+                self.transmit(c, h, Payload::None);
+                self.counters.announced += 1;
+                return Ok(false);
+            }
+        }
+        if self.outbox_bytes.saturating_add(len) > self.cfg.outbox_bytes && !self.outbox.is_empty()
+        {
+            // Full outbox: the send waits (T1).
+            self.waiting_sends.push_back(w);
+            return Ok(false);
+        }
+        let Some(bytes) = bufs.bytes(op) else {
+            // Called without the program's buffers (from a connection event): later.
+            self.waiting_sends.push_back(w);
+            return Ok(false);
+        };
+        let id = (peer, key, serial);
+        self.outbox.insert(
+            id,
+            OutMsg {
+                data: Some(Arc::new(bytes.to_vec())),
+                op: None,
+                len,
+                state: OutState::Unsent,
+                since: now,
+            },
+        );
+        self.outbox_bytes += len;
+        if !self.send_msg(id, now)? {
+            self.unsent.push_back(id);
+        }
+        Ok(true)
+    }
+
+    fn send_to_self(
+        &mut self,
+        w: WaitingSend,
+        bufs: &dyn SendBuffers,
+    ) -> Result<bool, EndpointError> {
+        let arrival = Arrival {
+            source: self.cfg.rank,
+            key: w.key,
+            serial: w.serial,
+        };
+        let Some(bytes) = bufs.bytes(w.op) else {
+            self.waiting_sends.push_back(w);
+            return Ok(false);
+        };
+        if let Some(p) = self.posted.remove(&arrival) {
+            self.recv_ids.remove(&p.op);
+            self.actions.push_back(Action::RecvDone {
+                op: p.op,
+                data: Some(bytes.to_vec()),
+                len: w.len,
+            });
+            return Ok(true);
+        }
+        match self.inbox.insert(arrival, bytes.to_vec()) {
+            Ok(()) => Ok(true),
+            Err(_) => {
+                // Full inbox: like any sender facing a full receiver, the send waits.
+                self.waiting_sends.push_back(w);
+                Ok(false)
+            }
+        }
+    }
+
+    /// Retries the sends waiting for room.
+    pub(crate) fn retry_waiting_sends(&mut self, now: Duration, bufs: &dyn SendBuffers) {
+        for _ in 0..self.waiting_sends.len() {
+            let Some(w) = self.waiting_sends.pop_front() else {
+                break;
+            };
+            let before = self.waiting_sends.len();
+            match self.try_send(w, now, bufs) {
+                Ok(true) => self.actions.push_back(Action::SendDone(w.op)),
+                Ok(false) => {
+                    if self.waiting_sends.len() > before {
+                        // Still full: later sends of the queue wait behind it (flow order).
+                        if let Some(back) = self.waiting_sends.pop_back() {
+                            self.waiting_sends.push_front(back);
+                        }
+                        break;
+                    }
+                }
+                Err(e) => self.actions.push_back(Action::Failed(OpRef::Send(w.op), e)),
+            }
+        }
+    }
+
+    /// Queues outbox message `id` on a connection; `false` if none is available yet.
+    pub(crate) fn send_msg(&mut self, id: MsgId, now: Duration) -> Result<bool, EndpointError> {
+        let (peer, key, serial) = id;
+        let Some(c) = self.get_conn(peer, "send", now)? else {
+            return Ok(false);
+        };
+        let Some(msg) = self.outbox.get_mut(&id) else {
+            return Ok(true);
+        };
+        let ty = tcp_protocol::request_for(key, msg.len, self.cfg.eager_bytes);
+        let header = Header {
+            ty,
+            key,
+            source: self.cfg.rank as u32,
+            dest: peer as u32,
+            serial,
+            len: msg.len as u64,
+        };
+        msg.state = OutState::Sent;
+        msg.since = now;
+        let payload = match (&msg.data, ty) {
+            (Some(d), t) if t != FrameType::Announce => Payload::Shared(d.clone()),
+            _ => Payload::None,
+        };
+        if ty == FrameType::Announce {
+            self.counters.announced += 1;
+        } else if let Some(conn) = self.conns.get_mut(&c) {
+            conn.outstanding += 1;
+        }
+        self.transmit(c, header, payload);
+        Ok(true)
+    }
+
+    pub(crate) fn retry_unsent(&mut self, now: Duration) {
+        for _ in 0..self.unsent.len() {
+            let Some(id) = self.unsent.pop_front() else {
+                break;
+            };
+            if !self.outbox.contains_key(&id) {
+                continue;
+            }
+            if self.peer_gone("send", id.0).is_some() {
+                // Kept until finish reports it lost.
+                self.unsent.push_back(id);
+                continue;
+            }
+            match self.send_msg(id, now) {
+                Ok(true) => {}
+                Ok(false) | Err(_) => self.unsent.push_back(id),
+            }
+        }
+    }
+
+    /// The rendezvous grace period in force (see [`super::EndpointConfig::rndv_grace`]).
+    pub(crate) fn grace(&self) -> Duration {
+        if self.remote.values().any(|&asked| !asked) {
+            self.cfg.rndv_grace
+        } else {
+            self.cfg.rndv_grace_idle
+        }
+    }
+
+    /// Copies announced messages whose GET did not come in time into the outbox, so their
+    /// sends complete (blocking sends in a cycle never deadlock). Only while this rank waits
+    /// for no receive of its own and the receiver is not pulling (no GET within the grace).
+    pub(crate) fn rndv_copies(&mut self, now: Duration, bufs: &dyn SendBuffers) {
+        if self.announced.is_empty() || !self.posted.is_empty() {
+            return;
+        }
+        let grace = self.grace();
+        if now < self.last_get + grace {
+            return;
+        }
+        let mut due: Vec<(SendId, MsgId)> = self
+            .announced
+            .iter()
+            .filter(|(_, id)| {
+                self.outbox.get(id).is_some_and(|m| {
+                    m.data.is_none() && m.state != OutState::Served && now >= m.since + grace
+                })
+            })
+            .map(|(op, id)| (*op, *id))
+            .collect();
+        due.sort_unstable();
+        for (op, id) in due {
+            let Some(m) = self.outbox.get(&id) else {
+                continue;
+            };
+            let room = self.outbox_bytes.saturating_add(m.len) <= self.cfg.outbox_bytes
+                || self.outbox_bytes == 0;
+            if !room {
+                break;
+            }
+            let Some(bytes) = bufs.bytes(op) else {
+                continue;
+            };
+            let data = Arc::new(bytes.to_vec());
+            if let Some(m) = self.outbox.get_mut(&id) {
+                self.outbox_bytes += m.len;
+                m.data = Some(data);
+                m.op = None;
+            }
+            self.announced.remove(&op);
+            self.counters.rndv_copies += 1;
+            self.actions.push_back(Action::SendDone(op));
+        }
+    }
+
+    /// Serves a GET for our message `h` from the outbox or the announcing send's buffer.
+    pub(crate) fn serve_get(&mut self, conn: ConnId, peer: usize, h: &Header, now: Duration) {
+        self.counters.gets_served += 1;
+        self.last_get = now;
+        let key = (peer, h.key, h.serial);
+        let Some(m) = self.outbox.get_mut(&key) else {
+            self.transmit_control(conn, FrameType::Miss, h);
+            return;
+        };
+        // The entry stays until the receiver ACCEPTs the DATA, so that the goodbye (possibly
+        // on another connection) cannot overtake it.
+        let d = Header {
+            ty: FrameType::Data,
+            len: m.len as u64,
+            ..*h
+        };
+        let payload = match (&m.data, m.op) {
+            (Some(data), _) => Payload::Shared(data.clone()),
+            (None, Some(op)) => Payload::Op(op, m.len),
+            (None, None) => {
+                self.outbox.remove(&key);
+                self.transmit_control(conn, FrameType::Miss, h);
+                return;
+            }
+        };
+        m.state = OutState::Served;
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.outstanding += 1;
+        }
+        if self.mutations.get_answered_twice {
+            self.transmit(conn, d, payload.clone());
+        }
+        self.transmit(conn, d, payload);
+    }
+
+    /// The zero-copy DATA frame of send `op` was written completely: the send is done.
+    pub fn on_op_written(&mut self, op: SendId, now: Duration) {
+        self.last_get = now;
+        if let Some(id) = self.announced.remove(&op) {
+            if let Some(m) = self.outbox.get_mut(&id) {
+                m.op = None;
+            }
+            self.actions.push_back(Action::SendDone(op));
+        }
+    }
+
+    /// The program gave up send `op` (its exchange failed): a GET for it is answered MISS.
+    pub fn abandon_send(&mut self, op: SendId) {
+        self.waiting_sends.retain(|w| w.op != op);
+        if let Some(id) = self.announced.remove(&op) {
+            if let Some(m) = self.outbox.get(&id) {
+                if m.state != OutState::Served {
+                    self.outbox.remove(&id);
+                }
+            }
+        }
+    }
+
+    /// ACCEPT or REFUSE of our message.
+    pub(crate) fn on_answer(&mut self, peer: usize, h: &Header) {
+        let key = (peer, h.key, h.serial);
+        if h.ty == FrameType::Accept {
+            // A zero-copy send whose DATA this answers was reported written before (the
+            // peer can only answer what it read whole), so the entry simply goes.
+            if let Some(m) = self.outbox.remove(&key) {
+                if m.data.is_some() {
+                    self.outbox_bytes -= m.len;
+                }
+            }
+        } else if let Some(m) = self.outbox.get_mut(&key) {
+            m.state = OutState::Refused;
+            self.counters.refusals_received += 1;
+        }
+    }
+}

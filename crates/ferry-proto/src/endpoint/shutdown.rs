@@ -1,0 +1,171 @@
+//! The end of a rank (000 §4.4.1 "shutdown OK?"): serve the peers until every message of the
+//! outbox was taken by a live peer (dead ones are skipped at once), then say goodbye on every
+//! connection and wait, at most [`super::EndpointConfig::linger`], for the peers to close.
+
+use std::time::Duration;
+
+use super::{Action, ConnId, Endpoint, EndpointError, ErrorKind, PeerStatus, Phase};
+use crate::frame::{FrameType, Header};
+use crate::ident::MsgKey;
+
+#[derive(Debug)]
+pub(crate) struct Finish {
+    /// Rank whose failure ends this one, carried in the goodbye.
+    pub blame: Option<usize>,
+    /// Set once the goodbye was said.
+    pub linger_until: Option<Duration>,
+    pub result: Option<Result<(), EndpointError>>,
+    pub done: bool,
+    /// The goodbye is being said.
+    pub saying: bool,
+}
+
+impl Endpoint {
+    /// Starts the end of this rank. `blame` names the rank whose failure makes this one end,
+    /// if any: the goodbye carries it so that peers report that rank, not this one. Progress
+    /// comes from [`Endpoint::progress`] and the I/O; [`Endpoint::finished`] says when it is
+    /// over.
+    pub fn finish(&mut self, blame: Option<usize>, now: Duration) {
+        if self.finishing.is_none() {
+            self.finishing = Some(Finish {
+                blame,
+                linger_until: None,
+                result: None,
+                done: false,
+                saying: false,
+            });
+            self.advance_finish(now);
+        }
+    }
+
+    /// `Some(result)` once [`Endpoint::finish`] is over: every live peer took what it was owed
+    /// and the goodbye is said; an error names a peer that failed while it still had to take
+    /// messages of this rank.
+    pub fn finished(&self) -> Option<Result<(), EndpointError>> {
+        let f = self.finishing.as_ref()?;
+        if f.done {
+            Some(f.result.clone().unwrap_or(Ok(())))
+        } else {
+            None
+        }
+    }
+
+    /// Whether the outbox still holds messages that a live peer may take.
+    pub fn owes_live_peers(&self) -> bool {
+        self.outbox.keys().any(|&(p, _, _)| {
+            self.peers[p].status == PeerStatus::Alive || self.may_still_deliver(p)
+        })
+    }
+
+    pub(crate) fn advance_finish(&mut self, now: Duration) {
+        let Some(f) = self.finishing.as_ref() else {
+            return;
+        };
+        if f.done {
+            return;
+        }
+        if f.linger_until.is_none() {
+            if self.owes_live_peers() {
+                return;
+            }
+            let lost = self
+                .lost
+                .iter()
+                .map(|(&p, &n)| (p, n))
+                .chain(self.outbox.keys().map(|k| (k.0, 1)))
+                .next();
+            let result = match lost {
+                None => Ok(()),
+                Some((p, n)) => Err(match self.peer_gone("finish", p) {
+                    Some(e) => EndpointError {
+                        cause: format!("{} ({n} messages to it were not taken)", e.cause),
+                        ..e
+                    },
+                    None => self.error(
+                        ErrorKind::PeerFailed,
+                        "finish",
+                        p,
+                        format!("rank {p} did not take {n} messages"),
+                    ),
+                }),
+            };
+            self.say_goodbye();
+            if let Some(f) = self.finishing.as_mut() {
+                f.result = Some(result);
+                f.linger_until = Some(now + self.cfg.linger);
+            }
+        }
+        let over = self.conns.is_empty()
+            || self
+                .finishing
+                .as_ref()
+                .and_then(|f| f.linger_until)
+                .is_some_and(|l| now >= l);
+        if over {
+            let mut ids: Vec<ConnId> = self.conns.keys().copied().collect();
+            ids.sort_unstable();
+            for id in ids {
+                self.forget(id);
+                self.actions.push_back(Action::Close(id));
+            }
+            if let Some(f) = self.finishing.as_mut() {
+                f.done = true;
+            }
+            // Nothing can be received any more: what arrived unasked goes.
+            self.inbox.retain(|_| false);
+            self.overflow.clear();
+            self.remote.clear();
+            self.want_get.clear();
+        }
+    }
+
+    /// Whether the goodbye was said (connections identified later get it at once).
+    pub(crate) fn said_goodbye(&self) -> bool {
+        self.finishing
+            .as_ref()
+            .is_some_and(|f| f.linger_until.is_some() || f.saying)
+    }
+
+    /// Says goodbye on `id`, an authenticated connection with `peer`.
+    pub(crate) fn goodbye_on(&mut self, id: ConnId, peer: usize) {
+        let blame = self.finishing.as_ref().and_then(|f| f.blame);
+        let serial = blame.map_or(0, |x| x as u64 + 1);
+        let h = Header::control(
+            FrameType::Bye,
+            MsgKey::user(0),
+            self.cfg.rank as u32,
+            peer as u32,
+            serial,
+        );
+        self.transmit(id, h, super::Payload::None);
+        if let Some(c) = self.conns.get_mut(&id) {
+            c.phase = Phase::ByeSent;
+        }
+        self.actions.push_back(Action::ShutdownWrite(id));
+    }
+
+    fn say_goodbye(&mut self) {
+        if let Some(f) = self.finishing.as_mut() {
+            f.saying = true;
+        }
+        let mut ids: Vec<ConnId> = self.conns.keys().copied().collect();
+        ids.sort_unstable();
+        for id in ids {
+            let Some(c) = self.conns.get(&id) else {
+                continue;
+            };
+            match (c.phase, c.peer) {
+                (Phase::Open | Phase::ClosingSent | Phase::AwaitHelloAck, Some(p)) => {
+                    self.goodbye_on(id, p)
+                }
+                // A stranger may be a peer whose Hello is still on its way: it gets the
+                // goodbye right after its handshake (within the linger).
+                (Phase::AwaitHello { .. }, _) => {}
+                _ => {
+                    self.forget(id);
+                    self.actions.push_back(Action::Drop(id));
+                }
+            }
+        }
+    }
+}
