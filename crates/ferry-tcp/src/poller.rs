@@ -6,7 +6,9 @@
 //! a turn (000 §4.5.3). mio only offers edge-triggered readiness, hence this small wrapper.
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
+
+use rustix::event::epoll::{self, CreateFlags, EventData, EventFlags, EventVec};
 
 /// Token of the listening socket; connections use their slot index.
 pub(crate) const LISTENER: u64 = u64::MAX;
@@ -23,85 +25,86 @@ pub(crate) struct Ready {
 /// An epoll instance plus the buffer its events are returned in.
 pub(crate) struct Poller {
     fd: OwnedFd,
-    events: Vec<libc::epoll_event>,
+    events: Events,
+}
+
+/// The event buffer. rustix's `EventVec` is not `Send` because an event's user data may hold a
+/// pointer; this poller only ever registers `u64` tokens.
+struct Events(EventVec);
+
+// SAFETY: the buffer holds plain event records whose data is always a `u64` token (see `add`
+// and `modify`, the only places data is created); no pointer is stored, so moving the buffer
+// to another thread with its transport is sound.
+unsafe impl Send for Events {}
+
+/// Borrows a socket descriptor for one epoll call.
+fn borrow(fd: RawFd) -> BorrowedFd<'static> {
+    // SAFETY: every caller passes the descriptor of a socket it owns (a connection slot or the
+    // listener) and keeps open across the call; the borrow is used only inside that call and
+    // never stored, so the 'static lifetime never outlives the descriptor in practice.
+    unsafe { BorrowedFd::borrow_raw(fd) }
+}
+
+fn interest(write: bool) -> EventFlags {
+    let mut flags = EventFlags::IN | EventFlags::RDHUP;
+    if write {
+        flags |= EventFlags::OUT;
+    }
+    flags
 }
 
 impl Poller {
     pub fn new() -> io::Result<Poller> {
-        // SAFETY: plain system call; the result is checked before it is wrapped.
-        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `fd` is a freshly created descriptor owned by nobody else.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let fd = epoll::create(CreateFlags::CLOEXEC)?;
         Ok(Poller {
             fd,
-            events: vec![libc::epoll_event { events: 0, u64: 0 }; 64],
+            events: Events(EventVec::with_capacity(64)),
         })
-    }
-
-    fn ctl(&self, op: libc::c_int, fd: RawFd, token: u64, write: bool) -> io::Result<()> {
-        let mut flags = libc::EPOLLIN | libc::EPOLLRDHUP;
-        if write {
-            flags |= libc::EPOLLOUT;
-        }
-        let mut ev = libc::epoll_event {
-            events: flags as u32,
-            u64: token,
-        };
-        // SAFETY: `ev` outlives the call; the kernel validates both descriptors.
-        let rc = unsafe { libc::epoll_ctl(self.fd.as_raw_fd(), op, fd, &mut ev) };
-        if rc < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
     }
 
     /// Watches `fd` for input (and for room to write if `write`).
     pub fn add(&self, fd: RawFd, token: u64, write: bool) -> io::Result<()> {
-        self.ctl(libc::EPOLL_CTL_ADD, fd, token, write)
+        epoll::add(
+            &self.fd,
+            borrow(fd),
+            EventData::new_u64(token),
+            interest(write),
+        )?;
+        Ok(())
     }
 
     /// Changes whether `fd` is also watched for room to write.
     pub fn modify(&self, fd: RawFd, token: u64, write: bool) -> io::Result<()> {
-        self.ctl(libc::EPOLL_CTL_MOD, fd, token, write)
+        epoll::modify(
+            &self.fd,
+            borrow(fd),
+            EventData::new_u64(token),
+            interest(write),
+        )?;
+        Ok(())
     }
 
     /// Stops watching `fd` (closing it would too; explicit removal keeps the set exact even if
-    /// the descriptor were duplicated).
+    /// the descriptor were duplicated). A failure only means it was not registered.
     pub fn remove(&self, fd: RawFd) {
-        let mut ev = libc::epoll_event { events: 0, u64: 0 };
-        // SAFETY: as in `ctl`; a failure only means the descriptor was not registered.
-        unsafe { libc::epoll_ctl(self.fd.as_raw_fd(), libc::EPOLL_CTL_DEL, fd, &mut ev) };
+        let _ = epoll::delete(&self.fd, borrow(fd));
     }
 
     /// Waits up to `timeout_ms` (0 = just look, never blocks) and appends the ready sockets to
     /// `out`. EINTR counts as "nothing ready".
     pub fn wait(&mut self, out: &mut Vec<Ready>, timeout_ms: i32) -> io::Result<()> {
-        // SAFETY: the buffer holds `len` initialised events the kernel may overwrite.
-        let n = unsafe {
-            libc::epoll_wait(
-                self.fd.as_raw_fd(),
-                self.events.as_mut_ptr(),
-                self.events.len() as libc::c_int,
-                timeout_ms,
-            )
-        };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                return Ok(());
-            }
-            return Err(e);
+        match epoll::wait(&self.fd, &mut self.events.0, timeout_ms) {
+            Ok(()) => {}
+            Err(rustix::io::Errno::INTR) => return Ok(()),
+            Err(e) => return Err(e.into()),
         }
-        for ev in &self.events[..n as usize] {
-            let flags = ev.events as i32;
+        for ev in &self.events.0 {
+            let flags = ev.flags;
             out.push(Ready {
-                token: ev.u64,
-                readable: flags & (libc::EPOLLIN | libc::EPOLLRDHUP) != 0,
-                writable: flags & libc::EPOLLOUT != 0,
-                hangup: flags & (libc::EPOLLHUP | libc::EPOLLERR) != 0,
+                token: ev.data.u64(),
+                readable: flags.intersects(EventFlags::IN | EventFlags::RDHUP),
+                writable: flags.contains(EventFlags::OUT),
+                hangup: flags.intersects(EventFlags::HUP | EventFlags::ERR),
             });
         }
         Ok(())

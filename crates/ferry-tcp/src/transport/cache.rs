@@ -435,7 +435,7 @@ fn start_connect(addr: SocketAddr, failure_timeout: Duration) -> io::Result<(Tcp
     crate::limits::set_liveness(&sock, failure_timeout)?;
     let done = match socket2::SockRef::from(&sock).connect(&addr.into()) {
         Ok(()) => true,
-        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => false,
+        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::INPROGRESS.raw_os_error()) => false,
         Err(e) => return Err(e),
     };
     Ok((sock, done))

@@ -612,14 +612,12 @@ impl TcpTransport {
 
 /// This host's name (for addresses published when bound to every interface).
 fn host_name() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: the buffer is valid for its length; gethostname NUL-terminates on success.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    if rc != 0 {
-        return "localhost".to_string();
+    let name = ferry_core::launch::hostname();
+    if name.is_empty() {
+        "localhost".to_string()
+    } else {
+        name
     }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 
 fn resolve(a: &str) -> Option<SocketAddr> {
