@@ -2,85 +2,20 @@
 //! two concurrent jobs, hand-started ranks numbered by the shared counter, 8 ranks on 2 cores,
 //! and no /dev/shm leftovers after any of it (S4).
 
-use std::path::PathBuf;
+mod common;
+
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-/// `target/<profile>/examples/shm_worker`, built by `cargo test` with the test binaries.
-fn worker() -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    let dir = exe
-        .parent()
-        .and_then(|d| d.parent())
-        .expect("target/<profile> directory");
-    let w = dir.join("examples").join("shm_worker");
-    assert!(
-        w.exists(),
-        "{} missing: build it with `cargo build -p ferry-shm --examples`",
-        w.display()
-    );
-    w
-}
+use common::{leftovers, unique, wait_output, worker, worker_cmd};
 
-fn unique(tag: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    format!("t{}-{}-{}", std::process::id(), tag, nanos)
-}
-
-/// Every /dev/shm entry whose name mentions `job`.
-fn leftovers(job: &str) -> Vec<String> {
-    std::fs::read_dir("/dev/shm")
-        .map(|d| {
-            d.filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.contains(job))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// Starts rank `rank` (or a counter-numbered rank when None) of a job.
+/// Starts rank `rank` (or a counter-numbered rank when None) of a job, with a 30 s operation
+/// timeout as a safety net for the test itself.
 fn spawn(job_env: &[(&str, String)], rank: Option<usize>, size: usize, args: &[&str]) -> Child {
-    let mut c = Command::new(worker());
-    c.args(args)
-        .env_remove("FERRY_RANK")
-        .env_remove("FERRY_JOB_ID")
-        .env_remove("FERRY_SHM_JOB")
-        .env_remove("FERRY_CONFIG")
-        .env("FERRY_SIZE", size.to_string())
-        .env("FERRY_GENERAL_TIMEOUT_MS", "30000")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    for (k, v) in job_env {
-        c.env(k, v);
-    }
-    if let Some(r) = rank {
-        c.env("FERRY_RANK", r.to_string());
-    }
-    c.spawn().expect("spawn shm_worker")
-}
-
-/// Waits for a child with a deadline, killing it if it overstays.
-fn wait_output(mut child: Child, limit: Duration) -> Output {
-    let start = Instant::now();
-    loop {
-        match child.try_wait() {
-            Ok(Some(_)) => return child.wait_with_output().expect("collect output"),
-            Ok(None) if start.elapsed() > limit => {
-                let _ = child.kill();
-                let out = child.wait_with_output().expect("collect output");
-                panic!(
-                    "worker did not finish within {limit:?}; stderr: {}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
-            }
-            Ok(None) => std::thread::sleep(Duration::from_millis(10)),
-            Err(e) => panic!("wait: {e}"),
-        }
-    }
+    worker_cmd(job_env, rank, size, args)
+        .env("FERRY_GENERAL_OPERATION_TIMEOUT_MS", "30000")
+        .spawn()
+        .expect("spawn shm_worker")
 }
 
 fn launcher_job(job: &str, size: usize, args: &[&str], limit: Duration) -> Vec<Output> {
