@@ -1,0 +1,495 @@
+//! Receiving: taking messages out of the rings, claiming and reading single-copy
+//! descriptors, matching arrivals to posted receives and keeping early arrivals.
+
+use super::*;
+
+impl ShmTransport {
+    // ----- receiving -----------------------------------------------------------------------
+
+    pub(super) fn len_error(&self, peer: usize, len: usize, want: PrepareError) -> Error {
+        want.to_error("recv", len)
+            .on_rank(self.rank)
+            .with_peer(peer)
+    }
+
+    /// Takes descriptor `seq` from `l` for reading. Withdrawn: its fragments follow in the
+    /// ring. Aborted (the sender's operation failed): an error naming the sender, or the rank
+    /// whose failure made the sender fail.
+    pub(super) fn claim(&self, l: usize, peer: usize, seq: u64) -> Result<bool> {
+        let Some(rx) = self.rx[l].as_ref() else {
+            return Ok(false);
+        };
+        match ring::claim(rx.ring().ack(seq), seq) {
+            Claim::Got => Ok(true),
+            Claim::Withdrawn => Ok(false),
+            Claim::Aborted => {
+                let e = self
+                    .err(ErrorKind::PeerFailed, "recv")
+                    .with_peer(self.root_cause(l));
+                Err(e.with_detail(format!(
+                    "rank {peer} abandoned this message: its send failed before this rank took it{}",
+                    self.blame_note(l)
+                )))
+            }
+        }
+    }
+
+    /// Reads a claimed single-copy message into `buf` and completes the descriptor.
+    pub(super) fn cma_into(
+        &mut self,
+        l: usize,
+        peer: usize,
+        d: CmaDesc,
+        buf: &mut RecvBuf<'_>,
+    ) -> Result<()> {
+        let len = d.len as usize;
+        let result = match buf.prepare(len) {
+            Ok(dst) => sys::cma_read(self.pids[l], d.addr, dst).map_err(|e| {
+                let kind = if sys::is_no_such_process(&e) {
+                    ErrorKind::PeerFailed
+                } else {
+                    ErrorKind::Io
+                };
+                Error::new(kind, "recv")
+                    .on_rank(self.rank)
+                    .with_peer(peer)
+                    .with_detail(format!("single-copy read of {len} bytes"))
+                    .with_source(e)
+            }),
+            Err(want) => Err(self.len_error(peer, len, want)),
+        };
+        // Complete the descriptor even on failure so the sender does not wait forever; the
+        // error surfaces here.
+        if let Some(rx) = self.rx[l].as_ref() {
+            ring::complete(rx.ring().ack(d.seq), d.seq);
+        }
+        self.wake(l);
+        result?;
+        self.stats.bump("shm single-copy reads", 1);
+        self.stats.record_recv(peer, len);
+        Ok(())
+    }
+
+    pub(super) fn find_recv(ex: &Exchange<'_>, peer: usize, a: &Arrival) -> Option<usize> {
+        ex.recvs.iter().position(|r| {
+            r.peer == peer
+                && r.key == a.key
+                && matches!(r.state, OpState::Active { serial, .. } if serial == a.serial)
+        })
+    }
+
+    /// Consumes entries of the ring from segment index `l`; stops when it is empty, when an
+    /// early arrival does not fit (back-pressure) or after a bounded number of entries.
+    pub(super) fn drain(&mut self, l: usize, ex: &mut Exchange<'_>) -> Result<()> {
+        let peer = self.global_of[l];
+        let mut popped = 0usize;
+        let mut result = self.drain_inner(l, peer, ex, &mut popped);
+        if popped > 0 {
+            // The sender may wait for room.
+            self.wake(l);
+        }
+        // Descriptors were claimed as they came (so the sender does not withdraw them while
+        // earlier ones are read); read them now. Claimed ones are always completed.
+        let mut reads = std::mem::take(&mut self.to_read);
+        for (i, d) in reads.drain(..) {
+            let r = &mut ex.recvs[i];
+            match self.cma_into(l, peer, d, &mut r.buf) {
+                Ok(()) => r.state = OpState::Done,
+                Err(e) => {
+                    if result.is_ok() {
+                        result = Err(e);
+                    }
+                }
+            }
+        }
+        self.to_read = reads;
+        result
+    }
+
+    pub(super) fn drain_inner(
+        &mut self,
+        l: usize,
+        peer: usize,
+        ex: &mut Exchange<'_>,
+        popped: &mut usize,
+    ) -> Result<()> {
+        let cap = self.inline_cap;
+        while *popped < 256 {
+            let Some(e) = self.rx[l].as_ref().and_then(|c| c.peek()) else {
+                return Ok(());
+            };
+            let arrival = Arrival {
+                source: peer,
+                key: e.key,
+                serial: e.serial,
+            };
+            let total = e.total_len as usize;
+            if e.typ != T_CMA && !self.pending_cma.is_empty() {
+                // The same message as a withdrawn descriptor kept earlier: forget that.
+                self.pending_cma.remove(&arrival);
+            }
+            match e.typ {
+                T_INLINE => {
+                    if total > cap {
+                        return Err(self.protocol(peer, "inline entry longer than a slot"));
+                    }
+                    match Self::find_recv(ex, peer, &arrival) {
+                        Some(i) => {
+                            let r = &mut ex.recvs[i];
+                            let Some(rx) = self.rx[l].as_mut() else {
+                                return Ok(());
+                            };
+                            match r.buf.prepare(total) {
+                                Ok(dst) => rx.read_payload(dst),
+                                Err(want) => {
+                                    rx.pop();
+                                    *popped += 1;
+                                    return Err(self.len_error(peer, total, want));
+                                }
+                            }
+                            rx.pop();
+                            r.state = OpState::Done;
+                            self.stats.record_recv(peer, total);
+                        }
+                        None => {
+                            if !self.room_for(total) {
+                                self.stats.bump("shm inbox full stops", 1);
+                                return Ok(());
+                            }
+                            let Some(rx) = self.rx[l].as_mut() else {
+                                return Ok(());
+                            };
+                            let mut v = vec![0u8; total];
+                            rx.read_payload(&mut v);
+                            rx.pop();
+                            self.inbox.insert(arrival, v).map_err(|err| {
+                                self.protocol(peer, "duplicate message").with_source(err)
+                            })?;
+                        }
+                    }
+                }
+                T_FRAG => {
+                    if self.partial[l].is_none() {
+                        let target = match Self::find_recv(ex, peer, &arrival) {
+                            Some(i) => {
+                                if let Err(want) = ex.recvs[i].buf.prepare(total) {
+                                    return Err(self.len_error(peer, total, want));
+                                }
+                                Target::Op(i)
+                            }
+                            None => {
+                                if !self.room_for(total) {
+                                    self.stats.bump("shm inbox full stops", 1);
+                                    return Ok(());
+                                }
+                                self.partial_bytes += total;
+                                self.partial_count += 1;
+                                Target::Buf(vec![0u8; total])
+                            }
+                        };
+                        self.partial[l] = Some(Partial {
+                            arrival,
+                            total,
+                            received: 0,
+                            target,
+                        });
+                    }
+                    let Some(mut p) = self.partial[l].take() else {
+                        return Ok(());
+                    };
+                    if p.arrival != arrival || p.total != total {
+                        return Err(self.protocol(peer, "fragment of another message interleaved"));
+                    }
+                    let chunk = cap.min(total - p.received);
+                    if let Target::Op(i) = p.target {
+                        let ok = ex.recvs.get(i).is_some_and(|r| {
+                            r.peer == peer
+                                && r.key == arrival.key
+                                && matches!(r.state, OpState::Active { serial, .. } if serial == arrival.serial)
+                        });
+                        if !ok {
+                            return Err(self.protocol(
+                                peer,
+                                "fragmented message lost its receive (an earlier exchange failed)",
+                            ));
+                        }
+                    }
+                    let Some(rx) = self.rx[l].as_mut() else {
+                        return Ok(());
+                    };
+                    let mut len_err = None;
+                    match &mut p.target {
+                        Target::Op(i) => match ex.recvs[*i].buf.prepare(total) {
+                            Ok(dst) => rx.read_payload(&mut dst[p.received..p.received + chunk]),
+                            Err(want) => len_err = Some(want),
+                        },
+                        Target::Buf(v) => rx.read_payload(&mut v[p.received..p.received + chunk]),
+                    }
+                    rx.pop();
+                    *popped += 1;
+                    if let Some(want) = len_err {
+                        return Err(self.len_error(peer, total, want));
+                    }
+                    p.received += chunk;
+                    if p.received == total {
+                        match p.target {
+                            Target::Op(i) => {
+                                ex.recvs[i].state = OpState::Done;
+                                self.stats.record_recv(peer, total);
+                            }
+                            Target::Buf(v) => {
+                                self.partial_bytes -= total;
+                                self.partial_count -= 1;
+                                // Its receive may have been posted while it streamed in: hand
+                                // it over now. Parked in the inbox, it would be taken only by
+                                // the next pass, and a liveness check in between would see an
+                                // empty ring and a finished sender and report a message that
+                                // is here as missing.
+                                match Self::find_recv(ex, peer, &arrival) {
+                                    Some(i) => {
+                                        let r = &mut ex.recvs[i];
+                                        r.buf
+                                            .fill_from(v)
+                                            .map_err(|want| self.len_error(peer, total, want))?;
+                                        r.state = OpState::Done;
+                                        self.stats.record_recv(peer, total);
+                                    }
+                                    None => {
+                                        self.inbox.insert(arrival, v).map_err(|err| {
+                                            self.protocol(peer, "duplicate message")
+                                                .with_source(err)
+                                        })?;
+                                    }
+                                }
+                            }
+                        }
+                    } else {
+                        self.partial[l] = Some(p);
+                    }
+                    continue;
+                }
+                T_CMA => {
+                    let Some(rx) = self.rx[l].as_mut() else {
+                        return Ok(());
+                    };
+                    let mut raw = [0u8; CMA_DESC];
+                    rx.read_payload(&mut raw);
+                    rx.pop();
+                    let d = decode_cma(&raw);
+                    if d.len != e.total_len {
+                        *popped += 1;
+                        return Err(self.protocol(peer, "descriptor length mismatch"));
+                    }
+                    match Self::find_recv(ex, peer, &arrival) {
+                        Some(i) => {
+                            *popped += 1;
+                            if self.claim(l, peer, d.seq)? {
+                                self.to_read.push((i, d));
+                            }
+                            continue;
+                        }
+                        None => {
+                            self.pending_cma.insert(arrival, d);
+                        }
+                    }
+                }
+                T_ABORT => {
+                    if let Some(rx) = self.rx[l].as_mut() {
+                        rx.pop();
+                    }
+                    *popped += 1;
+                    if let Some(p) = self.partial[l].take_if(|p| p.arrival == arrival) {
+                        match p.target {
+                            Target::Buf(_) => {
+                                self.partial_bytes -= p.total;
+                                self.partial_count -= 1;
+                            }
+                            Target::Op(_) => return Err(self.abandoned_error(l)),
+                        }
+                    }
+                    if Self::find_recv(ex, peer, &arrival).is_some() {
+                        return Err(self.abandoned_error(l));
+                    }
+                    self.abandoned.insert(arrival);
+                    continue;
+                }
+                other => {
+                    return Err(self.protocol(peer, &format!("unknown entry type {other}")));
+                }
+            }
+            *popped += 1;
+        }
+        Ok(())
+    }
+
+    pub(super) fn protocol(&self, peer: usize, what: &str) -> Error {
+        self.err(ErrorKind::Protocol, "recv")
+            .with_peer(peer)
+            .with_detail(what.to_string())
+    }
+
+    pub(super) fn progress_recvs(&mut self, ex: &mut Exchange<'_>) -> Result<()> {
+        // Assign serials and take what already arrived.
+        for i in 0..ex.recvs.len() {
+            let r = &mut ex.recvs[i];
+            if r.state == OpState::Done {
+                continue;
+            }
+            check_peer(self.rank, self.size, r.peer, "recv")?;
+            let Some(l) = self.local_of[r.peer] else {
+                continue;
+            };
+            let serial = match r.state {
+                OpState::New => {
+                    let serial = self.recv_flows.take(r.peer, r.key);
+                    r.state = OpState::Active {
+                        serial,
+                        progress: 0,
+                    };
+                    serial
+                }
+                OpState::Active { serial, .. } => serial,
+                OpState::Done => continue,
+            };
+            if matches!(&self.partial[l], Some(Partial { target: Target::Op(j), .. }) if *j == i) {
+                continue;
+            }
+            let arrival = Arrival {
+                source: r.peer,
+                key: r.key,
+                serial,
+            };
+            if !self.inbox.is_empty() {
+                if let Some(payload) = self.inbox.take(&arrival) {
+                    let len = payload.len();
+                    let peer = r.peer;
+                    r.buf
+                        .fill_from(payload)
+                        .map_err(|want| self.len_error(peer, len, want))?;
+                    r.state = OpState::Done;
+                    self.stats.record_recv(peer, len);
+                    continue;
+                }
+            }
+            if !self.abandoned.is_empty() && self.abandoned.remove(&arrival) {
+                return Err(self.abandoned_error(l));
+            }
+            if !self.pending_cma.is_empty() {
+                if let Some(d) = self.pending_cma.remove(&arrival) {
+                    // A withdrawn descriptor is dropped: its fragments follow.
+                    if self.claim(l, r.peer, d.seq)? {
+                        let peer = r.peer;
+                        self.cma_into(l, peer, d, &mut r.buf)?;
+                        r.state = OpState::Done;
+                    }
+                }
+            }
+        }
+        // Then drain the rings, round-robin from a moving start for fairness.
+        let n = self.rx.len();
+        let start = self.drain_start;
+        self.drain_start = (start + 1) % n.max(1);
+        for k in 0..n {
+            let l = (start + k) % n;
+            if self.rx[l].as_ref().is_some_and(|c| c.has_data()) {
+                self.drain(l, ex)?;
+            }
+        }
+        for r in ex.recvs.iter() {
+            if r.state != OpState::Done {
+                if let Some(l) = self.local_of.get(r.peer).copied().flatten() {
+                    self.waiting.push(l);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The lean path of `recv` for a message waiting inline at the head of `l`'s ring.
+    /// Returns Ok(true) when it delivered the message, Ok(false) when the general path must
+    /// take over (serial already assigned).
+    pub(super) fn try_fast_recv(
+        &mut self,
+        l: usize,
+        peer: usize,
+        key: MsgKey,
+        serial: u64,
+        buf: &mut RecvBuf<'_>,
+    ) -> Result<bool> {
+        let arrival = Arrival {
+            source: peer,
+            key,
+            serial,
+        };
+        // The clock is read only once the message is late (a read costs ~40 ns here).
+        let mut start: Option<Instant> = None;
+        let mut spins: u32 = 0;
+        loop {
+            let Some(rx) = self.rx[l].as_mut() else {
+                return Ok(false);
+            };
+            if let Some(e) = rx.peek() {
+                if e.typ != T_INLINE || e.total_len as usize > self.inline_cap {
+                    return Ok(false);
+                }
+                let len = e.total_len as usize;
+                if e.key == key && e.serial == serial {
+                    // A length mismatch is reported by the general path.
+                    let Ok(dst) = buf.prepare(len) else {
+                        return Ok(false);
+                    };
+                    rx.read_payload(dst);
+                    rx.pop();
+                    self.wake(l);
+                    self.stats.record_recv(peer, len);
+                    return Ok(true);
+                }
+                // Another flow's message: keep it for its receive.
+                let room = self.inbox.len() + self.partial_count < self.inbox_cap_messages
+                    && self.inbox.bytes() + self.partial_bytes + len <= self.inbox_cap_bytes;
+                if !room {
+                    return Ok(false);
+                }
+                let mut v = vec![0u8; len];
+                rx.read_payload(&mut v);
+                rx.pop();
+                let other = Arrival {
+                    source: peer,
+                    key: e.key,
+                    serial: e.serial,
+                };
+                self.inbox
+                    .insert(other, v)
+                    .map_err(|err| self.protocol(peer, "duplicate message").with_source(err))?;
+                self.wake(l);
+                if let Some(p) = self.inbox.take(&arrival) {
+                    let n = p.len();
+                    buf.fill_from(p)
+                        .map_err(|want| self.len_error(peer, n, want))?;
+                    self.stats.record_recv(peer, n);
+                    return Ok(true);
+                }
+                continue;
+            }
+            spins = spins.wrapping_add(1);
+            if spins.is_multiple_of(64) {
+                let waited = start.get_or_insert_with(Instant::now).elapsed();
+                if waited >= self.policy.spin {
+                    return Ok(false);
+                }
+                // A yield costs about a microsecond here: pure spinning first, so that a
+                // dedicated core answers in tens of nanoseconds; then yield, so that ranks
+                // outnumbering cores let the sender run.
+                if waited >= PURE_SPIN && !self.policy.yield_each_poll {
+                    std::thread::yield_now();
+                }
+            }
+            // Oversubscribed host (more local ranks than cores, `general.yield_when_idle`):
+            // the sender may be waiting for this core, so hand it over on every idle poll.
+            if self.policy.yield_each_poll {
+                std::thread::yield_now();
+            }
+            std::hint::spin_loop();
+        }
+    }
+}
