@@ -2,6 +2,7 @@
 //! The protocol and why it is safe are in the module documentation of [`super`].
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
 
 use super::tree::Live;
 use super::wire::{decode_agree, encode_agree, AgreeBody, FtDecodeError};
@@ -20,7 +21,9 @@ pub struct AgreeMutations {
 /// One instance of a fault-tolerant consensus among `members` (see the module documentation).
 pub struct Agreement {
     me: u32,
-    members: Vec<u32>,
+    /// Sorted, distinct; shared so that many instances (or a simulation of many ranks) do not
+    /// each hold a copy.
+    members: Arc<[u32]>,
     instance: u64,
     value: u64,
     /// Members known dead (never `me`). Only grows.
@@ -54,6 +57,25 @@ impl Agreement {
     ) -> Agreement {
         Self::with_mutations(
             me,
+            sorted(members),
+            instance,
+            value,
+            known_failed,
+            AgreeMutations::default(),
+        )
+    }
+
+    /// [`Agreement::new`] with the member list shared (it is sorted and deduplicated first if
+    /// it is not already).
+    pub fn new_shared(
+        me: u32,
+        members: Arc<[u32]>,
+        instance: u64,
+        value: u64,
+        known_failed: &BTreeSet<u32>,
+    ) -> Agreement {
+        Self::with_mutations(
+            me,
             members,
             instance,
             value,
@@ -66,15 +88,17 @@ impl Agreement {
     #[doc(hidden)]
     pub fn with_mutations(
         me: u32,
-        members: &[u32],
+        members: Arc<[u32]>,
         instance: u64,
         value: u64,
         known_failed: &BTreeSet<u32>,
         mutations: AgreeMutations,
     ) -> Agreement {
-        let mut members = members.to_vec();
-        members.sort_unstable();
-        members.dedup();
+        let members = if members.windows(2).all(|w| w[0] < w[1]) {
+            members
+        } else {
+            sorted(&members)
+        };
         let member = members.binary_search(&me).is_ok();
         let view = known_failed
             .iter()
@@ -246,8 +270,8 @@ impl Agreement {
         self.reported = false;
         if let Some(d) = self.decision.clone() {
             // A decided rank answers in every view with its decision, so that a new root adopts
-            // it rather than creating another.
-            self.send_decision(&d, skip);
+            // it rather than creating another. `skip` is in this view but may not have decided.
+            self.send_decision(&d, None);
             return;
         }
         if announce {
@@ -302,6 +326,14 @@ impl Agreement {
         self.out
             .push_back((to, encode_agree(self.instance, &self.view, body)));
     }
+}
+
+/// `members` sorted and deduplicated, shared.
+pub(crate) fn sorted(members: &[u32]) -> Arc<[u32]> {
+    let mut m = members.to_vec();
+    m.sort_unstable();
+    m.dedup();
+    m.into()
 }
 
 #[cfg(test)]

@@ -1,0 +1,96 @@
+//! Agreement at scale: simulated agreements among 1,000 and 10,000 ranks (or the sizes given as
+//! arguments) with 0 to 3 failures, counting messages, bytes and rounds until every survivor has
+//! decided (a shrink needs nothing more: each survivor builds the new communicator from the
+//! decision), then the same for one flood (revoke) from rank 0. Prints Markdown tables.
+//!
+//! ```text
+//! cargo run --release -p ferry-proto --example ft_scale [N ...]
+//! ```
+//!
+//! Every hop takes one round and every death is noticed by each survivor two rounds later.
+//! Failures: 1 = the root (rank 0) dies just before it would decide; 2 = also rank N/2 dead
+//! before the agreement (every rank knows it at the start); 3 = also the next root (rank 1) dies
+//! just before it would decide in its turn. Each run is checked like the seeded simulation (all
+//! survivors decide the same value and failed set, at most 4N(f+1) messages). The flood's
+//! failures are rank 0's nearest neighbours (1, then 2), dead as it starts.
+
+#[path = "../tests/ft_harness/mod.rs"]
+mod harness;
+
+const NOTICE: u64 = 2;
+/// A kill time no run reaches before it is quiescent: a probe for when a rank would decide.
+const NEVER: u64 = u64::MAX / 4;
+
+fn main() {
+    let sizes: Vec<usize> = {
+        let args: Vec<usize> = std::env::args()
+            .skip(1)
+            .filter_map(|a| a.parse().ok())
+            .collect();
+        if args.is_empty() {
+            vec![1_000, 10_000]
+        } else {
+            args
+        }
+    };
+    println!(
+        "| N | failures | messages | messages / N | messages / (N log2 N) | bytes | rounds | \
+         2⌈log2 N⌉ |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let mut failed = false;
+    for &n in &sizes {
+        let l = harness::ceil_log2(n);
+        // When the root would decide (alone, or with rank N/2 gone), and when rank 1 would, as
+        // the next root: each kill happens just before that.
+        let start = |run: &harness::AgreeRun| run.starts[0];
+        let decides_at = |run: &harness::AgreeRun, rank: usize| {
+            harness::agree(run, 1).0.decided_at[rank].unwrap_or(0) - start(run)
+        };
+        let root_alone = decides_at(&harness::scale_run(n, 0, NOTICE, NEVER, NEVER), 0);
+        let root_at = decides_at(&harness::scale_run(n, 2, NOTICE, NEVER, NEVER), 0);
+        let next_at = decides_at(&harness::scale_run(n, 3, NOTICE, root_at, NEVER), 1);
+        for f in 0..=3 {
+            let root = if f == 1 { root_alone } else { root_at };
+            let run = harness::scale_run(n, f, NOTICE, root, next_at);
+            let (fig, violations) = harness::agree(&run, 1);
+            if !violations.is_empty() {
+                failed = true;
+                eprintln!("N={n} f={f}: {}", violations.join("; "));
+            }
+            let nf = n as f64;
+            println!(
+                "| {n} | {f} | {} | {:.2} | {:.3} | {} | {} | {} |",
+                fig.messages,
+                fig.messages as f64 / nf,
+                fig.messages as f64 / (nf * nf.log2()),
+                fig.bytes,
+                fig.time - start(&run),
+                2 * l
+            );
+        }
+    }
+    println!();
+    println!("| N | failures | flood messages | messages / (N log2 N) | rounds | ⌈log2 N⌉ |");
+    println!("|---:|---:|---:|---:|---:|---:|");
+    for &n in &sizes {
+        for f in 0..=2 {
+            let (fig, violations) = harness::flood(&harness::scale_flood(n, f, NOTICE), 1);
+            if !violations.is_empty() {
+                failed = true;
+                eprintln!("flood N={n} f={f}: {}", violations.join("; "));
+            }
+            let nf = n as f64;
+            println!(
+                "| {n} | {f} | {} | {:.3} | {} | {} |",
+                fig.messages,
+                fig.messages as f64 / (nf * nf.log2()),
+                fig.time,
+                harness::ceil_log2(n)
+            );
+        }
+    }
+    if failed {
+        std::process::exit(1);
+    }
+}
