@@ -408,6 +408,52 @@ mod tests {
         }
     }
 
+    /// A decided rank that learns of a death from a child's report answers that child with the
+    /// decision: it ignores the report itself, so skipping the child would leave it waiting.
+    #[test]
+    fn a_decided_rank_answers_the_child_that_brought_a_new_view() {
+        let members = [0, 1, 2, 3];
+        let mut ags: Vec<Agreement> = members
+            .iter()
+            .map(|&r| Agreement::new(r, &members, 3, 1 << r, &none()))
+            .collect();
+        // Tree of view {}: 0 -> 1, 2 and 1 -> 3. Everything arrives except the decision 1 sends
+        // to 3, then 2 dies and 3 hears of it first.
+        let mut held = false;
+        loop {
+            let mut moved = false;
+            for i in 0..4 {
+                while let Some((to, bytes)) = ags[i].poll_transmit() {
+                    moved = true;
+                    if to == 3 && i == 1 {
+                        held = true;
+                        continue;
+                    }
+                    ags[to as usize].on_message(i as u32, &bytes).unwrap();
+                }
+            }
+            if !moved {
+                break;
+            }
+        }
+        assert!(held && ags[3].decision().is_none());
+        let decided = ags[0].decision().cloned().expect("decided");
+        // In view {2} (live 0, 1, 3) rank 3 is a leaf under 0.
+        ags[3].on_failure(2);
+        let (to, report) = ags[3].poll_transmit().expect("a report");
+        assert_eq!(to, 0);
+        ags[0].on_message(3, &report).unwrap();
+        let mut answered = false;
+        while let Some((to, bytes)) = ags[0].poll_transmit() {
+            if to == 3 {
+                ags[3].on_message(0, &bytes).unwrap();
+                answered = true;
+            }
+        }
+        assert!(answered, "rank 0 did not answer rank 3");
+        assert_eq!(ags[3].decision(), Some(&decided));
+    }
+
     #[test]
     fn a_lone_member_decides_at_once_and_a_stranger_never() {
         let a = Agreement::new(4, &[4], 0, 5, &none());
