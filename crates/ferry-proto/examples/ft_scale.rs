@@ -1,7 +1,8 @@
 //! Agreement at scale: simulated agreements among 1,000 and 10,000 ranks (or the sizes given as
 //! arguments) with 0 to 3 failures, counting messages, bytes and rounds until every survivor has
 //! decided (a shrink needs nothing more: each survivor builds the new communicator from the
-//! decision), then the same for one flood (revoke) from rank 0. Prints Markdown tables.
+//! decision), then the worst of ten schedules with random delays and three random deaths, then
+//! one flood (revoke) from rank 0. Prints Markdown tables.
 //!
 //! ```text
 //! cargo run --release -p ferry-proto --example ft_scale [N ...]
@@ -20,6 +21,39 @@ mod harness;
 const NOTICE: u64 = 2;
 /// A kill time no run reaches before it is quiescent: a probe for when a rank would decide.
 const NEVER: u64 = u64::MAX / 4;
+
+/// Schedules per size in the random-delay table.
+const SEEDS: u64 = 10;
+
+/// Random delays (1 to 10 rounds per hop, 5 to 20 for a notice, start times spread over 20),
+/// and three deaths: the root at a random time during the agreement, a random rank in the middle
+/// of sending, another at a random time.
+fn random_run(n: usize, seed: u64) -> harness::AgreeRun {
+    let mut r = harness::Rng(seed);
+    let l = harness::ceil_log2(n);
+    let mut kills = vec![(harness::When::At(r.range(0, 10 * l)), 0)];
+    let a = r.range(1, n as u64 - 1) as usize;
+    let mut b = r.range(1, n as u64 - 1) as usize;
+    if b == a {
+        b = if a + 1 < n { a + 1 } else { 1 };
+    }
+    kills.push((harness::When::AfterSends(r.range(1, 3)), a));
+    kills.push((harness::When::At(r.range(0, 20 * l)), b));
+    harness::AgreeRun {
+        members: (0..n as u32).collect(),
+        values: (0..n).map(|i| !(1u64 << (i % 64))).collect(),
+        starts: (0..n).map(|_| r.range(0, 20)).collect(),
+        kills,
+        net: harness::Net {
+            delay: (1, 10),
+            notice: (5, 20),
+            lose_from_dead: 50,
+            slow: 0,
+        },
+        mutations: Default::default(),
+        check_rounds: false,
+    }
+}
 
 fn main() {
     let sizes: Vec<usize> = {
@@ -69,6 +103,35 @@ fn main() {
                 2 * l
             );
         }
+    }
+    println!();
+    println!(
+        "| N | seeds | messages / N (max) | messages / (N log2 N) (max) | virtual time (max) | \
+         survivors (min) |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|");
+    for &n in &sizes {
+        let mut worst = (0u64, 0u64, usize::MAX);
+        for seed in 1..=SEEDS {
+            let (fig, violations) = harness::agree(&random_run(n, seed), seed);
+            if !violations.is_empty() {
+                failed = true;
+                eprintln!("random N={n} seed {seed}: {}", violations.join("; "));
+            }
+            worst = (
+                worst.0.max(fig.messages),
+                worst.1.max(fig.time),
+                worst.2.min(fig.survivors),
+            );
+        }
+        let nf = n as f64;
+        println!(
+            "| {n} | {SEEDS} | {:.2} | {:.3} | {} | {} |",
+            worst.0 as f64 / nf,
+            worst.0 as f64 / (nf * nf.log2()),
+            worst.1,
+            worst.2
+        );
     }
     println!();
     println!("| N | failures | flood messages | messages / (N log2 N) | rounds | ⌈log2 N⌉ |");
