@@ -19,8 +19,6 @@
 mod harness;
 
 const NOTICE: u64 = 2;
-/// A kill time no run reaches before it is quiescent: a probe for when a rank would decide.
-const NEVER: u64 = u64::MAX / 4;
 
 /// Schedules per size in the random-delay table.
 const SEEDS: u64 = 10;
@@ -75,19 +73,9 @@ fn main() {
     let mut failed = false;
     for &n in &sizes {
         let l = harness::ceil_log2(n);
-        // When the root would decide (alone, or with rank N/2 gone), and when rank 1 would, as
-        // the next root: each kill happens just before that.
         let start = |run: &harness::AgreeRun| run.starts[0];
-        let decides_at = |run: &harness::AgreeRun, rank: usize| {
-            harness::agree(run, 1).0.decided_at[rank].unwrap_or(0) - start(run)
-        };
-        let root_alone = decides_at(&harness::scale_run(n, 0, NOTICE, NEVER, NEVER), 0);
-        let root_at = decides_at(&harness::scale_run(n, 2, NOTICE, NEVER, NEVER), 0);
-        let next_at = decides_at(&harness::scale_run(n, 3, NOTICE, root_at, NEVER), 1);
-        for f in 0..=3 {
-            let root = if f == 1 { root_alone } else { root_at };
-            let run = harness::scale_run(n, f, NOTICE, root, next_at);
-            let (fig, violations) = harness::agree(&run, 1);
+        for (f, run) in harness::scale_runs(n, NOTICE).iter().enumerate() {
+            let (fig, violations) = harness::agree(run, 1);
             if !violations.is_empty() {
                 failed = true;
                 eprintln!("N={n} f={f}: {}", violations.join("; "));
@@ -99,7 +87,7 @@ fn main() {
                 fig.messages as f64 / nf,
                 fig.messages as f64 / (nf * nf.log2()),
                 fig.bytes,
-                fig.time - start(&run),
+                fig.time - start(run),
                 2 * l
             );
         }

@@ -12,6 +12,9 @@
 //! survivor delivered, is delivered exactly once by every other survivor; at most
 //! N⌈log2 N⌉(f+1) messages per broadcast; without failures and with unit delays, ⌈log2 N⌉ rounds.
 //!
+//! At scale (1,000 ranks here, 10,000 with `--include-ignored`): 2(N-1) messages and at most
+//! 2⌈log2 N⌉ rounds without failures, about 2N more messages per death during the agreement.
+//!
 //! `FERRY_FT_SIM_SEEDS` sets the number of schedules per test (default 10000), `FERRY_FT_SIM_SEED`
 //! replays one.
 
@@ -254,4 +257,38 @@ fn a_flood_forwarded_to_one_neighbour_is_caught() {
             .is_empty()
     });
     assert!(caught, "no schedule noticed a flood sent to one neighbour");
+}
+
+/// Messages and rounds at `n` ranks for the scale scenarios: 2(N-1) messages and at most
+/// 2⌈log2 N⌉ rounds without failures, about 2N more messages per death during the agreement
+/// (none for a death known at the start), never more than 4N(f+1).
+fn linear_at(n: usize) {
+    let l = harness::ceil_log2(n);
+    // Deaths during the agreement in scenarios 0..=3 (scenario 2 adds one known at the start).
+    let during = [0u64, 1, 1, 2];
+    for (f, run) in harness::scale_runs(n, 2).iter().enumerate() {
+        let (fig, violations) = harness::agree(run, 1);
+        assert!(violations.is_empty(), "N={n} f={f}: {violations:?}");
+        let bound = 2 * (n as u64) * (during[f] + 1);
+        assert!(
+            fig.messages <= bound,
+            "N={n} f={f}: {} messages (bound {bound})",
+            fig.messages
+        );
+        if f == 0 {
+            assert_eq!(fig.messages, 2 * (n as u64 - 1));
+            assert!(fig.time <= 2 * l, "N={n}: {} rounds", fig.time);
+        }
+    }
+}
+
+#[test]
+fn agreement_cost_is_linear_at_1000_ranks() {
+    linear_at(1000);
+}
+
+#[test]
+#[ignore = "scale run (10,000 ranks, a few seconds); the table comes from examples/ft_scale.rs"]
+fn agreement_cost_is_linear_at_10000_ranks() {
+    linear_at(10_000);
 }

@@ -609,6 +609,24 @@ pub fn scale_run(
     }
 }
 
+/// The four scale scenarios (0 to 3 failures) of [`scale_run`] with each kill timed just before
+/// its victim would decide, found by first running the scenario without that kill.
+pub fn scale_runs(n: usize, notice: u64) -> Vec<AgreeRun> {
+    // A kill time no run reaches before it is quiescent.
+    const NEVER: u64 = u64::MAX / 4;
+    let decides_at =
+        |run: &AgreeRun, rank: usize| agree(run, 1).0.decided_at[rank].unwrap_or(0) - run.starts[0];
+    let root_alone = decides_at(&scale_run(n, 0, notice, NEVER, NEVER), 0);
+    let root_at = decides_at(&scale_run(n, 2, notice, NEVER, NEVER), 0);
+    let next_at = decides_at(&scale_run(n, 3, notice, root_at, NEVER), 1);
+    (0..=3)
+        .map(|f| {
+            let root = if f == 1 { root_alone } else { root_at };
+            scale_run(n, f, notice, root, next_at)
+        })
+        .collect()
+}
+
 /// A broadcast from rank 0 among `n` ranks 0..n with unit delays; with `failures` 1, rank 1
 /// (its nearest neighbour) dies as the broadcast starts, noticed `notice` rounds later; with 2,
 /// rank 2 as well.
