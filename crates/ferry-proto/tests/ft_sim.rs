@@ -245,6 +245,22 @@ fn accepting_decisions_of_older_views_is_caught() {
     assert!(caught, "no schedule noticed stale decisions accepted");
 }
 
+/// The checker catches a broken agreement: a decided rank that stops answering when the tree is
+/// rebuilt around a failure.
+#[test]
+fn a_decided_rank_that_stops_answering_is_caught() {
+    let broken = AgreeMutations {
+        decided_silent: true,
+        ..Default::default()
+    };
+    let caught = (0..500u64).any(|seed| {
+        !harness::agree(&agree_schedule(seed, broken), seed)
+            .1
+            .is_empty()
+    });
+    assert!(caught, "no schedule noticed a decided rank falling silent");
+}
+
 /// The checker catches a broken flood: each rank forwards to its nearest neighbour only.
 #[test]
 fn a_flood_forwarded_to_one_neighbour_is_caught() {

@@ -16,6 +16,8 @@ pub struct AgreeMutations {
     pub report_before_children: bool,
     /// Accept a decision from a message of any view, not only of the current one.
     pub accept_stale_decisions: bool,
+    /// Once decided, stay silent in later views instead of answering with the decision.
+    pub decided_silent: bool,
 }
 
 /// One instance of a fault-tolerant consensus among `members` (see the module documentation).
@@ -269,6 +271,9 @@ impl Agreement {
         self.reports.clear();
         self.reported = false;
         if let Some(d) = self.decision.clone() {
+            if self.mutations.decided_silent {
+                return;
+            }
             // A decided rank answers in every view with its decision, so that a new root adopts
             // it rather than creating another. `skip` is in this view but may not have decided.
             self.send_decision(&d, None);

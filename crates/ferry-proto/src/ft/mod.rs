@@ -107,3 +107,32 @@ pub struct Decision {
     /// created its instance; only ranks that really died.
     pub failed: BTreeSet<u32>,
 }
+
+impl Decision {
+    /// The members of the communicator a shrink builds from this decision: `members` without
+    /// `failed`, sorted ascending (the old order), without repeats.
+    pub fn survivors(&self, members: &[u32]) -> Vec<u32> {
+        let mut out: Vec<u32> = members
+            .iter()
+            .copied()
+            .filter(|r| !self.failed.contains(r))
+            .collect();
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn survivors_keep_the_old_order_without_the_failed() {
+        let d = Decision {
+            value: 1,
+            failed: [0, 7].into(),
+        };
+        assert_eq!(d.survivors(&[9, 0, 3, 7, 5]), vec![3, 5, 9]);
+    }
+}
