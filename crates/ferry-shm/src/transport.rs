@@ -61,7 +61,7 @@ mod recv;
 mod send;
 mod startup;
 
-use startup::{attach_block, decide_single_copy, wait_all};
+use startup::{arrive, attach_block, decide_single_copy, wait_all};
 
 /// Where a partially received fragmented message goes.
 enum Target {
@@ -98,11 +98,20 @@ pub struct ShmTransport {
     local_of: Vec<Option<usize>>,
     /// Index in the segment -> global rank.
     global_of: Vec<usize>,
+    /// Rings are opened on first use (X5): the producer when this rank first sends to a peer,
+    /// the consumer when it first receives from one or finds it in its sender map.
     tx: Vec<Option<Producer>>,
     rx: Vec<Option<Consumer>>,
+    /// Segment indices with an open consumer, in opening order: the rings a progress pass
+    /// drains (not all N).
+    active_rx: Vec<usize>,
+    /// This rank's sender map as last seen (see `discover_senders`).
+    known_senders: Vec<u64>,
+    /// Per segment index: whether any ring to or from it was opened (for the statistics).
+    peer_open: Vec<bool>,
     pids: Vec<u32>,
-    /// Per segment index: the peer process's pidfd (None for this rank, and for ranks that
-    /// are threads of this process).
+    /// Per segment index: the peer process's pidfd, opened with the first ring to or from it
+    /// (None before, for this rank, and for ranks that are threads of this process).
     watch: Vec<Option<PeerWatch>>,
     send_flows: Flows,
     recv_flows: Flows,
@@ -365,12 +374,12 @@ impl ShmTransport {
             }
         };
         let probe = attach_block(&seg, me).map_err(|e| fail(&seg, e))?;
-        let prev = seg.attached().fetch_add(1, Ordering::AcqRel);
+        let prev = arrive(&seg, local_size, |s| s.attached());
         if prev + 1 == local_size as u64 {
             // Last to arrive: every rank has the segment mapped, the name can go (S4).
             seg.unlink();
         }
-        wait_all(&seg, local_size, |s| s.attached(), deadline, "attach")
+        wait_all(&seg, local_size, |s| s.attached(), deadline, "attach", me)
             .map_err(|e| fail(&seg, e.on_rank(me)))?;
         let single_copy =
             decide_single_copy(&seg, config, deadline, &[me]).map_err(|e| e.on_rank(me))?;
@@ -422,26 +431,8 @@ impl ShmTransport {
             local_of[g] = Some(l);
         }
         let l = seg.layout;
-        let mut tx = Vec::with_capacity(n);
-        let mut rx = Vec::with_capacity(n);
-        for p in 0..n {
-            if p == me {
-                tx.push(None);
-                rx.push(None);
-                continue;
-            }
-            // SAFETY: ring bases come from the segment's layout and live as long as `seg`,
-            // which the transport keeps.
-            let out = unsafe { RingRef::new(seg.ring_base(me, p), l.slots, l.slot_bytes) };
-            let inn = unsafe { RingRef::new(seg.ring_base(p, me), l.slots, l.slot_bytes) };
-            tx.push(Some(Producer::new(out)));
-            rx.push(Some(Consumer::new(inn)));
-        }
         let pids: Vec<u32> = (0..n)
             .map(|p| seg.pid(p).load(Ordering::Acquire) as u32)
-            .collect();
-        let watch = (0..n)
-            .map(|p| (seg.shared && p != me).then(|| PeerWatch::open(pids[p])))
             .collect();
         let inline_cap = l.slot_bytes - crate::ring::SLOT_HEADER;
         let mut stats = Stats::new(rank, size, "shm");
@@ -453,10 +444,13 @@ impl ShmTransport {
             me,
             local_of,
             global_of,
-            tx,
-            rx,
+            tx: (0..n).map(|_| None).collect(),
+            rx: (0..n).map(|_| None).collect(),
+            active_rx: Vec::new(),
+            known_senders: vec![0; l.map_words],
+            peer_open: vec![false; n],
             pids,
-            watch,
+            watch: (0..n).map(|_| None).collect(),
             send_flows: Flows::default(),
             recv_flows: Flows::default(),
             inbox: EarlyArrivals::new(config.shm.inbox_messages, config.shm.inbox_bytes),
@@ -501,6 +495,75 @@ impl ShmTransport {
     /// Number of ranks sharing this segment (the node's ranks in a hybrid job).
     pub fn local_size(&self) -> usize {
         self.global_of.len()
+    }
+
+    /// Opens the ring to segment index `l` on first use, announcing it in `l`'s sender map
+    /// before anything is pushed, so `l` finds it without scanning every ring (X5).
+    pub(super) fn open_tx(&mut self, l: usize) {
+        if l == self.me || self.tx[l].is_some() {
+            return;
+        }
+        let me = self.me;
+        self.seg
+            .sender_map(l, me / 64)
+            .fetch_or(1 << (me % 64), Ordering::SeqCst);
+        let lay = self.seg.layout;
+        // SAFETY: the ring base comes from the segment's layout and lives as long as `seg`,
+        // which the transport keeps.
+        let ring = unsafe { RingRef::new(self.seg.ring_base(me, l), lay.slots, lay.slot_bytes) };
+        self.tx[l] = Some(Producer::new(ring));
+        self.note_ring(l);
+    }
+
+    /// Opens the ring from segment index `l` on first use.
+    pub(super) fn open_rx(&mut self, l: usize) {
+        if l == self.me || self.rx[l].is_some() {
+            return;
+        }
+        let lay = self.seg.layout;
+        // SAFETY: as in `open_tx`.
+        let ring =
+            unsafe { RingRef::new(self.seg.ring_base(l, self.me), lay.slots, lay.slot_bytes) };
+        self.rx[l] = Some(Consumer::new(ring));
+        self.active_rx.push(l);
+        self.note_ring(l);
+    }
+
+    fn note_ring(&mut self, l: usize) {
+        self.stats.bump("shm rings opened", 1);
+        if !self.peer_open[l] {
+            self.peer_open[l] = true;
+            self.stats.bump("shm peers with rings", 1);
+            if self.seg.shared {
+                self.watch[l] = Some(PeerWatch::open(self.pids[l]));
+            }
+        }
+    }
+
+    /// Opens the consumers of peers that announced a ring to this rank since the last look;
+    /// whether there were any. Costs one load per 64 ranks.
+    pub(super) fn discover_senders(&mut self) -> bool {
+        let mut found = false;
+        for w in 0..self.known_senders.len() {
+            let now = self.seg.sender_map(self.me, w).load(Ordering::Acquire);
+            let mut new = now & !self.known_senders[w];
+            if new == 0 {
+                continue;
+            }
+            self.known_senders[w] = now;
+            found = true;
+            while new != 0 {
+                let b = new.trailing_zeros() as usize;
+                new &= new - 1;
+                self.open_rx(w * 64 + b);
+            }
+        }
+        found
+    }
+
+    /// Number of peers this rank has opened a ring to or from.
+    pub fn peers_with_rings(&self) -> usize {
+        self.peer_open.iter().filter(|&&o| o).count()
     }
 
     /// Whether `rank` (global) is reachable through this segment.
@@ -731,6 +794,7 @@ impl ShmTransport {
         let serial = self.send_flows.take(peer, key);
         if let Some(l) = self.local_of.get(peer).copied().flatten() {
             if l != self.me && data.len() <= self.inline_cap {
+                self.open_tx(l);
                 if let Some(tx) = self.tx[l].as_mut() {
                     let e = Entry {
                         typ: T_INLINE,
@@ -762,6 +826,7 @@ impl ShmTransport {
         let serial = self.recv_flows.take(peer, key);
         if let Some(l) = self.local_of[peer] {
             if l != self.me && self.partial[l].is_none() {
+                self.open_rx(l);
                 let arrival = Arrival {
                     source: peer,
                     key,

@@ -339,6 +339,7 @@ impl ShmTransport {
             let Some(l) = self.local_of[r.peer] else {
                 continue;
             };
+            self.open_rx(l);
             let serial = match r.state {
                 OpState::New => {
                     let serial = self.recv_flows.take(r.peer, r.key);
@@ -385,12 +386,14 @@ impl ShmTransport {
                 }
             }
         }
-        // Then drain the rings, round-robin from a moving start for fairness.
-        let n = self.rx.len();
-        let start = self.drain_start;
+        // Then drain the open rings (and those of peers that started sending to this rank),
+        // round-robin from a moving start for fairness.
+        self.discover_senders();
+        let n = self.active_rx.len();
+        let start = self.drain_start % n.max(1);
         self.drain_start = (start + 1) % n.max(1);
         for k in 0..n {
-            let l = (start + k) % n;
+            let l = self.active_rx[(start + k) % n];
             if self.rx[l].as_ref().is_some_and(|c| c.has_data()) {
                 self.drain(l, ex)?;
             }

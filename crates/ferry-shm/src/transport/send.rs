@@ -34,6 +34,7 @@ impl ShmTransport {
             self.stats.record_send(peer, len);
             return Ok(OpState::Done);
         }
+        self.open_tx(l);
         let Some(tx) = self.tx[l].as_mut() else {
             return Err(self.err(ErrorKind::InvalidArgument, "send").with_peer(peer));
         };
