@@ -87,6 +87,11 @@ fn tcp_transport(config: &Config, launch: &LaunchInfo) -> Result<ferry_tcp::TcpT
             ));
         };
         let secret = launch.secret.as_deref().unwrap_or_default();
+        let store: Arc<dyn ferry_core::Store> = if size <= crate::bootstrap::MAX_BUNDLED_RANKS {
+            Arc::new(crate::bootstrap::AddressBundle::new(store, rank, size))
+        } else {
+            store
+        };
         return ferry_tcp::TcpTransport::from_store(rank, size, &*store, config, secret);
     }
     let t = ferry_tcp::TcpTransport::from_address_list(config)?;
