@@ -3,12 +3,13 @@
 //! propagates failure. See `docs/CONFIGURATION.md` for the variables it sets.
 //!
 //! The launcher never leaves ranks behind: they run in their own process groups, die with the
-//! launcher (`PR_SET_PDEATHSIG`), and are ended (SIGTERM, then SIGKILL) when one of them fails
+//! launcher (`PR_SET_PDEATHSIG`, set by `exec_rank`), and are ended (SIGTERM, then SIGKILL) when one of them fails
 //! or when the launcher is interrupted; what they start goes with their groups, also when the
 //! launcher is SIGKILLed (see `guard`).
 
 mod collapse;
 mod ctl;
+mod exec_rank;
 mod forward;
 mod guard;
 mod limits;
@@ -137,6 +138,11 @@ pub struct RunArgs {
 }
 
 fn main() -> ExitCode {
+    // Each local rank starts as `ferry __exec-rank ...` (see `exec_rank`), before anything else.
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if argv.get(1).is_some_and(|a| a == exec_rank::ARG) {
+        return exec_rank::main(&argv[2..]);
+    }
     let cli = Cli::parse();
     match cli.command {
         Command::Run(args) => match run::run(args) {

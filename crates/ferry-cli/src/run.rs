@@ -15,7 +15,7 @@ use crate::ctl::{NameLock, Registration};
 use crate::forward::{self, Output, Pipe, Tracker};
 use crate::guard::{self, Guardian};
 use crate::supervise::{end_all, finish, supervise, Launch};
-use crate::{limits, remote, signals, RunArgs};
+use crate::{exec_rank, limits, remote, signals, RunArgs};
 
 /// A reason `ferry run` could not run the job, with the exit status to report.
 #[derive(Debug)]
@@ -326,6 +326,7 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
             code: 1,
         })?;
     let launcher_pid = std::process::id() as i32;
+    let self_exe = std::env::current_exe().ok().filter(|p| p.is_file());
     let mut launch = Launch::new(total);
     let shm_segment = shm_handoff(backend_env.as_deref(), total, is_remote);
 
@@ -357,13 +358,10 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
             Some(h) => placement.iter().filter(|p| *p == h).count(),
         };
         env.push(("FERRY_LOCAL_SIZE".into(), local_size.to_string()));
-        let mut cmd = match &host {
-            None => {
-                let mut c = Command::new(&args.command[0]);
-                c.args(&args.command[1..]);
-                c.envs(env.iter().map(|(k, v)| (k, v)));
-                c
-            }
+        // The rank's own command line and the environment the launcher adds.
+        let (program, envs, remove_secret): (Vec<String>, Vec<(String, String)>, bool) = match &host
+        {
+            None => (args.command.clone(), env.clone(), false),
             Some(h) => {
                 env.push(("FERRY_NODE".into(), h.clone()));
                 // Remote tools do not carry our environment: pass on the user's FERRY_ and
@@ -374,8 +372,8 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
                             && !env.iter().any(|(e, _)| e == k)
                     })
                     .collect();
-                // The secret travels through the rank's stdin, not its arguments, which any
-                // user of the remote host could read in the process list (T8).
+                // The secret travels through the rank's stdin, not its arguments, which
+                // any user of the remote host could read in the process list (T8).
                 all.extend(env.iter().filter(|(k, _)| k != "FERRY_SECRET").cloned());
                 let mut command = args.command.clone();
                 if command[0].contains('/') {
@@ -391,19 +389,40 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
                     Some("FERRY_SECRET"),
                 )
                 .map_err(Fatal::usage)?;
-                let mut c = Command::new("sh");
-                c.arg("-c").arg(format!("exec {line}"));
                 // The local wrapper (ip netns exec, ...) inherits these too, except the
                 // secret, which only the rank's stdin carries.
-                c.envs(
-                    env.iter()
-                        .filter(|(k, _)| k != "FERRY_SECRET")
-                        .map(|(k, v)| (k, v)),
-                );
-                c.env_remove("FERRY_SECRET");
+                let envs = env
+                    .iter()
+                    .filter(|(k, _)| k != "FERRY_SECRET")
+                    .cloned()
+                    .collect();
+                (
+                    vec!["sh".into(), "-c".into(), format!("exec {line}")],
+                    envs,
+                    true,
+                )
+            }
+        };
+        // Started through `ferry __exec-rank` (posix_spawn, no fork of the launcher; see
+        // `exec_rank`), or with a pre-exec closure where this program cannot be found.
+        let mut cmd = match &self_exe {
+            Some(exe) => exec_rank::command(exe, launcher_pid, nofile, &program),
+            None => {
+                let mut c = Command::new(&program[0]);
+                c.args(&program[1..]);
+                let restore = nofile;
+                // SAFETY: the closure runs between fork and exec and only makes
+                // async-signal-safe system calls (prctl, getppid, setrlimit, sigprocmask).
+                unsafe {
+                    c.pre_exec(move || exec_rank::prepare(launcher_pid, restore));
+                }
                 c
             }
         };
+        cmd.envs(envs.iter().map(|(k, v)| (k, v)));
+        if remove_secret {
+            cmd.env_remove("FERRY_SECRET");
+        }
         // Remote ranks read the secret from stdin, then see end of file like local ones.
         cmd.stdin(if host.is_some() {
             Stdio::piped()
@@ -413,32 +432,6 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
-        let restore = nofile;
-        // SAFETY: the closure runs between fork and exec and only makes async-signal-safe
-        // system calls (prctl, getppid, setrlimit, sigprocmask).
-        unsafe {
-            cmd.pre_exec(move || {
-                // Die with the launcher, even if it is SIGKILLed (no orphans).
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                if libc::getppid() != launcher_pid {
-                    // The launcher died before prctl took effect.
-                    return Err(std::io::Error::other("launcher gone"));
-                }
-                if let Some(lim) = restore {
-                    libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
-                }
-                // The launcher blocks the signals it waits for; the rank must not inherit
-                // that mask (SIGTERM would not end it, Ctrl-Z would not stop it).
-                let mut none: libc::sigset_t = std::mem::zeroed();
-                libc::sigemptyset(&mut none);
-                if libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut()) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
         let mut child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => {
