@@ -13,6 +13,7 @@ mod exec_rank;
 mod forward;
 mod guard;
 mod limits;
+mod mpmd;
 mod remote;
 mod run;
 mod signals;
@@ -127,7 +128,14 @@ pub struct RunArgs {
     #[arg(long, value_name = "MS", default_value_t = 1000)]
     pub grace_ms: u64,
 
-    /// The program and its arguments.
+    /// Names a process set for the ranks (X2), e.g. `--pset left=0-1,3`; repeatable. Ranks
+    /// count from 0 in the world of the job. Programs find sets through `ferry::session`
+    /// (built in: `ferry://world`, `ferry://self`, and `ferry://app/K` per application).
+    #[arg(long = "pset", value_name = "NAME=RANKS")]
+    pub psets: Vec<String>,
+
+    /// The program and its arguments. Several applications (MPMD, as with mpirun): `PROG
+    /// [ARGS] : -n N PROG2 [ARGS] ...`; -n before the first is its count, the job has the sum.
     #[arg(
         required = true,
         trailing_var_arg = true,

@@ -15,7 +15,7 @@ use crate::ctl::{NameLock, Registration};
 use crate::forward::{self, Output, Pipe, Tracker};
 use crate::guard::{self, Guardian};
 use crate::supervise::{end_all, finish, supervise, Launch};
-use crate::{exec_rank, limits, remote, signals, RunArgs};
+use crate::{exec_rank, limits, mpmd, remote, signals, RunArgs};
 
 /// A reason `ferry run` could not run the job, with the exit status to report.
 #[derive(Debug)]
@@ -200,10 +200,24 @@ fn rendezvous_bind(args: &RunArgs, remote: bool) -> Result<(String, Option<Strin
 
 /// Runs the job; returns the exit status of `ferry run`.
 pub fn run(args: RunArgs) -> Result<u8, Fatal> {
-    let n = args.ranks;
-    if n == 0 {
+    if args.ranks == 0 {
         return Err(Fatal::usage("-n must be at least 1"));
     }
+    // MPMD (`progA : -n 3 progB`): the job has the ranks of every application, in order.
+    let apps = mpmd::split_apps(args.ranks, &args.command).map_err(Fatal::usage)?;
+    let n: usize = apps.iter().map(|a| a.ranks).sum();
+    if apps.len() > 1 && args.spares > 0 {
+        return Err(Fatal::usage(
+            "--spares cannot be combined with several applications (`:`)",
+        ));
+    }
+    let app_of: Vec<usize> = apps
+        .iter()
+        .enumerate()
+        .flat_map(|(k, a)| std::iter::repeat_n(k, a.ranks))
+        .collect();
+    let psets = mpmd::psets_value(&apps, &args.psets, n)
+        .map_err(|e| Fatal::usage(format!("--pset: {e}")))?;
     // Elastic jobs (F7): spares are started with the job and connected like every rank, but
     // the application world is the first `n` (FERRY_WORLD_SIZE); they join at a resize point.
     let spares = args.spares;
@@ -350,6 +364,15 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
         if let Some((_, var)) = &shm_segment {
             env.push(var.clone());
         }
+        if let Some(p) = &psets {
+            env.push((ferry_core::pset::PSETS_VAR.into(), p.clone()));
+        }
+        // Spares belong to no application until they join the world.
+        let app = app_of.get(r).copied().unwrap_or(0);
+        if apps.len() > 1 {
+            env.push(("FERRY_APPNUM".into(), app.to_string()));
+        }
+        let user_command = &apps[app].command;
         let host = placement.get(r).cloned();
         // How many ranks share this rank's host: waiting ranks yield their core when the host
         // is oversubscribed (general.yield_when_idle = auto).
@@ -361,7 +384,7 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
         // The rank's own command line and the environment the launcher adds.
         let (program, envs, remove_secret): (Vec<String>, Vec<(String, String)>, bool) = match &host
         {
-            None => (args.command.clone(), env.clone(), false),
+            None => (user_command.clone(), env.clone(), false),
             Some(h) => {
                 env.push(("FERRY_NODE".into(), h.clone()));
                 // Remote tools do not carry our environment: pass on the user's FERRY_ and
@@ -375,7 +398,7 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
                 // The secret travels through the rank's stdin, not its arguments, which
                 // any user of the remote host could read in the process list (T8).
                 all.extend(env.iter().filter(|(k, _)| k != "FERRY_SECRET").cloned());
-                let mut command = args.command.clone();
+                let mut command = user_command.clone();
                 if command[0].contains('/') {
                     if let Ok(abs) = std::fs::canonicalize(&command[0]) {
                         command[0] = abs.to_string_lossy().into_owned();
@@ -435,7 +458,7 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
         let mut child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => {
-                let msg = format!("cannot start rank {r} (`{}`): {e}", args.command[0]);
+                let msg = format!("cannot start rank {r} (`{}`): {e}", user_command[0]);
                 end_all(&mut ranks, args.grace_ms, &output, &tracker, guardian.pid());
                 guardian.dismiss();
                 return Err(Fatal::start(msg));
