@@ -2,7 +2,7 @@
 //! one allreduce (sum of the ranks, checked) and finishes. Rank 0 prints `startup ok: N ranks,
 //! backend B, init+barrier S s` (its own time from `main` to the barrier's completion) and,
 //! when the caller sets `FERRY_LAUNCH_T0` (wall-clock nanoseconds since the epoch), the time
-//! since then.
+//! from then to the barrier's completion (`since launch T s`, what bench/startup.sh reports).
 //! Usage: `t_startup`.
 
 use std::process::ExitCode;
@@ -18,6 +18,7 @@ fn run() -> ferry::Result<()> {
     let g = Group::world(size);
     coll::barrier(world.transport(), &g)?;
     let after_barrier = t0.elapsed();
+    let barrier_wall = SystemTime::now();
     if std::env::var_os("T_STARTUP_PHASES").is_some() && (rank == 0 || rank + 1 == size) {
         eprintln!(
             "t_startup: rank {rank}: init {:.3} s, barrier {:.3} s",
@@ -37,11 +38,8 @@ fn run() -> ferry::Result<()> {
             .ok()
             .and_then(|v| v.parse::<u128>().ok())
             .and_then(|t| {
-                let now = SystemTime::now()
-                    .duration_since(UNIX_EPOCH)
-                    .ok()?
-                    .as_nanos();
-                now.checked_sub(t)
+                let done = barrier_wall.duration_since(UNIX_EPOCH).ok()?.as_nanos();
+                done.checked_sub(t)
             })
             .map(|ns| format!(", since launch {:.3} s", ns as f64 / 1e9))
             .unwrap_or_default();
