@@ -58,6 +58,7 @@ pub const DEFAULT_JOB: &str = "default";
 
 mod failure;
 mod recv;
+mod rings;
 mod send;
 mod startup;
 
@@ -497,75 +498,6 @@ impl ShmTransport {
         self.global_of.len()
     }
 
-    /// Opens the ring to segment index `l` on first use, announcing it in `l`'s sender map
-    /// before anything is pushed, so `l` finds it without scanning every ring (X5).
-    pub(super) fn open_tx(&mut self, l: usize) {
-        if l == self.me || self.tx[l].is_some() {
-            return;
-        }
-        let me = self.me;
-        self.seg
-            .sender_map(l, me / 64)
-            .fetch_or(1 << (me % 64), Ordering::SeqCst);
-        let lay = self.seg.layout;
-        // SAFETY: the ring base comes from the segment's layout and lives as long as `seg`,
-        // which the transport keeps.
-        let ring = unsafe { RingRef::new(self.seg.ring_base(me, l), lay.slots, lay.slot_bytes) };
-        self.tx[l] = Some(Producer::new(ring));
-        self.note_ring(l);
-    }
-
-    /// Opens the ring from segment index `l` on first use.
-    pub(super) fn open_rx(&mut self, l: usize) {
-        if l == self.me || self.rx[l].is_some() {
-            return;
-        }
-        let lay = self.seg.layout;
-        // SAFETY: as in `open_tx`.
-        let ring =
-            unsafe { RingRef::new(self.seg.ring_base(l, self.me), lay.slots, lay.slot_bytes) };
-        self.rx[l] = Some(Consumer::new(ring));
-        self.active_rx.push(l);
-        self.note_ring(l);
-    }
-
-    fn note_ring(&mut self, l: usize) {
-        self.stats.bump("shm rings opened", 1);
-        if !self.peer_open[l] {
-            self.peer_open[l] = true;
-            self.stats.bump("shm peers with rings", 1);
-            if self.seg.shared {
-                self.watch[l] = Some(PeerWatch::open(self.pids[l]));
-            }
-        }
-    }
-
-    /// Opens the consumers of peers that announced a ring to this rank since the last look;
-    /// whether there were any. Costs one load per 64 ranks.
-    pub(super) fn discover_senders(&mut self) -> bool {
-        let mut found = false;
-        for w in 0..self.known_senders.len() {
-            let now = self.seg.sender_map(self.me, w).load(Ordering::Acquire);
-            let mut new = now & !self.known_senders[w];
-            if new == 0 {
-                continue;
-            }
-            self.known_senders[w] = now;
-            found = true;
-            while new != 0 {
-                let b = new.trailing_zeros() as usize;
-                new &= new - 1;
-                self.open_rx(w * 64 + b);
-            }
-        }
-        found
-    }
-
-    /// Number of peers this rank has opened a ring to or from.
-    pub fn peers_with_rings(&self) -> usize {
-        self.peer_open.iter().filter(|&&o| o).count()
-    }
-
     /// Whether `rank` (global) is reachable through this segment.
     pub fn is_local(&self, rank: usize) -> bool {
         self.local_of.get(rank).is_some_and(|l| l.is_some())
@@ -786,71 +718,6 @@ impl Transport for ShmTransport {
 }
 
 impl ShmTransport {
-    /// The lean start of a send to the node-local `peer` (validated): pushed inline when it
-    /// fits into the ring right now, without the exchange machinery. Otherwise returns the
-    /// flow serial it took: the send goes on as an `Active` operation with that serial and
-    /// progress 0 (here or in the hybrid backend's exchange).
-    pub fn send_start(&mut self, peer: usize, key: MsgKey, data: &[u8]) -> Option<u64> {
-        let serial = self.send_flows.take(peer, key);
-        if let Some(l) = self.local_of.get(peer).copied().flatten() {
-            if l != self.me && data.len() <= self.inline_cap {
-                self.open_tx(l);
-                if let Some(tx) = self.tx[l].as_mut() {
-                    let e = Entry {
-                        typ: T_INLINE,
-                        key,
-                        serial,
-                        total_len: data.len() as u64,
-                    };
-                    if tx.push(&e, data) {
-                        self.wake(l);
-                        self.stats.record_send(peer, data.len());
-                        return None;
-                    }
-                }
-            }
-        }
-        Some(serial)
-    }
-
-    /// The lean start of a receive from the node-local `peer` (validated): taken when the
-    /// message is already here or arrives inline while this rank spins (at most the wait
-    /// policy's spin time; it never blocks). Otherwise returns the flow serial it took, like
-    /// [`ShmTransport::send_start`].
-    pub fn recv_start(
-        &mut self,
-        peer: usize,
-        key: MsgKey,
-        buf: &mut RecvBuf<'_>,
-    ) -> Result<Option<u64>> {
-        let serial = self.recv_flows.take(peer, key);
-        if let Some(l) = self.local_of[peer] {
-            if l != self.me && self.partial[l].is_none() {
-                self.open_rx(l);
-                let arrival = Arrival {
-                    source: peer,
-                    key,
-                    serial,
-                };
-                if !self.inbox.is_empty() {
-                    if let Some(p) = self.inbox.take(&arrival) {
-                        let n = p.len();
-                        buf.fill_from(p)
-                            .map_err(|want| self.len_error(peer, n, want))?;
-                        self.stats.record_recv(peer, n);
-                        return Ok(None);
-                    }
-                }
-                if (self.pending_cma.is_empty() || !self.pending_cma.contains_key(&arrival))
-                    && self.try_fast_recv(l, peer, key, serial, buf)?
-                {
-                    return Ok(None);
-                }
-            }
-        }
-        Ok(Some(serial))
-    }
-
     /// One receive without the exchange machinery when [`ShmTransport::recv_start`] takes it;
     /// otherwise the general path. `peer` has been validated.
     fn recv_lean(&mut self, peer: usize, key: MsgKey, mut buf: RecvBuf<'_>) -> Result<()> {

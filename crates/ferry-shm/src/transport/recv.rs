@@ -495,4 +495,42 @@ impl ShmTransport {
             std::hint::spin_loop();
         }
     }
+
+    /// The lean start of a receive from the node-local `peer` (validated): taken when the
+    /// message is already here or arrives inline while this rank spins (at most the wait
+    /// policy's spin time; it never blocks). Otherwise returns the flow serial it took, like
+    /// [`ShmTransport::send_start`].
+    pub fn recv_start(
+        &mut self,
+        peer: usize,
+        key: MsgKey,
+        buf: &mut RecvBuf<'_>,
+    ) -> Result<Option<u64>> {
+        let serial = self.recv_flows.take(peer, key);
+        if let Some(l) = self.local_of[peer] {
+            if l != self.me && self.partial[l].is_none() {
+                self.open_rx(l);
+                let arrival = Arrival {
+                    source: peer,
+                    key,
+                    serial,
+                };
+                if !self.inbox.is_empty() {
+                    if let Some(p) = self.inbox.take(&arrival) {
+                        let n = p.len();
+                        buf.fill_from(p)
+                            .map_err(|want| self.len_error(peer, n, want))?;
+                        self.stats.record_recv(peer, n);
+                        return Ok(None);
+                    }
+                }
+                if (self.pending_cma.is_empty() || !self.pending_cma.contains_key(&arrival))
+                    && self.try_fast_recv(l, peer, key, serial, buf)?
+                {
+                    return Ok(None);
+                }
+            }
+        }
+        Ok(Some(serial))
+    }
 }
