@@ -56,7 +56,7 @@ fn a_first_time_sender_is_found_while_the_receiver_waits_for_another_peer() {
     .unwrap();
     for (rank, n, stats) in peers {
         let want = match rank {
-            0 | 1 | 2 => 2,
+            0..=2 => 2,
             _ => 0,
         };
         assert_eq!(n, want, "rank {rank} opened rings to {n} peers");
