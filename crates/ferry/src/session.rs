@@ -89,7 +89,8 @@ fn register_exit_hook() {
     extern "C" fn at_exit() {
         // A panic must not unwind into libc.
         let _ = std::panic::catch_unwind(|| {
-            let _ = shutdown();
+            // The process ends: close the transport even if sessions were leaked (exit()).
+            let _ = close(true);
         });
     }
     static REGISTERED: std::sync::Once = std::sync::Once::new();
@@ -106,19 +107,32 @@ fn register_exit_hook() {
 /// earlier to leave the job sooner. Fails if a session is still alive; afterwards no session
 /// can be created in this process.
 pub fn shutdown() -> Result<()> {
+    close(false)
+}
+
+fn close(at_exit: bool) -> Result<()> {
     let mut slot = RUNTIME.lock().map_err(|_| poisoned("session shutdown"))?;
     let Some(rt) = slot.as_ref() else {
         SHUT_DOWN.store(true, Ordering::Release);
         return Ok(());
     };
-    if Arc::strong_count(rt) > 1 {
+    if Arc::strong_count(rt) > 1 && !at_exit {
         return Err(Error::new(ErrorKind::InvalidArgument, "session shutdown")
             .on_rank(rt.rank)
             .with_detail("sessions or their communicators are still alive; finalize them first"));
     }
     let rt = slot.take().ok_or_else(|| poisoned("session shutdown"))?;
     SHUT_DOWN.store(true, Ordering::Release);
-    let mut t = rt.lock("session shutdown")?;
+    let mut t = if at_exit {
+        // A thread still blocked in an operation holds the transport: leave it as it is
+        // rather than wait at exit.
+        match rt.transport.try_lock() {
+            Ok(t) => t,
+            Err(_) => return Ok(()),
+        }
+    } else {
+        rt.lock("session shutdown")?
+    };
     let result = t.finish();
     if rt.print_stats {
         eprint!("{}", t.stats());

@@ -50,7 +50,8 @@ fn sessions_sets_and_isolation() {
         let (out, _) = run_limited(
             Command::new(&ferry)
                 .args(["run", "-n", "4", "--backend", b, "--pset", "odd=1,3"])
-                .arg(&ex[0]),
+                .arg(&ex[0])
+                .env("FERRY_STATS", "1"),
             Duration::from_secs(60),
         );
         let stdout = text(&out.stdout);
@@ -62,6 +63,14 @@ fn sessions_sets_and_isolation() {
                     &format!("rank {w}: 3 sets: ferry://world(4) ferry://self(1) odd(2)")
                 ),
                 "{b}: rank {w}'s sets: {stdout}"
+            );
+        }
+        // The transport is closed (and statistics printed) by the exit hook.
+        let stderr = text(&out.stderr);
+        for w in 0..4 {
+            assert!(
+                stderr.contains(&format!("ferry stats rank {w} ({b})")),
+                "{b}: rank {w} printed no statistics at exit: {stderr}"
             );
         }
         for want in [
