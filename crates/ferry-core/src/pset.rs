@@ -252,6 +252,15 @@ impl ProcessSets {
             })
     }
 
+    /// The name of the MPMD application set (`ferry://app/K`) this rank belongs to, if the
+    /// launch had several applications.
+    pub fn my_app(&self) -> Option<&str> {
+        self.sets
+            .iter()
+            .find(|(n, r)| n.starts_with("ferry://app/") && r.contains(&self.rank))
+            .map(|(n, _)| n.as_str())
+    }
+
     /// The number of ranks in the set called `name`.
     pub fn size_of(&self, name: &str) -> Result<usize> {
         self.ranks(name).map(|r| r.len())
@@ -361,8 +370,11 @@ mod tests {
         )
         .unwrap();
         assert_eq!(ompi.ranks("ferry://app/1").unwrap(), &[1, 2]);
+        assert_eq!(ompi.my_app(), Some("ferry://app/0"));
+        assert_eq!(s.my_app(), Some("ferry://app/1"));
         let plain = ProcessSets::from_vars(&[], 0, 3).unwrap();
         assert_eq!(plain.len(), 2);
+        assert_eq!(plain.my_app(), None);
         assert!(ProcessSets::from_vars(&[v(PSETS_VAR, "x=0;x=1")], 0, 3).is_err());
         assert!(ProcessSets::from_vars(&[v(PSETS_VAR, "bad")], 0, 3).is_err());
     }

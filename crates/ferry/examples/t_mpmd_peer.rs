@@ -23,13 +23,9 @@ fn run() -> ferry::Result<()> {
     let cw = s.comm_from_group(&world, "world")?;
     let mut sum = [w as u64];
     cw.allreduce(&mut sum, &ReduceOp::Sum)?;
-    let app = std::env::var("FERRY_APPNUM")
-        .map(|k| format!("ferry://app/{k}"))
-        .map_err(|_| {
-            ferry::Error::config(
-                "t_mpmd_peer runs as a later application of an MPMD launch (FERRY_APPNUM)",
-            )
-        })?;
+    let app = s.app_pset().ok_or_else(|| {
+        ferry::Error::config("t_mpmd_peer runs as a later application of an MPMD launch")
+    })?;
     let g = s.group_from_pset(&app)?;
     let c = s.comm_from_group(&g, "app")?;
     let mut mine = [w as u64];

@@ -2,7 +2,7 @@
 //! 1. creates a session, prints `rank W: N sets: NAME(SIZE) ...`; rank 0 also prints the
 //!    errors for an unknown set name and an out-of-range set index;
 //! 2. makes a communicator over `ferry://world` (tag `world`) and allreduces the world ranks;
-//! 3. under an MPMD launch (`FERRY_APPNUM`), makes one over its application's set
+//! 3. under an MPMD launch (`ferry run`'s or mpirun's), makes one over its application's set
 //!    `ferry://app/K`, allreduces there and shows that the first rank of the next application
 //!    cannot be reached through it (an error, not a hang);
 //! 4. within its application (or the world), makes communicators of two sessions with the same
@@ -58,10 +58,7 @@ fn run() -> ferry::Result<()> {
     }
 
     // 3. The own application's set.
-    let mine = match std::env::var("FERRY_APPNUM") {
-        Ok(k) => format!("ferry://app/{k}"),
-        Err(_) => "ferry://world".to_string(),
-    };
+    let mine = s1.app_pset().unwrap_or_else(|| "ferry://world".to_string());
     let app = s1.group_from_pset(&mine)?;
     if mine != "ferry://world" {
         let ca = s1.comm_from_group(&app, "app")?;

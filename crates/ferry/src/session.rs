@@ -201,6 +201,12 @@ impl Session {
         self.rt.sets.name(n).map(str::to_string)
     }
 
+    /// The set of this rank's application (`ferry://app/K`) when the job was launched with
+    /// several (`ferry run ... : ...`, `mpirun ... : ...`), else None.
+    pub fn app_pset(&self) -> Option<String> {
+        self.rt.sets.my_app().map(str::to_string)
+    }
+
     /// The number of ranks in the process set `name`; an unknown name is an error.
     pub fn pset_size(&self, name: &str) -> Result<usize> {
         self.rt.sets.size_of(name)

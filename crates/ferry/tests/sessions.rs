@@ -180,3 +180,55 @@ fn bad_pset_syntax_and_bad_mpmd_counts_are_usage_errors() {
         assert!(stderr.contains(want), "{args:?}: want `{want}`: {stderr}");
     }
 }
+
+/// Under `mpirun` with two application contexts the sets `ferry://app/K` come from Open
+/// MPI's variables (tcp backend through discovery, so the MPI feature is not needed).
+#[test]
+fn mpirun_mpmd_launch_derives_the_application_sets() {
+    let test = "mpirun_mpmd_launch_derives_the_application_sets";
+    let Some((_, ex)) = tools(test, &["t_sessions", "t_mpmd_peer"]) else {
+        return;
+    };
+    let mpirun = ["mpirun.openmpi", "mpirun"].into_iter().find(|m| {
+        Command::new(m)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    });
+    let Some(mpirun) = mpirun else {
+        return skip_or_fail(test, "mpirun (Open MPI) not found");
+    };
+    let (out, _) = run_limited(
+        Command::new(mpirun)
+            .args(["--allow-run-as-root", "--oversubscribe", "-n", "2"])
+            .arg(&ex[0])
+            .args([":", "-n", "3"])
+            .arg(&ex[1])
+            .env("FERRY_BACKEND", "tcp")
+            .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"),
+        Duration::from_secs(120),
+    );
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    for w in 2..5 {
+        assert!(
+            has(
+                &stdout,
+                &format!(
+                    "peer {w}: ferry://app/1 rank {} of 3, sum of world ranks 9",
+                    w - 2
+                )
+            ),
+            "{stdout}"
+        );
+    }
+    assert!(
+        has(
+            &stdout,
+            "rank 1: ferry://app/0 rank 1 of 2, sum of world ranks 1"
+        ),
+        "{stdout}"
+    );
+    assert!(has(&stdout, "world: 5 ranks, sum of ranks 10"), "{stdout}");
+}
