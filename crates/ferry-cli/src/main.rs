@@ -3,15 +3,17 @@
 //! propagates failure. See `docs/CONFIGURATION.md` for the variables it sets.
 //!
 //! The launcher never leaves ranks behind: they run in their own process groups, die with the
-//! launcher (`PR_SET_PDEATHSIG`), and are ended (SIGTERM, then SIGKILL) when one of them fails
+//! launcher (`PR_SET_PDEATHSIG`, set by `exec_rank`), and are ended (SIGTERM, then SIGKILL) when one of them fails
 //! or when the launcher is interrupted; what they start goes with their groups, also when the
 //! launcher is SIGKILLed (see `guard`).
 
 mod collapse;
 mod ctl;
+mod exec_rank;
 mod forward;
 mod guard;
 mod limits;
+mod mpmd;
 mod remote;
 mod run;
 mod signals;
@@ -126,7 +128,14 @@ pub struct RunArgs {
     #[arg(long, value_name = "MS", default_value_t = 1000)]
     pub grace_ms: u64,
 
-    /// The program and its arguments.
+    /// Names a process set for the ranks (X2), e.g. `--pset left=0-1,3`; repeatable. Ranks
+    /// count from 0 in the world of the job. Programs find sets through `ferry::session`
+    /// (built in: `ferry://world`, `ferry://self`, and `ferry://app/K` per application).
+    #[arg(long = "pset", value_name = "NAME=RANKS")]
+    pub psets: Vec<String>,
+
+    /// The program and its arguments. Several applications (MPMD, as with mpirun): `PROG
+    /// [ARGS] : -n N PROG2 [ARGS] ...`; -n before the first is its count, the job has the sum.
     #[arg(
         required = true,
         trailing_var_arg = true,
@@ -137,6 +146,11 @@ pub struct RunArgs {
 }
 
 fn main() -> ExitCode {
+    // Each local rank starts as `ferry __exec-rank ...` (see `exec_rank`), before anything else.
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if argv.get(1).is_some_and(|a| a == exec_rank::ARG) {
+        return exec_rank::main(&argv[2..]);
+    }
     let cli = Cli::parse();
     match cli.command {
         Command::Run(args) => match run::run(args) {

@@ -15,7 +15,7 @@ use crate::ctl::{NameLock, Registration};
 use crate::forward::{self, Output, Pipe, Tracker};
 use crate::guard::{self, Guardian};
 use crate::supervise::{end_all, finish, supervise, Launch};
-use crate::{limits, remote, signals, RunArgs};
+use crate::{exec_rank, limits, mpmd, remote, signals, RunArgs};
 
 /// A reason `ferry run` could not run the job, with the exit status to report.
 #[derive(Debug)]
@@ -200,10 +200,24 @@ fn rendezvous_bind(args: &RunArgs, remote: bool) -> Result<(String, Option<Strin
 
 /// Runs the job; returns the exit status of `ferry run`.
 pub fn run(args: RunArgs) -> Result<u8, Fatal> {
-    let n = args.ranks;
-    if n == 0 {
+    if args.ranks == 0 {
         return Err(Fatal::usage("-n must be at least 1"));
     }
+    // MPMD (`progA : -n 3 progB`): the job has the ranks of every application, in order.
+    let apps = mpmd::split_apps(args.ranks, &args.command).map_err(Fatal::usage)?;
+    let n: usize = apps.iter().map(|a| a.ranks).sum();
+    if apps.len() > 1 && args.spares > 0 {
+        return Err(Fatal::usage(
+            "--spares cannot be combined with several applications (`:`)",
+        ));
+    }
+    let app_of: Vec<usize> = apps
+        .iter()
+        .enumerate()
+        .flat_map(|(k, a)| std::iter::repeat_n(k, a.ranks))
+        .collect();
+    let psets = mpmd::psets_value(&apps, &args.psets, n)
+        .map_err(|e| Fatal::usage(format!("--pset: {e}")))?;
     // Elastic jobs (F7): spares are started with the job and connected like every rank, but
     // the application world is the first `n` (FERRY_WORLD_SIZE); they join at a resize point.
     let spares = args.spares;
@@ -326,6 +340,7 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
             code: 1,
         })?;
     let launcher_pid = std::process::id() as i32;
+    let self_exe = std::env::current_exe().ok().filter(|p| p.is_file());
     let mut launch = Launch::new(total);
     let shm_segment = shm_handoff(backend_env.as_deref(), total, is_remote);
 
@@ -349,6 +364,15 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
         if let Some((_, var)) = &shm_segment {
             env.push(var.clone());
         }
+        if let Some(p) = &psets {
+            env.push((ferry_core::pset::PSETS_VAR.into(), p.clone()));
+        }
+        // Spares belong to no application until they join the world.
+        let app = app_of.get(r).copied().unwrap_or(0);
+        if apps.len() > 1 {
+            env.push(("FERRY_APPNUM".into(), app.to_string()));
+        }
+        let user_command = &apps[app].command;
         let host = placement.get(r).cloned();
         // How many ranks share this rank's host: waiting ranks yield their core when the host
         // is oversubscribed (general.yield_when_idle = auto).
@@ -357,13 +381,10 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
             Some(h) => placement.iter().filter(|p| *p == h).count(),
         };
         env.push(("FERRY_LOCAL_SIZE".into(), local_size.to_string()));
-        let mut cmd = match &host {
-            None => {
-                let mut c = Command::new(&args.command[0]);
-                c.args(&args.command[1..]);
-                c.envs(env.iter().map(|(k, v)| (k, v)));
-                c
-            }
+        // The rank's own command line and the environment the launcher adds.
+        let (program, envs, remove_secret): (Vec<String>, Vec<(String, String)>, bool) = match &host
+        {
+            None => (user_command.clone(), env.clone(), false),
             Some(h) => {
                 env.push(("FERRY_NODE".into(), h.clone()));
                 // Remote tools do not carry our environment: pass on the user's FERRY_ and
@@ -374,10 +395,10 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
                             && !env.iter().any(|(e, _)| e == k)
                     })
                     .collect();
-                // The secret travels through the rank's stdin, not its arguments, which any
-                // user of the remote host could read in the process list (T8).
+                // The secret travels through the rank's stdin, not its arguments, which
+                // any user of the remote host could read in the process list (T8).
                 all.extend(env.iter().filter(|(k, _)| k != "FERRY_SECRET").cloned());
-                let mut command = args.command.clone();
+                let mut command = user_command.clone();
                 if command[0].contains('/') {
                     if let Ok(abs) = std::fs::canonicalize(&command[0]) {
                         command[0] = abs.to_string_lossy().into_owned();
@@ -391,19 +412,40 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
                     Some("FERRY_SECRET"),
                 )
                 .map_err(Fatal::usage)?;
-                let mut c = Command::new("sh");
-                c.arg("-c").arg(format!("exec {line}"));
                 // The local wrapper (ip netns exec, ...) inherits these too, except the
                 // secret, which only the rank's stdin carries.
-                c.envs(
-                    env.iter()
-                        .filter(|(k, _)| k != "FERRY_SECRET")
-                        .map(|(k, v)| (k, v)),
-                );
-                c.env_remove("FERRY_SECRET");
+                let envs = env
+                    .iter()
+                    .filter(|(k, _)| k != "FERRY_SECRET")
+                    .cloned()
+                    .collect();
+                (
+                    vec!["sh".into(), "-c".into(), format!("exec {line}")],
+                    envs,
+                    true,
+                )
+            }
+        };
+        // Started through `ferry __exec-rank` (posix_spawn, no fork of the launcher; see
+        // `exec_rank`), or with a pre-exec closure where this program cannot be found.
+        let mut cmd = match &self_exe {
+            Some(exe) => exec_rank::command(exe, launcher_pid, nofile, &program),
+            None => {
+                let mut c = Command::new(&program[0]);
+                c.args(&program[1..]);
+                let restore = nofile;
+                // SAFETY: the closure runs between fork and exec and only makes
+                // async-signal-safe system calls (prctl, getppid, setrlimit, sigprocmask).
+                unsafe {
+                    c.pre_exec(move || exec_rank::prepare(launcher_pid, restore));
+                }
                 c
             }
         };
+        cmd.envs(envs.iter().map(|(k, v)| (k, v)));
+        if remove_secret {
+            cmd.env_remove("FERRY_SECRET");
+        }
         // Remote ranks read the secret from stdin, then see end of file like local ones.
         cmd.stdin(if host.is_some() {
             Stdio::piped()
@@ -413,36 +455,10 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
-        let restore = nofile;
-        // SAFETY: the closure runs between fork and exec and only makes async-signal-safe
-        // system calls (prctl, getppid, setrlimit, sigprocmask).
-        unsafe {
-            cmd.pre_exec(move || {
-                // Die with the launcher, even if it is SIGKILLed (no orphans).
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                if libc::getppid() != launcher_pid {
-                    // The launcher died before prctl took effect.
-                    return Err(std::io::Error::other("launcher gone"));
-                }
-                if let Some(lim) = restore {
-                    libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
-                }
-                // The launcher blocks the signals it waits for; the rank must not inherit
-                // that mask (SIGTERM would not end it, Ctrl-Z would not stop it).
-                let mut none: libc::sigset_t = std::mem::zeroed();
-                libc::sigemptyset(&mut none);
-                if libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut()) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
         let mut child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => {
-                let msg = format!("cannot start rank {r} (`{}`): {e}", args.command[0]);
+                let msg = format!("cannot start rank {r} (`{}`): {e}", user_command[0]);
                 end_all(&mut ranks, args.grace_ms, &output, &tracker, guardian.pid());
                 guardian.dismiss();
                 return Err(Fatal::start(msg));

@@ -18,6 +18,7 @@ pub mod error;
 pub mod file_store;
 pub mod launch;
 pub mod mem;
+pub mod pset;
 pub mod single;
 pub mod stats;
 pub mod store;

@@ -8,6 +8,9 @@
 //!        attach counter, probe counter (each counter on its own cache line)
 //! 4096   rank blocks, 256 B each: pid, state, CMA probe address/value/verdict,
 //!        doorbell word (own line), "sleeping" flag (own line)
+//! ...    sender maps, one per rank, ceil(N/64) words: bit s of rank r's map says that rank s
+//!        opened its ring to r (X5: rings are used only between ranks that talk, so a rank
+//!        learns from its map, not from a scan of N rings, which peers have sent to it)
 //! ...    rings, one per ordered pair (from, to), each page-aligned:
 //!        +0 reserved line, +64 consumer head (own line), +128 CMA completion window,
 //!        +1024 slots of `shm.slot_bytes` + 40-byte header, rounded up to cache lines
@@ -29,7 +32,7 @@ use memmap2::MmapRaw;
 use crate::sys;
 
 pub(crate) const MAGIC: u64 = 0x6d68_7379_7272_6566; // "ferryshm", little-endian
-pub(crate) const VERSION: u64 = 1;
+pub(crate) const VERSION: u64 = 2;
 pub(crate) const HEADER_BYTES: usize = 4096;
 pub(crate) const BLOCK_BYTES: usize = 256;
 /// Bytes before the first slot of a ring (control lines and the CMA completion window).
@@ -48,6 +51,9 @@ const H_TOTAL: usize = 48;
 const H_COUNTER: usize = 64;
 const H_ATTACHED: usize = 128;
 const H_PROBED: usize = 192;
+/// Futex word the rank completing a start-up counter rings, so waiting ranks sleep instead of
+/// polling (hundreds of ranks polling on two cores starved the late arrivals).
+const H_GATHER_BELL: usize = 256;
 
 // Rank block fields.
 const B_PID: usize = 0;
@@ -72,6 +78,9 @@ pub(crate) struct Layout {
     pub slots: usize,
     pub slot_bytes: usize,
     pub ring_bytes: usize,
+    /// Start of the sender maps and the words of one rank's map.
+    pub maps_off: usize,
+    pub map_words: usize,
     pub rings_off: usize,
     pub total: usize,
 }
@@ -114,9 +123,15 @@ impl Layout {
             .and_then(|b| b.checked_add(RING_CTRL))
             .and_then(|b| align_up(b, 4096))
             .ok_or_else(too_big)?;
-        let rings_off = size
+        let maps_off = size
             .checked_mul(BLOCK_BYTES)
             .and_then(|b| b.checked_add(HEADER_BYTES))
+            .and_then(|b| align_up(b, 64))
+            .ok_or_else(too_big)?;
+        let map_words = size.div_ceil(64);
+        let rings_off = size
+            .checked_mul(map_words * 8)
+            .and_then(|b| b.checked_add(maps_off))
             .and_then(|b| align_up(b, 4096))
             .ok_or_else(too_big)?;
         let total = size
@@ -129,6 +144,8 @@ impl Layout {
             slots,
             slot_bytes,
             ring_bytes,
+            maps_off,
+            map_words,
             rings_off,
             total,
         })
@@ -208,6 +225,17 @@ impl Segment {
     }
     pub(crate) fn probed(&self) -> &AtomicU64 {
         self.u64_at(H_PROBED)
+    }
+    /// Word `w` of rank `r`'s sender map (bit `s % 64` of word `s / 64`: rank `s` opened
+    /// its ring to `r`).
+    pub(crate) fn sender_map(&self, r: usize, w: usize) -> &AtomicU64 {
+        let l = &self.layout;
+        debug_assert!(r < l.size && w < l.map_words);
+        self.u64_at(l.maps_off + (r * l.map_words + w) * 8)
+    }
+
+    pub(crate) fn gather_bell(&self) -> &AtomicU32 {
+        self.u32_at(H_GATHER_BELL)
     }
     pub(crate) fn creator_pid(&self) -> u32 {
         self.u64_at(H_CREATOR).load(Ordering::Acquire) as u32

@@ -58,10 +58,11 @@ pub const DEFAULT_JOB: &str = "default";
 
 mod failure;
 mod recv;
+mod rings;
 mod send;
 mod startup;
 
-use startup::{attach_block, decide_single_copy, wait_all};
+use startup::{arrive, attach_block, decide_single_copy, wait_all};
 
 /// Where a partially received fragmented message goes.
 enum Target {
@@ -98,11 +99,20 @@ pub struct ShmTransport {
     local_of: Vec<Option<usize>>,
     /// Index in the segment -> global rank.
     global_of: Vec<usize>,
+    /// Rings are opened on first use (X5): the producer when this rank first sends to a peer,
+    /// the consumer when it first receives from one or finds it in its sender map.
     tx: Vec<Option<Producer>>,
     rx: Vec<Option<Consumer>>,
+    /// Segment indices with an open consumer, in opening order: the rings a progress pass
+    /// drains (not all N).
+    active_rx: Vec<usize>,
+    /// This rank's sender map as last seen (see `discover_senders`).
+    known_senders: Vec<u64>,
+    /// Per segment index: whether any ring to or from it was opened (for the statistics).
+    peer_open: Vec<bool>,
     pids: Vec<u32>,
-    /// Per segment index: the peer process's pidfd (None for this rank, and for ranks that
-    /// are threads of this process).
+    /// Per segment index: the peer process's pidfd, opened with the first ring to or from it
+    /// (None before, for this rank, and for ranks that are threads of this process).
     watch: Vec<Option<PeerWatch>>,
     send_flows: Flows,
     recv_flows: Flows,
@@ -365,12 +375,12 @@ impl ShmTransport {
             }
         };
         let probe = attach_block(&seg, me).map_err(|e| fail(&seg, e))?;
-        let prev = seg.attached().fetch_add(1, Ordering::AcqRel);
+        let prev = arrive(&seg, local_size, |s| s.attached());
         if prev + 1 == local_size as u64 {
             // Last to arrive: every rank has the segment mapped, the name can go (S4).
             seg.unlink();
         }
-        wait_all(&seg, local_size, |s| s.attached(), deadline, "attach")
+        wait_all(&seg, local_size, |s| s.attached(), deadline, "attach", me)
             .map_err(|e| fail(&seg, e.on_rank(me)))?;
         let single_copy =
             decide_single_copy(&seg, config, deadline, &[me]).map_err(|e| e.on_rank(me))?;
@@ -422,26 +432,8 @@ impl ShmTransport {
             local_of[g] = Some(l);
         }
         let l = seg.layout;
-        let mut tx = Vec::with_capacity(n);
-        let mut rx = Vec::with_capacity(n);
-        for p in 0..n {
-            if p == me {
-                tx.push(None);
-                rx.push(None);
-                continue;
-            }
-            // SAFETY: ring bases come from the segment's layout and live as long as `seg`,
-            // which the transport keeps.
-            let out = unsafe { RingRef::new(seg.ring_base(me, p), l.slots, l.slot_bytes) };
-            let inn = unsafe { RingRef::new(seg.ring_base(p, me), l.slots, l.slot_bytes) };
-            tx.push(Some(Producer::new(out)));
-            rx.push(Some(Consumer::new(inn)));
-        }
         let pids: Vec<u32> = (0..n)
             .map(|p| seg.pid(p).load(Ordering::Acquire) as u32)
-            .collect();
-        let watch = (0..n)
-            .map(|p| (seg.shared && p != me).then(|| PeerWatch::open(pids[p])))
             .collect();
         let inline_cap = l.slot_bytes - crate::ring::SLOT_HEADER;
         let mut stats = Stats::new(rank, size, "shm");
@@ -453,10 +445,13 @@ impl ShmTransport {
             me,
             local_of,
             global_of,
-            tx,
-            rx,
+            tx: (0..n).map(|_| None).collect(),
+            rx: (0..n).map(|_| None).collect(),
+            active_rx: Vec::new(),
+            known_senders: vec![0; l.map_words],
+            peer_open: vec![false; n],
             pids,
-            watch,
+            watch: (0..n).map(|_| None).collect(),
             send_flows: Flows::default(),
             recv_flows: Flows::default(),
             inbox: EarlyArrivals::new(config.shm.inbox_messages, config.shm.inbox_bytes),
@@ -723,69 +718,6 @@ impl Transport for ShmTransport {
 }
 
 impl ShmTransport {
-    /// The lean start of a send to the node-local `peer` (validated): pushed inline when it
-    /// fits into the ring right now, without the exchange machinery. Otherwise returns the
-    /// flow serial it took: the send goes on as an `Active` operation with that serial and
-    /// progress 0 (here or in the hybrid backend's exchange).
-    pub fn send_start(&mut self, peer: usize, key: MsgKey, data: &[u8]) -> Option<u64> {
-        let serial = self.send_flows.take(peer, key);
-        if let Some(l) = self.local_of.get(peer).copied().flatten() {
-            if l != self.me && data.len() <= self.inline_cap {
-                if let Some(tx) = self.tx[l].as_mut() {
-                    let e = Entry {
-                        typ: T_INLINE,
-                        key,
-                        serial,
-                        total_len: data.len() as u64,
-                    };
-                    if tx.push(&e, data) {
-                        self.wake(l);
-                        self.stats.record_send(peer, data.len());
-                        return None;
-                    }
-                }
-            }
-        }
-        Some(serial)
-    }
-
-    /// The lean start of a receive from the node-local `peer` (validated): taken when the
-    /// message is already here or arrives inline while this rank spins (at most the wait
-    /// policy's spin time; it never blocks). Otherwise returns the flow serial it took, like
-    /// [`ShmTransport::send_start`].
-    pub fn recv_start(
-        &mut self,
-        peer: usize,
-        key: MsgKey,
-        buf: &mut RecvBuf<'_>,
-    ) -> Result<Option<u64>> {
-        let serial = self.recv_flows.take(peer, key);
-        if let Some(l) = self.local_of[peer] {
-            if l != self.me && self.partial[l].is_none() {
-                let arrival = Arrival {
-                    source: peer,
-                    key,
-                    serial,
-                };
-                if !self.inbox.is_empty() {
-                    if let Some(p) = self.inbox.take(&arrival) {
-                        let n = p.len();
-                        buf.fill_from(p)
-                            .map_err(|want| self.len_error(peer, n, want))?;
-                        self.stats.record_recv(peer, n);
-                        return Ok(None);
-                    }
-                }
-                if (self.pending_cma.is_empty() || !self.pending_cma.contains_key(&arrival))
-                    && self.try_fast_recv(l, peer, key, serial, buf)?
-                {
-                    return Ok(None);
-                }
-            }
-        }
-        Ok(Some(serial))
-    }
-
     /// One receive without the exchange machinery when [`ShmTransport::recv_start`] takes it;
     /// otherwise the general path. `peer` has been validated.
     fn recv_lean(&mut self, peer: usize, key: MsgKey, mut buf: RecvBuf<'_>) -> Result<()> {

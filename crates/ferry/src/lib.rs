@@ -11,6 +11,7 @@
 
 pub mod bootstrap;
 pub mod resize;
+pub mod session;
 mod world;
 
 pub use ferry_coll as coll;

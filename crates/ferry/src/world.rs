@@ -32,42 +32,57 @@ pub fn init() -> Result<World> {
 
 /// Initialises ferry with explicit configuration and launch information.
 pub fn init_with(config: Config, launch: LaunchInfo) -> Result<World> {
-    let kind = choose_backend(&launch);
+    let transport = build_transport(&config, &launch)?;
+    world_over(transport, config, &launch)
+}
+
+/// This process's transport over the backend the launch chooses (also the sessions' runtime).
+pub(crate) fn build_transport(config: &Config, launch: &LaunchInfo) -> Result<Box<dyn Transport>> {
+    let kind = choose_backend(launch);
     let transport: Box<dyn Transport> = match kind {
         BackendKind::Single => Box::new(SingleTransport::new()),
         // TCP (seed 000): the launcher's store for rendezvous (R1), else the address list of
         // the configuration file (R2a).
-        BackendKind::Tcp => Box::new(tcp_transport(&config, &launch)?),
+        BackendKind::Tcp => Box::new(tcp_transport(config, launch)?),
         // Shared memory (S1, R2b): launcher variables or a hand start with FERRY_SIZE.
-        BackendKind::Shm => Box::new(ferry_shm::ShmTransport::from_env(&config, &launch)?),
+        BackendKind::Shm => Box::new(ferry_shm::ShmTransport::from_env(config, launch)?),
         // Shared memory within a node, TCP between nodes (S2); needs the launcher's store.
         BackendKind::Hybrid => {
-            let store = crate::bootstrap::connect_store(&launch)?.ok_or_else(|| {
+            let store = crate::bootstrap::connect_store(launch)?.ok_or_else(|| {
                 Error::config("the hybrid backend needs the launcher's store (FERRY_RENDEZVOUS)")
             })?;
             Box::new(ferry_hybrid::HybridTransport::from_env(
-                &config, &launch, &*store,
+                config, launch, &*store,
             )?)
         }
         // MPI backend (R3): rank and size come from MPI itself, not from LaunchInfo.
         #[cfg(feature = "mpi")]
-        BackendKind::Mpi => Box::new(ferry_mpi::MpiTransport::init_for(&config, &launch)?),
+        BackendKind::Mpi => Box::new(ferry_mpi::MpiTransport::init_for(config, launch)?),
         #[cfg(not(feature = "mpi"))]
         BackendKind::Mpi => return Err(Error::new(ferry_core::ErrorKind::Unsupported, "init")
             .with_detail(
                 "backend `mpi` is not available in this build (build with --features ferry/mpi)",
             )),
     };
-    let print_stats = config.general.stats
+    Ok(transport)
+}
+
+/// Whether `FERRY_STATS=1` (or `general.stats`) asks for statistics at exit.
+pub(crate) fn stats_wanted(config: &Config) -> bool {
+    config.general.stats
         || std::env::var("FERRY_STATS")
             .map(|v| v == "1")
-            .unwrap_or(false);
+            .unwrap_or(false)
+}
+
+fn world_over(transport: Box<dyn Transport>, config: Config, launch: &LaunchInfo) -> Result<World> {
+    let print_stats = stats_wanted(&config);
     let with_rank = |e: Error| e.or_rank(transport.rank());
     let world_size = crate::resize::world_size_from_env().map_err(with_rank)?;
     let elastic = crate::resize::elastic_for(&*transport, world_size).map_err(with_rank)?;
     Ok(World {
         elastic: Arc::new(Mutex::new(elastic)),
-        control: LauncherControl::new(&launch),
+        control: LauncherControl::new(launch),
         layout_generic: std::env::var_os("FERRY_LAYOUT_GENERIC").is_some(),
         transport,
         config,
@@ -87,6 +102,11 @@ fn tcp_transport(config: &Config, launch: &LaunchInfo) -> Result<ferry_tcp::TcpT
             ));
         };
         let secret = launch.secret.as_deref().unwrap_or_default();
+        let store: Arc<dyn ferry_core::Store> = if size <= crate::bootstrap::MAX_BUNDLED_RANKS {
+            Arc::new(crate::bootstrap::AddressBundle::new(store, rank, size))
+        } else {
+            store
+        };
         return ferry_tcp::TcpTransport::from_store(rank, size, &*store, config, secret);
     }
     let t = ferry_tcp::TcpTransport::from_address_list(config)?;
@@ -113,7 +133,7 @@ fn choose_backend(launch: &LaunchInfo) -> BackendKind {
     }
 }
 
-fn init_logging() {
+pub(crate) fn init_logging() {
     use tracing_subscriber::EnvFilter;
     let Ok(filter) = std::env::var("FERRY_LOG") else {
         return;

@@ -7,7 +7,14 @@ impl ShmTransport {
     // ----- waiting and liveness ------------------------------------------------------------
 
     pub(super) fn input_ready(&mut self) -> bool {
-        if self.rx.iter().flatten().any(|c| c.has_data()) {
+        if self.discover_senders() {
+            return true;
+        }
+        if self
+            .active_rx
+            .iter()
+            .any(|&l| self.rx[l].as_ref().is_some_and(|c| c.has_data()))
+        {
             return true;
         }
         for &(l, seq) in &self.want_acks {
@@ -55,6 +62,8 @@ impl ShmTransport {
     pub(super) fn peer_alive(&self, l: usize) -> bool {
         match &self.watch[l] {
             Some(w) => w.alive(),
+            // A peer without an open ring has no pidfd yet (see `note_ring`).
+            None if self.seg.shared && l != self.me => sys::pid_alive(self.pids[l]),
             None => true,
         }
     }

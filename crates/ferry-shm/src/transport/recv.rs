@@ -339,6 +339,7 @@ impl ShmTransport {
             let Some(l) = self.local_of[r.peer] else {
                 continue;
             };
+            self.open_rx(l);
             let serial = match r.state {
                 OpState::New => {
                     let serial = self.recv_flows.take(r.peer, r.key);
@@ -385,12 +386,14 @@ impl ShmTransport {
                 }
             }
         }
-        // Then drain the rings, round-robin from a moving start for fairness.
-        let n = self.rx.len();
-        let start = self.drain_start;
+        // Then drain the open rings (and those of peers that started sending to this rank),
+        // round-robin from a moving start for fairness.
+        self.discover_senders();
+        let n = self.active_rx.len();
+        let start = self.drain_start % n.max(1);
         self.drain_start = (start + 1) % n.max(1);
         for k in 0..n {
-            let l = (start + k) % n;
+            let l = self.active_rx[(start + k) % n];
             if self.rx[l].as_ref().is_some_and(|c| c.has_data()) {
                 self.drain(l, ex)?;
             }
@@ -491,5 +494,43 @@ impl ShmTransport {
             }
             std::hint::spin_loop();
         }
+    }
+
+    /// The lean start of a receive from the node-local `peer` (validated): taken when the
+    /// message is already here or arrives inline while this rank spins (at most the wait
+    /// policy's spin time; it never blocks). Otherwise returns the flow serial it took, like
+    /// [`ShmTransport::send_start`].
+    pub fn recv_start(
+        &mut self,
+        peer: usize,
+        key: MsgKey,
+        buf: &mut RecvBuf<'_>,
+    ) -> Result<Option<u64>> {
+        let serial = self.recv_flows.take(peer, key);
+        if let Some(l) = self.local_of[peer] {
+            if l != self.me && self.partial[l].is_none() {
+                self.open_rx(l);
+                let arrival = Arrival {
+                    source: peer,
+                    key,
+                    serial,
+                };
+                if !self.inbox.is_empty() {
+                    if let Some(p) = self.inbox.take(&arrival) {
+                        let n = p.len();
+                        buf.fill_from(p)
+                            .map_err(|want| self.len_error(peer, n, want))?;
+                        self.stats.record_recv(peer, n);
+                        return Ok(None);
+                    }
+                }
+                if (self.pending_cma.is_empty() || !self.pending_cma.contains_key(&arrival))
+                    && self.try_fast_recv(l, peer, key, serial, buf)?
+                {
+                    return Ok(None);
+                }
+            }
+        }
+        Ok(Some(serial))
     }
 }

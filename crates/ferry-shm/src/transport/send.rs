@@ -34,6 +34,7 @@ impl ShmTransport {
             self.stats.record_send(peer, len);
             return Ok(OpState::Done);
         }
+        self.open_tx(l);
         let Some(tx) = self.tx[l].as_mut() else {
             return Err(self.err(ErrorKind::InvalidArgument, "send").with_peer(peer));
         };
@@ -219,5 +220,32 @@ impl ShmTransport {
             }
         }
         Ok(())
+    }
+
+    /// The lean start of a send to the node-local `peer` (validated): pushed inline when it
+    /// fits into the ring right now, without the exchange machinery. Otherwise returns the
+    /// flow serial it took: the send goes on as an `Active` operation with that serial and
+    /// progress 0 (here or in the hybrid backend's exchange).
+    pub fn send_start(&mut self, peer: usize, key: MsgKey, data: &[u8]) -> Option<u64> {
+        let serial = self.send_flows.take(peer, key);
+        if let Some(l) = self.local_of.get(peer).copied().flatten() {
+            if l != self.me && data.len() <= self.inline_cap {
+                self.open_tx(l);
+                if let Some(tx) = self.tx[l].as_mut() {
+                    let e = Entry {
+                        typ: T_INLINE,
+                        key,
+                        serial,
+                        total_len: data.len() as u64,
+                    };
+                    if tx.push(&e, data) {
+                        self.wake(l);
+                        self.stats.record_send(peer, data.len());
+                        return None;
+                    }
+                }
+            }
+        }
+        Some(serial)
     }
 }

@@ -27,18 +27,47 @@ pub(super) fn attach_block(seg: &Segment, r: usize) -> Result<Box<u64>> {
     Ok(probe)
 }
 
-/// Waits until `counter` reaches `n`, failing if a rank that already attached died or the
-/// deadline passes.
+/// Counts this rank in `counter` and, if it completes the count of `n`, wakes the ranks that
+/// sleep in [`wait_all`].
+pub(super) fn arrive(
+    seg: &Segment,
+    n: usize,
+    counter: fn(&Segment) -> &std::sync::atomic::AtomicU64,
+) -> u64 {
+    let prev = counter(seg).fetch_add(1, Ordering::AcqRel);
+    if prev + 1 >= n as u64 {
+        seg.gather_bell().fetch_add(1, Ordering::Release);
+        sys::futex_wake(seg.gather_bell());
+    }
+    prev
+}
+
+/// How many ranks' liveness one check of [`wait_all`] looks at. Each check reads `/proc`, so
+/// checking every rank on every pass costs N^2 reads per interval across the job: at 128 ranks
+/// on two cores that alone took seconds and delayed the ranks still starting.
+const LIVENESS_BATCH: usize = 2;
+/// Interval between two liveness checks of a waiting rank.
+const LIVENESS_EVERY: Duration = Duration::from_millis(100);
+
+/// Waits until `counter` reaches `n` (each rank counts itself with [`arrive`]), failing if a
+/// rank that already attached died or the deadline passes.
+///
+/// The wait sleeps on the segment's gather bell, rung by the rank that completes the count.
+/// A dead rank is found by a rotating check of [`LIVENESS_BATCH`] ranks per interval starting
+/// after this rank (so the job as a whole covers every rank each interval); a launched job's
+/// launcher also ends the job when a rank dies.
 pub(super) fn wait_all(
     seg: &Segment,
     n: usize,
     counter: fn(&Segment) -> &std::sync::atomic::AtomicU64,
     deadline: Instant,
     what: &str,
+    me: usize,
 ) -> Result<()> {
-    let mut sleep = Duration::from_micros(50);
     let mut last_check = Instant::now();
+    let mut next = (me + 1) % n.max(1);
     loop {
+        let bell = seg.gather_bell().load(Ordering::Acquire);
         let got = counter(seg).load(Ordering::Acquire) as usize;
         if got >= n {
             return Ok(());
@@ -54,9 +83,11 @@ pub(super) fn wait_all(
                 )),
             );
         }
-        if now.duration_since(last_check) > Duration::from_millis(50) {
+        if now.duration_since(last_check) >= LIVENESS_EVERY {
             last_check = now;
-            for r in 0..n {
+            for _ in 0..LIVENESS_BATCH.min(n) {
+                let r = next;
+                next = (next + 1) % n;
                 let pid = seg.pid(r).load(Ordering::Acquire) as u32;
                 if pid != 0 && !sys::pid_alive(pid) {
                     return Err(Error::new(ErrorKind::PeerFailed, "shm init")
@@ -67,8 +98,8 @@ pub(super) fn wait_all(
                 }
             }
         }
-        std::thread::sleep(sleep);
-        sleep = (sleep * 2).min(Duration::from_millis(2));
+        let nap = LIVENESS_EVERY.min(deadline.saturating_duration_since(now));
+        sys::futex_wait(seg.gather_bell(), bell, nap);
     }
 }
 
@@ -115,9 +146,16 @@ pub(super) fn decide_single_copy(
         }
         seg.cma_ok(me)
             .store(if ok { 1 } else { 2 }, Ordering::Release);
-        seg.probed().fetch_add(1, Ordering::AcqRel);
+        arrive(seg, n, |s| s.probed());
     }
-    wait_all(seg, n, |s| s.probed(), deadline, "single-copy probe")?;
+    wait_all(
+        seg,
+        n,
+        |s| s.probed(),
+        deadline,
+        "single-copy probe",
+        voters.first().copied().unwrap_or(0),
+    )?;
     let all_ok = (0..n).all(|r| seg.cma_ok(r).load(Ordering::Acquire) == 1);
     let reporter = voters.contains(&0);
     if mode == SingleCopy::Cma && !all_ok {
