@@ -126,14 +126,33 @@ impl AnyContainer {
         each!(self, c => c.num_mappings())
     }
 
-    /// Mapping `i` as raw memory (valid until the next switch).
+    /// Mapping `i` as raw memory (valid until the next switch), described by the box of
+    /// the ranges it holds: when the container lays two partitionings over shared, larger
+    /// boxes (a partitioning and its halo), the address is that of the first held element and
+    /// the strides are those of the larger allocation, as LAIK describes such mappings.
     pub fn raw_map(&mut self, i: usize) -> Result<RawMap> {
         each!(self, c => {
+            let lay = c.layout();
+            let mut held: Option<ferry_data::Range> = None;
+            for (r, &m) in lay.ranges.iter().zip(&lay.range_mapping) {
+                if m == i {
+                    held = Some(held.map_or(*r, |h| h.union_box(r)));
+                }
+            }
+            let dims = c.space().dims();
             let m = c.mapping_mut(i)?;
+            let (afrom, ato) = (m.range.from(), m.range.to());
+            let (from, to) = held.map_or((afrom, ato), |h| (h.from(), h.to()));
+            let mut off = 0usize;
+            for d in 0..dims {
+                off += (from[d] - afrom[d]).max(0) as usize * m.strides[d];
+            }
+            let len = m.data.len();
+            let base = m.data[off.min(len)..].as_mut_ptr().cast::<u8>();
             Ok(RawMap {
-                base: m.data.as_mut_ptr().cast::<u8>(),
-                from: m.range.from(),
-                to: m.range.to(),
+                base,
+                from,
+                to,
                 strides: m.strides,
             })
         })
