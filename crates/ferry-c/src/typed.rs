@@ -163,6 +163,11 @@ impl AnyContainer {
         each!(self, c => c.reserve(parts))
     }
 
+    /// Lays two partitionings (one the halo of the other) over shared boxes (D6).
+    pub fn share_layout(&mut self, a: &Partitioning, b: &Partitioning) -> Result<bool> {
+        each!(self, c => c.share_layout(a, b))
+    }
+
     /// Memory layout of future partitionings.
     pub fn set_layout_order(&mut self, order: LayoutOrder) -> Result<()> {
         each!(self, c => c.set_layout_order(order))

@@ -26,6 +26,8 @@ pub struct LaikInstance {
     resizer: Resizer,
     /// Live containers (a migrated partitioning moves the containers that use it).
     pub(crate) datas: Vec<*mut LaikData>,
+    /// Group of the latest switch: the processes still working together at the end.
+    pub(crate) last_group: Option<Group>,
     log_level: c_int,
     profile: Option<Profile>,
 }
@@ -104,6 +106,7 @@ fn init() -> Result<*mut LaikInstance> {
         epoch: 0,
         resizer,
         datas: Vec::new(),
+        last_group: None,
         log_level: log_level_from_env(),
         profile: None,
     }));
@@ -152,10 +155,15 @@ pub extern "C" fn laik_finalize(inst: *mut LaikInstance) {
     run("laik_finalize", || {
         let i = obj(inst, "laik_finalize", "instance")?;
         let _ = std::io::stdout().flush();
+        // The processes of the latest switch meet before shutting down; a process outside
+        // that group (removed by a shrink or a resize) leaves at once, as in LAIK, and its
+        // transport's finish still delivers what it owes.
         // SAFETY: the world group handle lives as long as the instance.
-        let wg = unsafe { &*i.world_group };
-        if wg.myid >= 0 {
-            let g = wg.group.clone();
+        let g = match i.last_group.clone() {
+            Some(g) => g,
+            None => unsafe { &*i.world_group }.group.clone(),
+        };
+        if g.index_of(i.rank).is_some() {
             if let Some(w) = i.world.as_mut() {
                 i.data.finalize_in(w.transport(), &g)?;
             }

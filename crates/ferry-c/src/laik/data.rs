@@ -184,6 +184,7 @@ impl LaikData {
             .map_err(|e| e.context(format!("{op} of `{}`", self.name)))?;
         self.active = handle;
         self.group = group;
+        self.inst().last_group = Some(to.group().clone());
         self.maps.clear();
         self.sync_out()
     }
@@ -709,6 +710,13 @@ pub extern "C" fn laik_reservation_alloc(r: *mut LaikReservation) {
     run("laik_reservation_alloc", || {
         let res = obj(r, "laik_reservation_alloc", "reservation")?;
         let data = obj(res.data, "laik_reservation_alloc", "data")?;
+        // A partitioning and its halo share one placement (LAIK allocates the reservation
+        // once for both), so a mapping keeps its address across switches among them.
+        if let [a, b] = &res.parts[..] {
+            if a.is_halo_pair(b) || b.is_halo_pair(a) {
+                data.c.share_layout(a, b)?;
+            }
+        }
         let parts: Vec<&Partitioning> = res.parts.iter().collect();
         data.c.reserve(&parts)
     })
