@@ -1,0 +1,223 @@
+//! C programs against `libferry` (issue 11 must-shows 2 and 3), built with the system `cc`
+//! against `include/` and `target/<profile>/libferry.so`, and run through `ferry run` on tcp,
+//! shm and hybrid:
+//!
+//! * `tests/c/ferry_api.c`: ferry's C API (point-to-point ring, allreduce, bcast, allgather, a
+//!   data container switched master -> block -> sum at master, status codes and messages for
+//!   bad arguments);
+//! * `tests/c/ferry_fail.c`: a rank killed by SIGKILL; the rank waiting for it gets
+//!   `FERRY_ERR_PEER_FAILED` and a message naming it, and nothing aborts;
+//! * `tests/c/laik_sums.c`, `tests/c/laik_heat1d.c`: programs of our own over `laik.h` that use
+//!   the calls of LAIK's vsum and jac1d; they run the `vsum` and `jac1d` cases of
+//!   `../shared/conformance` (plain launches) and are judged like the Rust examples
+//!   (`crates/ferry/tests/support/verdict.rs`, expected outputs read at run time).
+//!
+//! Needs `cc`, the launcher and the library of this profile (`cargo build --release
+//! --workspace`); without them the tests fail under `CI=true` and say why they skip otherwise.
+
+#[path = "../../ferry/tests/support/mod.rs"]
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use support::cases::{run_group, RunResult};
+use support::verdict::{judge, load_cases, workspace_root, Outcome};
+use support::{skip_or_fail, target_dir};
+
+const BACKENDS: [&str; 3] = ["tcp", "shm", "hybrid"];
+const LIMIT: Duration = Duration::from_secs(120);
+
+/// The launcher and the library directory, if both are built.
+fn tools(test: &str) -> Option<(PathBuf, PathBuf)> {
+    let dir = target_dir();
+    let ferry = dir.join("ferry");
+    let lib = dir.join("libferry.so");
+    for p in [&ferry, &lib] {
+        if !p.exists() {
+            skip_or_fail(
+                test,
+                &format!(
+                    "{} not built (cargo build --release --workspace)",
+                    p.display()
+                ),
+            );
+            return None;
+        }
+    }
+    if Command::new("cc").arg("--version").output().is_err() {
+        skip_or_fail(test, "no C compiler `cc` on PATH");
+        return None;
+    }
+    Some((ferry, dir))
+}
+
+/// Compiles `tests/c/NAME.c` into a fresh directory; panics with the compiler's output if it
+/// does not compile (warnings are errors).
+fn compile(name: &str, libdir: &Path) -> PathBuf {
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out_dir = std::env::temp_dir().join(format!("ferry-c-tests-{}", std::process::id()));
+    std::fs::create_dir_all(&out_dir).expect("temp dir");
+    let exe = out_dir.join(name);
+    let out = Command::new("cc")
+        .args(["-std=gnu11", "-Wall", "-Wextra", "-Werror", "-I"])
+        .arg(here.join("include"))
+        .arg(here.join("tests/c").join(format!("{name}.c")))
+        .arg("-L")
+        .arg(libdir)
+        .args(["-lferry", "-lm", "-o"])
+        .arg(&exe)
+        .output()
+        .expect("run cc");
+    assert!(
+        out.status.success(),
+        "cc {name}.c failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    exe
+}
+
+fn launch(
+    ferry: &Path,
+    libdir: &Path,
+    backend: &str,
+    n: usize,
+    extra: &[&str],
+    prog: &Path,
+    args: &[String],
+) -> RunResult {
+    let mut c = Command::new(ferry);
+    c.arg("run").arg("-n").arg(n.to_string());
+    c.args(extra)
+        .args(["--backend", backend])
+        .arg(prog)
+        .args(args);
+    c.env("LD_LIBRARY_PATH", libdir);
+    run_group(c, LIMIT).expect("start ferry run")
+}
+
+#[test]
+fn c_api_point_to_point_collectives_data_and_errors() {
+    let Some((ferry, libdir)) = tools("c_api_point_to_point_collectives_data_and_errors") else {
+        return;
+    };
+    let prog = compile("ferry_api", &libdir);
+    let n = 3;
+    let mut expected: Vec<String> = Vec::new();
+    for r in 0..n {
+        let left = (r + n - 1) % n;
+        let (from, to) = [(0, 33), (33, 67), (67, 100)][r];
+        let block: i64 = (from..to).sum();
+        expected.extend([
+            format!("rank {r}: ring got {} (8 bytes)", 1000 + left),
+            format!("rank {r}: allreduce 6.0 6.0"),
+            format!("rank {r}: max 6"),
+            format!("rank {r}: bcast 'from root'"),
+            format!("rank {r}: allgather weighted 14"),
+            format!("rank {r}: block [{from}, {to}) sum {block}"),
+            format!("rank {r}: bad rank -> invalid argument (message names it)"),
+            format!("rank {r}: null world -> invalid argument"),
+        ]);
+    }
+    expected.push("rank 0: total 4950".to_string());
+    expected.sort();
+    for b in BACKENDS {
+        let r = launch(&ferry, &libdir, b, n, &[], &prog, &[]);
+        let mut got: Vec<String> = r.stdout.lines().map(str::to_string).collect();
+        got.sort();
+        assert_eq!(r.status, Some(0), "{b}: exit status; stderr:\n{}", r.stderr);
+        assert_eq!(got, expected, "{b}: output; stderr:\n{}", r.stderr);
+    }
+}
+
+#[test]
+fn c_api_reports_a_killed_rank_as_a_status_code() {
+    let Some((ferry, libdir)) = tools("c_api_reports_a_killed_rank_as_a_status_code") else {
+        return;
+    };
+    let prog = compile("ferry_fail", &libdir);
+    for b in BACKENDS {
+        let r = launch(&ferry, &libdir, b, 3, &["--keep-going"], &prog, &[]);
+        assert!(!r.timed_out, "{b}: timed out; stderr:\n{}", r.stderr);
+        assert!(
+            r.stdout.contains("status peer failed\n")
+                && r.stdout.contains("message names rank 2: yes\n"),
+            "{b}: rank 0 did not get a peer failure naming rank 2:\n{}\nstderr:\n{}",
+            r.stdout,
+            r.stderr
+        );
+        for bad in ["SIGABRT", "panicked", "signal 6"] {
+            assert!(
+                !r.stderr.contains(bad),
+                "{b}: `{bad}` in stderr:\n{}",
+                r.stderr
+            );
+        }
+        assert!(
+            r.stderr.contains("rank 2 was killed by signal 9"),
+            "{b}: the launcher should name only the killed rank:\n{}",
+            r.stderr
+        );
+    }
+}
+
+#[test]
+fn laik_programs_of_our_own_pass_the_vsum_and_jac1d_conformance_cases() {
+    let test = "laik_programs_of_our_own_pass_the_vsum_and_jac1d_conformance_cases";
+    let Some((ferry, libdir)) = tools(test) else {
+        return;
+    };
+    let (cases, missing) = match load_cases(&workspace_root()) {
+        Ok(c) => c,
+        Err(e) => panic!("{e}"),
+    };
+    if !missing.is_empty() && cases.is_empty() {
+        return skip_or_fail(test, &format!("no conformance data ({missing:?})"));
+    }
+    let progs = [
+        ("vsum", compile("laik_sums", &libdir)),
+        ("jac1d", compile("laik_heat1d", &libdir)),
+    ];
+    let mut failures = Vec::new();
+    let mut runs = 0;
+    for case in &cases {
+        let Some((_, prog)) = progs.iter().find(|(ex, _)| *ex == case.example) else {
+            continue;
+        };
+        if case.launch != "-" {
+            continue; // elastic launches: covered by the Rust examples' conformance suite
+        }
+        let backends: &[&str] = if case.ranks == 1 {
+            &["single"]
+        } else {
+            &BACKENDS
+        };
+        for b in backends {
+            let mut c = Command::new(&ferry);
+            c.arg("run").arg("-n").arg(case.ranks.to_string());
+            if *b != "single" {
+                c.args(["--backend", b]);
+            }
+            c.arg(prog).args(&case.args).env("LD_LIBRARY_PATH", &libdir);
+            for (k, v) in support::cases::translate_env(&case.env) {
+                c.env(k, v);
+            }
+            let r = run_group(c, LIMIT).expect("start ferry run");
+            runs += 1;
+            if let Outcome::Fail(why) = judge(case, &r, LIMIT) {
+                failures.push(format!("{} on {b}: {why}", case.id));
+            }
+        }
+    }
+    assert!(
+        runs >= 10,
+        "only {runs} runs: are the vsum/jac1d cases there?"
+    );
+    assert!(
+        failures.is_empty(),
+        "{} of {runs} runs failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
