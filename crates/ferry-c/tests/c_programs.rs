@@ -12,8 +12,9 @@
 //!   `../shared/conformance` (plain launches) and are judged like the Rust examples
 //!   (`crates/ferry/tests/support/verdict.rs`, expected outputs read at run time).
 //!
-//! Needs `cc`, the launcher and the library of this profile (`cargo build --release
-//! --workspace`); without them the tests fail under `CI=true` and say why they skip otherwise.
+//! Needs `cc` and the launcher of this profile (`cargo build --release --workspace`); the
+//! library is (re)built by the test itself. Without them the tests fail under `CI=true` and say
+//! why they skip otherwise.
 
 #[path = "../../ferry/tests/support/mod.rs"]
 mod support;
@@ -29,8 +30,30 @@ use support::{skip_or_fail, target_dir};
 const BACKENDS: [&str; 3] = ["tcp", "shm", "hybrid"];
 const LIMIT: Duration = Duration::from_secs(120);
 
+/// Builds `libferry` of this profile: `cargo test` builds no cdylib for an integration test,
+/// so without this the programs would link whatever library an earlier build left.
+fn build_library() {
+    let dir = target_dir();
+    let mut c = Command::new(env!("CARGO"));
+    c.args(["build", "-p", "ferry-c"]);
+    if dir.file_name().is_some_and(|n| n == "release") {
+        c.arg("--release");
+    }
+    if let Some(root) = dir.parent() {
+        c.env("CARGO_TARGET_DIR", root);
+    }
+    let out = c.output().expect("run cargo build -p ferry-c");
+    assert!(
+        out.status.success(),
+        "cargo build -p ferry-c failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// The launcher and the library directory, if both are built.
 fn tools(test: &str) -> Option<(PathBuf, PathBuf)> {
+    static BUILD: std::sync::Once = std::sync::Once::new();
+    BUILD.call_once(build_library);
     let dir = target_dir();
     let ferry = dir.join("ferry");
     let lib = dir.join("libferry.so");
