@@ -32,6 +32,8 @@ typedef struct _Laik_Layout Laik_Layout;
 typedef struct _Laik_Reservation Laik_Reservation;
 typedef struct _Laik_Transition Laik_Transition;
 typedef struct _Laik_ActionSeq Laik_ActionSeq;
+typedef struct _Laik_RangeReceiver Laik_RangeReceiver;
+typedef struct _Laik_PartitionerParams Laik_PartitionerParams;
 
 /* An index of up to three dimensions (x, y, z). */
 typedef struct _Laik_Index {
@@ -60,8 +62,8 @@ typedef enum _Laik_ReductionOperation {
     LAIK_RO_And,
     LAIK_RO_Or,
     LAIK_RO_Any,
-    LAIK_RO_All,
-    LAIK_RO_Custom
+    LAIK_RO_Single,
+    LAIK_RO_Custom = 100
 } Laik_ReductionOperation;
 
 typedef enum _Laik_LogLevel {
@@ -122,11 +124,17 @@ Laik_Space* laik_new_space_1d(Laik_Instance* inst, int64_t s1);
 Laik_Space* laik_new_space_2d(Laik_Instance* inst, int64_t s1, int64_t s2);
 Laik_Space* laik_new_space_3d(Laik_Instance* inst, int64_t s1, int64_t s2, int64_t s3);
 void laik_free_space(Laik_Space* s);
-void laik_space_set_name(Laik_Space* s, char* name);
+void laik_set_space_name(Laik_Space* s, char* name);
 int laik_space_getdimensions(Laik_Space* s);
 uint64_t laik_space_size(const Laik_Space* s);
 void laik_index_init(Laik_Index* i, int64_t i1, int64_t i2, int64_t i3);
+void laik_range_init(Laik_Range* r, Laik_Space* s, Laik_Index* from, Laik_Index* to);
 void laik_range_init_1d(Laik_Range* r, Laik_Space* s, int64_t from, int64_t to);
+void laik_range_init_2d(Laik_Range* r, Laik_Space* s,
+                        int64_t from1, int64_t to1, int64_t from2, int64_t to2);
+void laik_range_init_3d(Laik_Range* r, Laik_Space* s,
+                        int64_t from1, int64_t to1, int64_t from2, int64_t to2,
+                        int64_t from3, int64_t to3);
 uint64_t laik_range_size(const Laik_Range* r);
 
 /* ---- partitioners and partitionings ---- */
@@ -153,7 +161,33 @@ Laik_Partitioner* laik_new_bisection_partitioner(void);
 Laik_Partitioner* laik_new_grid_partitioner(int xblocks, int yblocks, int zblocks);
 Laik_Partitioner* laik_new_cornerhalo_partitioner(int depth);
 Laik_Partitioner* laik_new_halo_partitioner(int depth);
+Laik_Partitioner* laik_new_copy_partitioner(int fromDim, int toDim);
 void laik_free_partitioner(Laik_Partitioner* pr);
+
+/* application partitioners */
+typedef enum _Laik_PartitionerFlag {
+    LAIK_PF_None = 0,
+    LAIK_PF_GroupByTag = 1,
+    LAIK_PF_Compact = 2,
+    LAIK_PF_NoFullCoverage = 4,
+    LAIK_PF_Merge = 8,
+    LAIK_PF_SingleIndex = 16
+} Laik_PartitionerFlag;
+
+struct _Laik_PartitionerParams {
+    Laik_Space* space;
+    Laik_Group* group;
+    Laik_Partitioner* partitioner;
+    Laik_Partitioning* other;
+};
+
+typedef void (*laik_run_partitioner_t)(Laik_RangeReceiver*, Laik_PartitionerParams*);
+Laik_Partitioner* laik_new_partitioner(const char* name, laik_run_partitioner_t run,
+                                       void* d, Laik_PartitionerFlag flags);
+void* laik_partitioner_data(Laik_Partitioner* partitioner);
+void laik_append_range(Laik_RangeReceiver* r, int task, const Laik_Range* s,
+                       int tag, void* data);
+void laik_append_index_1d(Laik_RangeReceiver* r, int task, int64_t idx);
 
 Laik_Partitioning* laik_new_partitioning(Laik_Partitioner* pr, Laik_Group* g,
                                          Laik_Space* space, Laik_Partitioning* other);
@@ -161,7 +195,14 @@ void laik_free_partitioning(Laik_Partitioning* p);
 void laik_partitioning_set_name(Laik_Partitioning* p, char* name);
 Laik_Group* laik_partitioning_get_group(Laik_Partitioning* p);
 Laik_Space* laik_partitioning_get_space(Laik_Partitioning* p);
-bool laik_partitioning_migrate(Laik_Partitioning* p, Laik_Group* g);
+void laik_partitioning_migrate(Laik_Partitioning* p, Laik_Group* g);
+int laik_partitioning_rangecount(Laik_Partitioning* p);
+Laik_TaskRange* laik_partitioning_get_taskrange(Laik_Partitioning* p, int n);
+const Laik_Range* laik_taskrange_get_range(Laik_TaskRange* trange);
+int laik_taskrange_get_task(Laik_TaskRange* trange);
+int laik_taskrange_get_tag(Laik_TaskRange* trange);
+void* laik_taskrange_get_data(Laik_TaskRange* trange);
+void laik_taskrange_set_data(Laik_TaskRange* trange, void* data);
 int laik_my_rangecount(Laik_Partitioning* p);
 int laik_my_mapcount(Laik_Partitioning* p);
 Laik_TaskRange* laik_my_range(Laik_Partitioning* p, int n);
@@ -235,6 +276,24 @@ Laik_ActionSeq* laik_calc_actions(Laik_Data* d, Laik_Transition* t,
                                   Laik_Reservation* fromRes, Laik_Reservation* toRes);
 void laik_exec_actions(Laik_ActionSeq* as);
 void laik_aseq_free(Laik_ActionSeq* as);
+
+/* ---- key-value store ---- */
+
+typedef struct _Laik_KVStore Laik_KVStore;
+typedef struct _Laik_KVS_Entry Laik_KVS_Entry;
+
+Laik_KVStore* laik_kvs_new(const char* name, Laik_Instance* inst);
+void laik_kvs_free(Laik_KVStore* kvs);
+Laik_KVS_Entry* laik_kvs_set(Laik_KVStore* kvs, const char* key, unsigned int size, const char* data);
+Laik_KVS_Entry* laik_kvs_sets(Laik_KVStore* kvs, const char* key, const char* str);
+void laik_kvs_sync(Laik_KVStore* kvs);
+unsigned int laik_kvs_count(Laik_KVStore* kvs);
+Laik_KVS_Entry* laik_kvs_getn(Laik_KVStore* kvs, unsigned int n);
+Laik_KVS_Entry* laik_kvs_entry(Laik_KVStore* kvs, const char* key);
+char* laik_kvs_get(Laik_KVStore* kvs, const char* key, unsigned int* size);
+char* laik_kvs_key(Laik_KVS_Entry* e);
+unsigned int laik_kvs_size(Laik_KVS_Entry* e);
+char* laik_kvs_data(Laik_KVS_Entry* e, unsigned int* size);
 
 /* ---- memory layouts ---- */
 

@@ -8,7 +8,9 @@
 //! and exits with status 1, so C never sees a half-done call, an abort or an unwinding panic.
 
 mod core;
+mod custom;
 mod data;
+mod kvs;
 mod part;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};

@@ -39,7 +39,7 @@ pub type IdxWeightFn = extern "C" fn(*mut LaikIndex, *const c_void) -> f64;
 pub type TaskWeightFn = extern "C" fn(c_int, *const c_void) -> f64;
 
 #[derive(Clone, Copy, Debug)]
-enum Kind {
+pub(crate) enum Kind {
     All,
     Master,
     Block,
@@ -47,11 +47,13 @@ enum Kind {
     Grid([usize; 3]),
     CornerHalo(i64),
     Halo(i64),
+    Copy(usize, usize),
+    Custom(super::custom::CustomRule),
 }
 
 /// A partitioning rule with LAIK's knobs (block weights and cycles).
 pub struct LaikPartitioner {
-    kind: Kind,
+    pub(crate) kind: Kind,
     cycles: usize,
     index_weight: Option<(IdxWeightFn, usize)>,
     task_weight: Option<(TaskWeightFn, usize)>,
@@ -64,6 +66,8 @@ pub struct LaikPartitioning {
     pub(crate) group: *mut LaikGroup,
     pub(crate) space: *mut LaikSpace,
     pub(crate) name: String,
+    /// Every task's ranges as LAIK's `Laik_TaskRange`s (same order as the partitioning's).
+    pub(crate) ranges: Vec<super::custom::LaikTaskRange>,
 }
 
 const fn partitioner(kind: Kind) -> LaikPartitioner {
@@ -99,10 +103,18 @@ pub(crate) fn init_statics() {
 }
 
 impl LaikPartitioner {
-    /// The data layer's partitioner. The C callbacks are called with the user data they were
-    /// registered with.
-    fn to_ferry(&self) -> Partitioner {
+    /// The data layer's partitioner for a run over `space` and `group` (with base `other`).
+    /// The C callbacks are called with the user data they were registered with.
+    fn to_ferry(
+        &self,
+        me: *mut LaikPartitioner,
+        space: *mut LaikSpace,
+        group: *mut LaikGroup,
+        other: *mut LaikPartitioning,
+    ) -> Partitioner {
         match self.kind {
+            Kind::Copy(from_dim, to_dim) => Partitioner::Copy { from_dim, to_dim },
+            Kind::Custom(rule) => rule.partitioner(me, space, group, other),
             Kind::All => Partitioner::All,
             Kind::Master => Partitioner::Master,
             Kind::Bisection => Partitioner::Bisection,
@@ -132,7 +144,10 @@ impl LaikPartitioner {
     }
 
     fn needs_base(&self) -> bool {
-        matches!(self.kind, Kind::CornerHalo(_) | Kind::Halo(_))
+        matches!(
+            self.kind,
+            Kind::CornerHalo(_) | Kind::Halo(_) | Kind::Copy(..)
+        )
     }
 }
 
@@ -193,9 +208,9 @@ pub extern "C" fn laik_free_space(s: *mut LaikSpace) {
 }
 
 #[no_mangle]
-pub extern "C" fn laik_space_set_name(s: *mut LaikSpace, name: *mut c_char) {
-    run("laik_space_set_name", || {
-        let sp = obj(s, "laik_space_set_name", "space")?;
+pub extern "C" fn laik_set_space_name(s: *mut LaikSpace, name: *mut c_char) {
+    run("laik_set_space_name", || {
+        let sp = obj(s, "laik_set_space_name", "space")?;
         if !name.is_null() {
             // SAFETY: NUL-terminated name from the program.
             sp.name = unsafe { CStr::from_ptr(name) }
@@ -380,6 +395,31 @@ pub extern "C" fn laik_new_halo_partitioner(depth: c_int) -> *mut LaikPartitione
     new_partitioner(partitioner(Kind::Halo(i64::from(depth))))
 }
 
+/// Derived: the base's ranges in dimension `from_dim`, placed in dimension `to_dim` of this
+/// space, every other dimension spanning the space.
+#[no_mangle]
+pub extern "C" fn laik_new_copy_partitioner(
+    from_dim: c_int,
+    to_dim: c_int,
+) -> *mut LaikPartitioner {
+    run("laik_new_copy_partitioner", || {
+        let d = |v: c_int| {
+            usize::try_from(v).ok().filter(|&v| v < 3).ok_or_else(|| {
+                Error::invalid("laik_new_copy_partitioner", format!("dimension {v}"))
+            })
+        };
+        Ok(new_partitioner(partitioner(Kind::Copy(
+            d(from_dim)?,
+            d(to_dim)?,
+        ))))
+    })
+}
+
+/// An application partitioner: `run` appends ranges through the receiver.
+pub(crate) fn new_custom(rule: super::custom::CustomRule) -> *mut LaikPartitioner {
+    new_partitioner(partitioner(Kind::Custom(rule)))
+}
+
 /// Partitioners stay valid until the process ends (the predefined ones are shared).
 #[no_mangle]
 pub extern "C" fn laik_free_partitioner(pr: *mut LaikPartitioner) {
@@ -401,7 +441,7 @@ pub extern "C" fn laik_new_partitioning(
         let p = obj(pr, op, "partitioner")?;
         let grp = obj(g, op, "group")?;
         let sp = obj(space, op, "space")?;
-        let fp = p.to_ferry();
+        let fp = p.to_ferry(pr, space, g, other);
         let part = if p.needs_base() {
             let base = obj(
                 other,
@@ -412,12 +452,14 @@ pub extern "C" fn laik_new_partitioning(
         } else {
             Partitioning::new(&sp.space, &grp.group, &fp)?
         };
+        let ranges = super::custom::task_ranges(&part, space);
         Ok(Box::into_raw(Box::new(LaikPartitioning {
             inst: grp.inst,
             name: fp.name().to_string(),
             part,
             group: g,
             space,
+            ranges,
         })))
     })
 }
@@ -464,16 +506,16 @@ pub extern "C" fn laik_partitioning_get_space(p: *mut LaikPartitioning) -> *mut 
 /// Expresses `p` for group `g` (its owners must all be in `g`); containers using `p` follow
 /// without moving data.
 #[no_mangle]
-pub extern "C" fn laik_partitioning_migrate(p: *mut LaikPartitioning, g: *mut LaikGroup) -> bool {
+pub extern "C" fn laik_partitioning_migrate(p: *mut LaikPartitioning, g: *mut LaikGroup) {
     run("laik_partitioning_migrate", || {
         let op = "laik_partitioning_migrate";
         let pt = obj(p, op, "partitioning")?;
         let grp = obj(g, op, "group")?;
         let old_id = pt.part.id();
         pt.part = pt.part.migrate(&grp.group)?;
+        pt.ranges = super::custom::task_ranges(&pt.part, pt.space);
         pt.group = g;
-        super::data::follow_migration(pt, old_id)?;
-        Ok(true)
+        super::data::follow_migration(pt, old_id)
     })
 }
 
@@ -502,22 +544,33 @@ pub extern "C" fn laik_my_mapcount(p: *mut LaikPartitioning) -> c_int {
     })
 }
 
-/// This process's range number `n` of `p` (NULL if it has fewer).
+/// This process's range number `n` of `p` and its `Laik_TaskRange` (None if it has fewer).
 fn range_n(
     p: *mut LaikPartitioning,
     n: c_int,
     op: &'static str,
-) -> Result<Option<(Range, *mut TaskRange)>> {
+) -> Result<Option<(Range, *mut super::custom::LaikTaskRange)>> {
     let pt = obj(p, op, "partitioning")?;
-    let ranges = my_ranges(pt);
-    Ok(usize::try_from(n)
-        .ok()
-        .and_then(|n| ranges.get(n))
-        .map(|tr| (tr.range, (tr as *const TaskRange).cast_mut())))
+    let all = pt.part.ranges();
+    let mine = my_ranges(pt);
+    let Some(k) = usize::try_from(n).ok().filter(|&k| k < mine.len()) else {
+        return Ok(None);
+    };
+    // `mine` is a sub-slice of `all`: its offset there indexes the handle cache.
+    let first = (mine.as_ptr() as usize - all.as_ptr() as usize) / std::mem::size_of::<TaskRange>();
+    let range = mine[k].range;
+    let tr = pt
+        .ranges
+        .get_mut(first + k)
+        .map_or(null_mut(), |t| t as *mut super::custom::LaikTaskRange);
+    Ok(Some((range, tr)))
 }
 
 #[no_mangle]
-pub extern "C" fn laik_my_range(p: *mut LaikPartitioning, n: c_int) -> *mut TaskRange {
+pub extern "C" fn laik_my_range(
+    p: *mut LaikPartitioning,
+    n: c_int,
+) -> *mut super::custom::LaikTaskRange {
     run("laik_my_range", || {
         Ok(range_n(p, n, "laik_my_range")?.map_or(null_mut(), |(_, t)| t))
     })
@@ -530,7 +583,7 @@ pub extern "C" fn laik_my_range_1d(
     n: c_int,
     from: *mut i64,
     to: *mut i64,
-) -> *mut TaskRange {
+) -> *mut super::custom::LaikTaskRange {
     run("laik_my_range_1d", || {
         let r = range_n(p, n, "laik_my_range_1d")?;
         let (f, t) = r.map_or(([0; 3], [0; 3]), |(r, _)| (r.from(), r.to()));
@@ -548,7 +601,7 @@ pub extern "C" fn laik_my_range_2d(
     x2: *mut i64,
     y1: *mut i64,
     y2: *mut i64,
-) -> *mut TaskRange {
+) -> *mut super::custom::LaikTaskRange {
     run("laik_my_range_2d", || {
         let r = range_n(p, n, "laik_my_range_2d")?;
         let (f, t) = r.map_or(([0; 3], [0; 3]), |(r, _)| (r.from(), r.to()));
@@ -571,7 +624,7 @@ pub extern "C" fn laik_my_range_3d(
     y2: *mut i64,
     z1: *mut i64,
     z2: *mut i64,
-) -> *mut TaskRange {
+) -> *mut super::custom::LaikTaskRange {
     run("laik_my_range_3d", || {
         let r = range_n(p, n, "laik_my_range_3d")?;
         let (f, t) = r.map_or(([0; 3], [0; 3]), |(r, _)| (r.from(), r.to()));
