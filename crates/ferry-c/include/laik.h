@@ -92,6 +92,7 @@ int laik_epoch(Laik_Instance* inst);
 int laik_phase(Laik_Instance* inst);
 void laik_set_phase(Laik_Instance* inst, int n, const char* name, void* data);
 void laik_set_iteration(Laik_Instance* inst, int iter);
+void laik_iter_reset(Laik_Instance* inst);
 double laik_wtime(void);
 
 /* ---- logging (to stderr, LAIK_LOG / FERRY_LOG threshold) and profiling ---- */
@@ -110,6 +111,33 @@ static inline void laik_log(int level, const char* msg, ...)
     vsnprintf(buf, sizeof(buf), msg, ap);
     va_end(ap);
     laik_log_write(level, buf);
+}
+
+bool laik_log_begin(int level);
+void laik_log_append_text(const char* text);
+void laik_log_flush_text(void);
+
+static inline void laik_log_append(const char* msg, ...)
+{
+    char buf[2048];
+    va_list ap;
+    va_start(ap, msg);
+    vsnprintf(buf, sizeof(buf), msg, ap);
+    va_end(ap);
+    laik_log_append_text(buf);
+}
+
+static inline void laik_log_flush(const char* msg, ...)
+{
+    char buf[2048];
+    va_list ap;
+    if (msg) {
+        va_start(ap, msg);
+        vsnprintf(buf, sizeof(buf), msg, ap);
+        va_end(ap);
+        laik_log_append_text(buf);
+    }
+    laik_log_flush_text();
 }
 
 void laik_enable_profiling_file(Laik_Instance* inst, const char* filename);
@@ -162,6 +190,9 @@ Laik_Partitioner* laik_new_grid_partitioner(int xblocks, int yblocks, int zblock
 Laik_Partitioner* laik_new_cornerhalo_partitioner(int depth);
 Laik_Partitioner* laik_new_halo_partitioner(int depth);
 Laik_Partitioner* laik_new_copy_partitioner(int fromDim, int toDim);
+Laik_Partitioner* laik_new_reassign_partitioner(Laik_Group* newg,
+                                                Laik_GetIdxWeight_t getIdxW,
+                                                const void* userData);
 void laik_free_partitioner(Laik_Partitioner* pr);
 
 /* application partitioners */

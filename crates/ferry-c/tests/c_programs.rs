@@ -7,10 +7,13 @@
 //!   bad arguments);
 //! * `tests/c/ferry_fail.c`: a rank killed by SIGKILL; the rank waiting for it gets
 //!   `FERRY_ERR_PEER_FAILED` and a message naming it, and nothing aborts;
-//! * `tests/c/laik_sums.c`, `tests/c/laik_heat1d.c`: programs of our own over `laik.h` that use
-//!   the calls of LAIK's vsum and jac1d; they run the `vsum` and `jac1d` cases of
-//!   `../shared/conformance` (plain launches) and are judged like the Rust examples
-//!   (`crates/ferry/tests/support/verdict.rs`, expected outputs read at run time).
+//! * `tests/c/laik_sums.c`, `laik_heat1d.c`, `laik_rowsum.c`, `laik_pairs.c`: programs of our
+//!   own over `laik.h` that use the calls of LAIK's vsum, jac1d, spmv and ping_pong
+//!   (partitioners with weights, halos, shrinking and migration, program memory, all-reduce
+//!   flows, an application partitioner, reservations, transitions and action sequences); they
+//!   run those examples' cases of `../shared/conformance` (plain launches) and are judged like
+//!   the Rust examples (`crates/ferry/tests/support/verdict.rs`, expected outputs read at run
+//!   time).
 //!
 //! Needs `cc` and the launcher of this profile (`cargo build --release --workspace`); the
 //! library is (re)built by the test itself. Without them the tests fail under `CI=true` and say
@@ -186,8 +189,8 @@ fn c_api_reports_a_killed_rank_as_a_status_code() {
 }
 
 #[test]
-fn laik_programs_of_our_own_pass_the_vsum_and_jac1d_conformance_cases() {
-    let test = "laik_programs_of_our_own_pass_the_vsum_and_jac1d_conformance_cases";
+fn laik_programs_of_our_own_pass_the_vsum_jac1d_spmv_and_ping_pong_cases() {
+    let test = "laik_programs_of_our_own_pass_the_vsum_jac1d_spmv_and_ping_pong_cases";
     let Some((ferry, libdir)) = tools(test) else {
         return;
     };
@@ -201,6 +204,8 @@ fn laik_programs_of_our_own_pass_the_vsum_and_jac1d_conformance_cases() {
     let progs = [
         ("vsum", compile("laik_sums", &libdir)),
         ("jac1d", compile("laik_heat1d", &libdir)),
+        ("spmv", compile("laik_rowsum", &libdir)),
+        ("ping_pong", compile("laik_pairs", &libdir)),
     ];
     let mut failures = Vec::new();
     let mut runs = 0;

@@ -29,6 +29,8 @@ pub struct LaikInstance {
     /// Group of the latest switch: the processes still working together at the end.
     pub(crate) last_group: Option<Group>,
     log_level: c_int,
+    /// Message being built by laik_log_begin / laik_log_append (level, text).
+    log_line: Option<(c_int, String)>,
     profile: Option<Profile>,
 }
 
@@ -108,6 +110,7 @@ fn init() -> Result<*mut LaikInstance> {
         datas: Vec::new(),
         last_group: None,
         log_level: log_level_from_env(),
+        log_line: None,
         profile: None,
     }));
     // SAFETY: just leaked; the instance lives until the process ends.
@@ -376,6 +379,59 @@ pub extern "C" fn laik_log_write(level: c_int, text: *const c_char) {
             &msg,
         );
     }
+}
+
+fn with_instance<R>(f: impl FnOnce(&mut LaikInstance) -> R) -> Option<R> {
+    // SAFETY: see current_rank.
+    let p = unsafe { INSTANCE };
+    // SAFETY: a non-null INSTANCE points to the leaked instance, used from one thread.
+    unsafe { p.as_mut() }.map(f)
+}
+
+/// Starts a log message of `level` built piecewise (`laik_log_append`, `laik_log_flush`);
+/// returns whether it will be shown.
+#[no_mangle]
+pub extern "C" fn laik_log_begin(level: c_int) -> bool {
+    let shown = laik_log_shown(level);
+    with_instance(|i| i.log_line = shown.then(|| (level, String::new())));
+    shown
+}
+
+/// Appends text to the message started by `laik_log_begin` (the inline `laik_log_append`
+/// formats it).
+#[no_mangle]
+pub extern "C" fn laik_log_append_text(text: *const c_char) {
+    if text.is_null() {
+        return;
+    }
+    // SAFETY: a NUL-terminated string from the inline formatter.
+    let t = unsafe { CStr::from_ptr(text) }
+        .to_string_lossy()
+        .into_owned();
+    with_instance(|i| {
+        if let Some((_, line)) = i.log_line.as_mut() {
+            line.push_str(&t);
+        }
+    });
+}
+
+/// Writes the message started by `laik_log_begin`.
+#[no_mangle]
+pub extern "C" fn laik_log_flush_text() {
+    if let Some(Some((level, line))) = with_instance(|i| i.log_line.take()) {
+        if let Ok(c) = std::ffi::CString::new(line) {
+            laik_log_write(level, c.as_ptr());
+        }
+    }
+}
+
+/// Restarts the iteration count (profiling and log prefixes).
+#[no_mangle]
+pub extern "C" fn laik_iter_reset(inst: *mut LaikInstance) {
+    run("laik_iter_reset", || {
+        obj(inst, "laik_iter_reset", "instance")?.iteration = 0;
+        Ok(())
+    })
 }
 
 #[no_mangle]

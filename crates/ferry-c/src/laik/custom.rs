@@ -150,6 +150,69 @@ impl CustomRule {
     }
 }
 
+/// The reassign rule for a run over `group` with base `other` (see
+/// `laik_new_reassign_partitioner`).
+pub(crate) fn reassign(
+    weight: Option<(super::part::IdxWeightFn, usize)>,
+    group: *mut LaikGroup,
+    other: *mut LaikPartitioning,
+) -> Partitioner {
+    // SAFETY: handles of live objects passed to laik_new_partitioning (checked for NULL).
+    let base = unsafe { other.as_ref() }.map(|p| p.part.clone());
+    // SAFETY: as above; groups live until the process ends.
+    let target = unsafe { group.as_ref() }.map(|g| g.group.clone());
+    Partitioner::custom("reassign", move |ctx: &mut PartitionerCtx<'_>| {
+        let (Some(base), Some(target)) = (&base, &target) else {
+            return Err(Error::invalid(
+                "reassign partitioner",
+                "needs the previous partitioning as `other` and a group",
+            ));
+        };
+        let w = |i: i64| match weight {
+            Some((f, ud)) => {
+                let mut idx = LaikIndex { i: [i, 0, 0] };
+                f(&mut idx, ud as *const c_void)
+            }
+            None => 1.0,
+        };
+        let old = base.group();
+        let mut out: Vec<(usize, i64, i64)> = Vec::new();
+        let mut orphaned: Vec<(i64, i64)> = Vec::new();
+        for tr in base.ranges() {
+            let (a, b) = (tr.range.from()[0], tr.range.to()[0]);
+            match target.index_of(old.member(tr.task)) {
+                Some(t) => out.push((t, a, b)),
+                None => orphaned.push((a, b)),
+            }
+        }
+        orphaned.sort_unstable();
+        let n = ctx.ntasks();
+        let total: f64 = orphaned.iter().flat_map(|&(a, b)| a..b).map(w).sum();
+        let share = total / n as f64;
+        let (mut task, mut acc) = (0usize, 0.0);
+        for &(a, b) in &orphaned {
+            let mut from = a;
+            for i in a..b {
+                acc += w(i);
+                if acc >= share && task + 1 < n {
+                    out.push((task, from, i + 1));
+                    from = i + 1;
+                    acc -= share;
+                    task += 1;
+                }
+            }
+            if from < b {
+                out.push((task, from, b));
+            }
+        }
+        out.sort_unstable();
+        for (t, a, b) in out {
+            ctx.append(t, Range::new1(a, b), 0)?;
+        }
+        Ok(())
+    })
+}
+
 impl LaikRangeReceiver {
     fn push(&mut self, task: c_int, r: Result<Range>, tag: c_int) {
         if self.error.is_some() {

@@ -49,6 +49,8 @@ pub(crate) enum Kind {
     Halo(i64),
     Copy(usize, usize),
     Custom(super::custom::CustomRule),
+    /// Incremental: the base's ranges with those of removed tasks spread over the rest.
+    Reassign(Option<(IdxWeightFn, usize)>),
 }
 
 /// A partitioning rule with LAIK's knobs (block weights and cycles).
@@ -115,6 +117,7 @@ impl LaikPartitioner {
         match self.kind {
             Kind::Copy(from_dim, to_dim) => Partitioner::Copy { from_dim, to_dim },
             Kind::Custom(rule) => rule.partitioner(me, space, group, other),
+            Kind::Reassign(weight) => super::custom::reassign(weight, group, other),
             Kind::All => Partitioner::All,
             Kind::Master => Partitioner::Master,
             Kind::Bisection => Partitioner::Bisection,
@@ -411,6 +414,23 @@ pub extern "C" fn laik_new_copy_partitioner(
         Ok(new_partitioner(partitioner(Kind::Copy(
             d(from_dim)?,
             d(to_dim)?,
+        ))))
+    })
+}
+
+/// LAIK's reassign partitioner: run over the new group `newg` with the old partitioning as
+/// base, survivors keep their ranges and the ranges of removed tasks are spread over the new
+/// group by index weight (`get_idx_w`, 1 per index without), in increasing index order.
+#[no_mangle]
+pub extern "C" fn laik_new_reassign_partitioner(
+    newg: *mut LaikGroup,
+    get_idx_w: Option<IdxWeightFn>,
+    user_data: *const c_void,
+) -> *mut LaikPartitioner {
+    run("laik_new_reassign_partitioner", || {
+        obj(newg, "laik_new_reassign_partitioner", "group")?;
+        Ok(new_partitioner(partitioner(Kind::Reassign(
+            get_idx_w.map(|f| (f, user_data as usize)),
         ))))
     })
 }
