@@ -255,6 +255,8 @@ extern Laik_Type* laik_UInt64;
 extern Laik_Type* laik_Float;
 extern Laik_Type* laik_Double;
 
+Laik_Type* laik_type_register(const char* name, int size);
+
 Laik_Data* laik_new_data(Laik_Space* space, Laik_Type* type);
 Laik_Data* laik_new_data_1d(Laik_Instance* inst, Laik_Type* type, int64_t s1);
 Laik_Data* laik_new_data_2d(Laik_Instance* inst, Laik_Type* type, int64_t s1, int64_t s2);

@@ -12,19 +12,45 @@ use super::part::{LaikIndex, LaikPartitioning, LaikRange, LaikSpace};
 use super::{obj, out, run};
 use crate::typed::{AnyContainer, Elem, Op, RawMap};
 
-/// An element type.
+/// An element type: one of LAIK's predefined ones, or one registered by the program
+/// (`laik_type_register`: a name and a size, no element layout ferry can move).
 pub struct LaikType {
     elem: Elem,
+    registered: Option<(String, usize)>,
 }
 
-static mut T_CHAR: LaikType = LaikType { elem: Elem::I8 };
-static mut T_INT32: LaikType = LaikType { elem: Elem::I32 };
-static mut T_INT64: LaikType = LaikType { elem: Elem::I64 };
-static mut T_UCHAR: LaikType = LaikType { elem: Elem::U8 };
-static mut T_UINT32: LaikType = LaikType { elem: Elem::U32 };
-static mut T_UINT64: LaikType = LaikType { elem: Elem::U64 };
-static mut T_FLOAT: LaikType = LaikType { elem: Elem::F32 };
-static mut T_DOUBLE: LaikType = LaikType { elem: Elem::F64 };
+static mut T_CHAR: LaikType = LaikType {
+    elem: Elem::I8,
+    registered: None,
+};
+static mut T_INT32: LaikType = LaikType {
+    elem: Elem::I32,
+    registered: None,
+};
+static mut T_INT64: LaikType = LaikType {
+    elem: Elem::I64,
+    registered: None,
+};
+static mut T_UCHAR: LaikType = LaikType {
+    elem: Elem::U8,
+    registered: None,
+};
+static mut T_UINT32: LaikType = LaikType {
+    elem: Elem::U32,
+    registered: None,
+};
+static mut T_UINT64: LaikType = LaikType {
+    elem: Elem::U64,
+    registered: None,
+};
+static mut T_FLOAT: LaikType = LaikType {
+    elem: Elem::F32,
+    registered: None,
+};
+static mut T_DOUBLE: LaikType = LaikType {
+    elem: Elem::F64,
+    registered: None,
+};
 
 macro_rules! type_handles {
     ($($name:ident => $target:ident),* $(,)?) => {
@@ -53,6 +79,30 @@ type_handles! {
     laik_Double => T_DOUBLE,
 }
 
+/// A program-defined element type of `size` bytes. Containers of it can be created; switching
+/// them is an error (ferry moves only LAIK's predefined types).
+#[no_mangle]
+pub extern "C" fn laik_type_register(name: *const c_char, size: c_int) -> *mut LaikType {
+    run("laik_type_register", || {
+        let n = if name.is_null() {
+            "type".to_string()
+        } else {
+            // SAFETY: NUL-terminated name from the program.
+            unsafe { CStr::from_ptr(name) }
+                .to_string_lossy()
+                .into_owned()
+        };
+        let size = usize::try_from(size)
+            .ok()
+            .filter(|&s| s > 0)
+            .ok_or_else(|| Error::invalid("laik_type_register", format!("size {size}")))?;
+        Ok(Box::into_raw(Box::new(LaikType {
+            elem: Elem::U8,
+            registered: Some((n, size)),
+        })))
+    })
+}
+
 /// One mapping handed out to C (`Laik_Mapping`): which container and which mapping number.
 pub struct LaikMapping {
     map_no: c_int,
@@ -79,6 +129,9 @@ pub struct LaikData {
     #[allow(clippy::vec_box)]
     maps: Vec<Box<LaikMapping>>,
     user_mem: Option<UserMem>,
+    /// Set for containers of a registered type: they exist (and keep the SPMD numbering of
+    /// containers) but cannot be switched.
+    registered: Option<(String, usize)>,
 }
 
 /// A set of partitionings to size a container's memory for.
@@ -176,6 +229,15 @@ impl LaikData {
         redop: c_int,
         op: &'static str,
     ) -> Result<()> {
+        if let Some((name, size)) = &self.registered {
+            return Err(
+                Error::new(ferry_core::ErrorKind::Unsupported, op).with_detail(format!(
+                    "`{}` holds elements of the registered type `{name}` ({size} bytes); only \
+                 LAIK's predefined types can be distributed",
+                    self.name
+                )),
+            );
+        }
         let (f, o) = flow_of(flow, redop, op)?;
         self.sync_in()?;
         let t = self.inst().transport()?;
@@ -233,6 +295,7 @@ fn new_data(space: *mut LaikSpace, ty: *mut LaikType, op: &'static str) -> Resul
         group: null_mut(),
         maps: Vec::new(),
         user_mem: None,
+        registered: t.registered.clone(),
     }));
     inst.datas.push(d);
     Ok(d)
