@@ -7,9 +7,9 @@
 //!   bad arguments);
 //! * `tests/c/ferry_fail.c`: a rank killed by SIGKILL; the rank waiting for it gets
 //!   `FERRY_ERR_PEER_FAILED` and a message naming it, and nothing aborts;
-//! * `tests/c/laik_sums.c`, `laik_heat1d.c`, `laik_rowsum.c`, `laik_pairs.c`, `laik_chain.c`:
-//!   programs of our own over `laik.h` that use the calls of LAIK's vsum, jac1d, spmv,
-//!   ping_pong and markov2 (partitioners with weights, halos, shrinking and migration, program
+//! * `tests/c/laik_sums.c`, `laik_heat1d.c`, `laik_heat2d.c`, `laik_rowsum.c`, `laik_pairs.c`,
+//!   `laik_chain.c`: programs of our own over `laik.h` that use the calls of LAIK's vsum,
+//!   jac1d, jac2d, spmv, ping_pong and markov2 (2d mappings, partitioners with weights, halos, shrinking and migration, program
 //!   memory, all-reduce flows, application partitioners over a base partitioning, reservations,
 //!   transitions and action sequences, Init + Sum pushes); they
 //!   run those examples' cases of `../shared/conformance` (plain launches) and are judged like
@@ -190,8 +190,8 @@ fn c_api_reports_a_killed_rank_as_a_status_code() {
 }
 
 #[test]
-fn laik_programs_of_our_own_pass_the_vsum_jac1d_spmv_ping_pong_and_markov2_cases() {
-    let test = "laik_programs_of_our_own_pass_the_vsum_jac1d_spmv_ping_pong_and_markov2_cases";
+fn laik_programs_of_our_own_pass_the_conformance_cases_of_their_examples() {
+    let test = "laik_programs_of_our_own_pass_the_conformance_cases_of_their_examples";
     let Some((ferry, libdir)) = tools(test) else {
         return;
     };
@@ -208,6 +208,7 @@ fn laik_programs_of_our_own_pass_the_vsum_jac1d_spmv_ping_pong_and_markov2_cases
         ("spmv", compile("laik_rowsum", &libdir)),
         ("ping_pong", compile("laik_pairs", &libdir)),
         ("markov2", compile("laik_chain", &libdir)),
+        ("jac2d", compile("laik_heat2d", &libdir)),
     ];
     // Options our own programs do not implement (the compact / indirect / single-index
     // variants of markov2).
@@ -231,20 +232,32 @@ fn laik_programs_of_our_own_pass_the_vsum_jac1d_spmv_ping_pong_and_markov2_cases
         } else {
             &BACKENDS
         };
-        for b in backends {
+        // jac2d's reservation and action-sequence options must not change its output: its
+        // cases run once more with them (`-r -a`) on the first backend.
+        let mut variants = vec![("", case.args.clone())];
+        if case.example == "jac2d" {
+            let mut with = vec!["-r".to_string(), "-a".to_string()];
+            with.extend(case.args.iter().cloned());
+            variants.push((" -r -a", with));
+        }
+        let runs_of_case = backends
+            .iter()
+            .flat_map(|b| variants.iter().map(move |v| (*b, v)));
+        for (b, (tag, args)) in runs_of_case.filter(|(b, (t, _))| t.is_empty() || *b == backends[0])
+        {
             let mut c = Command::new(&ferry);
             c.arg("run").arg("-n").arg(case.ranks.to_string());
-            if *b != "single" {
+            if b != "single" {
                 c.args(["--backend", b]);
             }
-            c.arg(prog).args(&case.args).env("LD_LIBRARY_PATH", &libdir);
+            c.arg(prog).args(args).env("LD_LIBRARY_PATH", &libdir);
             for (k, v) in support::cases::translate_env(&case.env) {
                 c.env(k, v);
             }
             let r = run_group(c, LIMIT).expect("start ferry run");
             runs += 1;
             if let Outcome::Fail(why) = judge(case, &r, LIMIT) {
-                failures.push(format!("{} on {b}: {why}", case.id));
+                failures.push(format!("{}{tag} on {b}: {why}", case.id));
             }
         }
     }
