@@ -204,6 +204,7 @@ fn laik_programs_of_our_own_pass_the_conformance_cases_of_their_examples() {
     }
     let progs = [
         ("vsum", compile("laik_sums", &libdir)),
+        ("vsum2", compile("laik_sums", &libdir)),
         ("jac1d", compile("laik_heat1d", &libdir)),
         ("spmv", compile("laik_rowsum", &libdir)),
         ("ping_pong", compile("laik_pairs", &libdir)),
@@ -235,6 +236,10 @@ fn laik_programs_of_our_own_pass_the_conformance_cases_of_their_examples() {
         // jac2d's reservation and action-sequence options must not change its output: its
         // cases run once more with them (`-r -a`) on the first backend.
         let mut variants = vec![("", case.args.clone())];
+        if case.example == "vsum2" {
+            // the same program, going round the blocks twice
+            variants[0].1.insert(0, "-2".to_string());
+        }
         if case.example == "jac2d" {
             let mut with = vec!["-r".to_string(), "-a".to_string()];
             with.extend(case.args.iter().cloned());
