@@ -145,6 +145,8 @@ void laik_reset_profiling(Laik_Instance* inst);
 void laik_profile_user_start(Laik_Instance* inst);
 void laik_profile_user_stop(Laik_Instance* inst);
 void laik_writeout_profile(void);
+double laik_get_total_time(void);
+double laik_get_backend_time(void);
 
 /* ---- index spaces ---- */
 

@@ -8,13 +8,15 @@
 //! * `tests/c/ferry_fail.c`: a rank killed by SIGKILL; the rank waiting for it gets
 //!   `FERRY_ERR_PEER_FAILED` and a message naming it, and nothing aborts;
 //! * `tests/c/laik_sums.c`, `laik_heat1d.c`, `laik_heat2d.c`, `laik_rowsum.c`, `laik_pairs.c`,
-//!   `laik_chain.c`: programs of our own over `laik.h` that use the calls of LAIK's vsum,
-//!   jac1d, jac2d, spmv, ping_pong and markov2 (2d mappings, partitioners with weights, halos, shrinking and migration, program
-//!   memory, all-reduce flows, application partitioners over a base partitioning, reservations,
-//!   transitions and action sequences, Init + Sum pushes); they
-//!   run those examples' cases of `../shared/conformance` (plain launches) and are judged like
-//!   the Rust examples (`crates/ferry/tests/support/verdict.rs`, expected outputs read at run
-//!   time).
+//!   `laik_chain.c`, `laik_normspmv.c`: programs of our own over `laik.h` that use the calls of
+//!   LAIK's vsum, vsum2, jac1d, jac2d, spmv, spmv2, ping_pong and markov2 (block partitioners
+//!   with weights and cycles, halos, 2d mappings, shrinking with migration, the block and the
+//!   reassign partitioner, program memory, all-reduce flows, application partitioners over a
+//!   base partitioning, reservations, transitions and action sequences, Init + Sum pushes).
+//!   They run those examples' cases of `../shared/conformance` (plain launches) and are judged
+//!   like the Rust examples (`crates/ferry/tests/support/verdict.rs`, expected outputs read at
+//!   run time); jac2d also with `-r -a` and spmv2 also with `-i`, which must not change the
+//!   output.
 //!
 //! Needs `cc` and the launcher of this profile (`cargo build --release --workspace`); the
 //! library is (re)built by the test itself. Without them the tests fail under `CI=true` and say
@@ -210,6 +212,7 @@ fn laik_programs_of_our_own_pass_the_conformance_cases_of_their_examples() {
         ("ping_pong", compile("laik_pairs", &libdir)),
         ("markov2", compile("laik_chain", &libdir)),
         ("jac2d", compile("laik_heat2d", &libdir)),
+        ("spmv2", compile("laik_normspmv", &libdir)),
     ];
     // Options our own programs do not implement (the compact / indirect / single-index
     // variants of markov2).
@@ -233,17 +236,23 @@ fn laik_programs_of_our_own_pass_the_conformance_cases_of_their_examples() {
         } else {
             &BACKENDS
         };
-        // jac2d's reservation and action-sequence options must not change its output: its
-        // cases run once more with them (`-r -a`) on the first backend.
+        // Options that must not change the output run once more on the first backend:
+        // jac2d's reservation and action sequences, spmv2's incremental (reassign)
+        // partitioner.
         let mut variants = vec![("", case.args.clone())];
         if case.example == "vsum2" {
             // the same program, going round the blocks twice
             variants[0].1.insert(0, "-2".to_string());
         }
-        if case.example == "jac2d" {
-            let mut with = vec!["-r".to_string(), "-a".to_string()];
+        let extra: &[&'static str] = match case.example.as_str() {
+            "jac2d" => &["-r", "-a"],
+            "spmv2" => &["-i"],
+            _ => &[],
+        };
+        if !extra.is_empty() {
+            let mut with: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
             with.extend(case.args.iter().cloned());
-            variants.push((" -r -a", with));
+            variants.push((if extra.len() == 2 { " -r -a" } else { " -i" }, with));
         }
         let runs_of_case = backends
             .iter()

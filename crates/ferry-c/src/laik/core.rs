@@ -28,6 +28,8 @@ pub struct LaikInstance {
     pub(crate) datas: Vec<*mut LaikData>,
     /// Group of the latest switch: the processes still working together at the end.
     pub(crate) last_group: Option<Group>,
+    /// Seconds spent in container switches (LAIK's total and backend time).
+    pub(crate) switch_secs: f64,
     log_level: c_int,
     /// Message being built by laik_log_begin / laik_log_append (level, text).
     log_line: Option<(c_int, String)>,
@@ -109,6 +111,7 @@ fn init() -> Result<*mut LaikInstance> {
         resizer,
         datas: Vec::new(),
         last_group: None,
+        switch_secs: 0.0,
         log_level: log_level_from_env(),
         log_line: None,
         profile: None,
@@ -423,6 +426,19 @@ pub extern "C" fn laik_log_flush_text() {
             laik_log_write(level, c.as_ptr());
         }
     }
+}
+
+/// Seconds this process spent in LAIK calls that communicate (container switches).
+#[no_mangle]
+pub extern "C" fn laik_get_total_time() -> f64 {
+    with_instance(|i| i.switch_secs).unwrap_or(0.0)
+}
+
+/// Seconds spent communicating: every switch is one batched exchange, so this equals
+/// `laik_get_total_time`.
+#[no_mangle]
+pub extern "C" fn laik_get_backend_time() -> f64 {
+    laik_get_total_time()
 }
 
 /// Restarts the iteration count (profiling and log prefixes).

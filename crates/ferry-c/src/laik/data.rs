@@ -240,10 +240,12 @@ impl LaikData {
         }
         let (f, o) = flow_of(flow, redop, op)?;
         self.sync_in()?;
+        let started = std::time::Instant::now();
         let t = self.inst().transport()?;
         self.c
             .switch_to(t, to, f, o)
             .map_err(|e| e.context(format!("{op} of `{}`", self.name)))?;
+        self.inst().switch_secs += started.elapsed().as_secs_f64();
         self.active = handle;
         self.group = group;
         self.inst().last_group = Some(to.group().clone());
