@@ -89,6 +89,12 @@ void laik_release_group(Laik_Group* g);
 Laik_Group* laik_allow_world_resize(Laik_Instance* inst, int phase);
 void laik_finish_world_resize(Laik_Instance* inst);
 int laik_epoch(Laik_Instance* inst);
+int laik_mylocationid(Laik_Instance* inst);
+char* laik_mylocation(Laik_Instance* inst);
+int laik_group_locationid(Laik_Group* group, int id);
+int laik_get_master(Laik_Group* g);
+bool laik_is_master(Laik_Group* g);
+bool laik_is_managed(Laik_Instance* inst);
 int laik_phase(Laik_Instance* inst);
 void laik_set_phase(Laik_Instance* inst, int n, const char* name, void* data);
 void laik_set_iteration(Laik_Instance* inst, int iter);
@@ -140,7 +146,9 @@ static inline void laik_log_flush(const char* msg, ...)
     laik_log_flush_text();
 }
 
+void laik_enable_profiling(Laik_Instance* inst);
 void laik_enable_profiling_file(Laik_Instance* inst, const char* filename);
+void laik_close_profiling_file(Laik_Instance* inst);
 void laik_reset_profiling(Laik_Instance* inst);
 void laik_profile_user_start(Laik_Instance* inst);
 void laik_profile_user_stop(Laik_Instance* inst);
@@ -322,6 +330,10 @@ void laik_kvs_free(Laik_KVStore* kvs);
 Laik_KVS_Entry* laik_kvs_set(Laik_KVStore* kvs, const char* key, unsigned int size, const char* data);
 Laik_KVS_Entry* laik_kvs_sets(Laik_KVStore* kvs, const char* key, const char* str);
 void laik_kvs_sync(Laik_KVStore* kvs);
+bool laik_kvs_remove(Laik_KVStore* kvs, const char* key);
+void laik_kvs_clean(Laik_KVStore* kvs);
+void laik_kvs_sort(Laik_KVStore* kvs);
+unsigned int laik_kvs_copy(Laik_KVS_Entry* e, char* mem, unsigned int size);
 unsigned int laik_kvs_count(Laik_KVStore* kvs);
 Laik_KVS_Entry* laik_kvs_getn(Laik_KVStore* kvs, unsigned int n);
 Laik_KVS_Entry* laik_kvs_entry(Laik_KVStore* kvs, const char* key);

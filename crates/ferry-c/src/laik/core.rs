@@ -30,6 +30,8 @@ pub struct LaikInstance {
     pub(crate) last_group: Option<Group>,
     /// Seconds spent in container switches (LAIK's total and backend time).
     pub(crate) switch_secs: f64,
+    /// `laik_mylocation`'s string, made on first use.
+    location: Option<std::ffi::CString>,
     log_level: c_int,
     /// Message being built by laik_log_begin / laik_log_append (level, text).
     log_line: Option<(c_int, String)>,
@@ -112,6 +114,7 @@ fn init() -> Result<*mut LaikInstance> {
         datas: Vec::new(),
         last_group: None,
         switch_secs: 0.0,
+        location: None,
         log_level: log_level_from_env(),
         log_line: None,
         profile: None,
@@ -279,11 +282,76 @@ pub extern "C" fn laik_allow_world_resize(inst: *mut LaikInstance, phase: c_int)
     })
 }
 
-/// Ends a resize: nothing is left to do once the program switched its containers.
+/// Ends a resize: the old world (parent of the current one) is no longer used, so the
+/// current world forgets it (as in LAIK, `laik_group_parent` returns NULL afterwards).
 #[no_mangle]
 pub extern "C" fn laik_finish_world_resize(inst: *mut LaikInstance) {
     run("laik_finish_world_resize", || {
-        obj(inst, "laik_finish_world_resize", "instance").map(|_| ())
+        let i = obj(inst, "laik_finish_world_resize", "instance")?;
+        obj(i.world_group, "laik_finish_world_resize", "world")?.parent = null_mut();
+        Ok(())
+    })
+}
+
+/// This process's location id: its rank in the job.
+#[no_mangle]
+pub extern "C" fn laik_mylocationid(inst: *mut LaikInstance) -> c_int {
+    run("laik_mylocationid", || {
+        Ok(obj(inst, "laik_mylocationid", "instance")?.rank as c_int)
+    })
+}
+
+/// This process's location string, `host:pid` (valid until the process ends).
+#[no_mangle]
+pub extern "C" fn laik_mylocation(inst: *mut LaikInstance) -> *mut c_char {
+    run("laik_mylocation", || {
+        let i = obj(inst, "laik_mylocation", "instance")?;
+        if i.location.is_none() {
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|h| h.trim().to_string())
+                .unwrap_or_else(|_| "localhost".to_string());
+            let text = format!("{host}:{}", std::process::id());
+            i.location = std::ffi::CString::new(text).ok();
+        }
+        Ok(i.location
+            .as_ref()
+            .map_or(null_mut(), |c| c.as_ptr().cast_mut()))
+    })
+}
+
+/// Location id (job rank) of member `id` of `g` (-1 if there is no such member).
+#[no_mangle]
+pub extern "C" fn laik_group_locationid(g: *mut LaikGroup, id: c_int) -> c_int {
+    run("laik_group_locationid", || {
+        let grp = obj(g, "laik_group_locationid", "group")?;
+        Ok(usize::try_from(id)
+            .ok()
+            .filter(|&k| k < grp.group.size())
+            .map_or(-1, |k| grp.group.member(k) as c_int))
+    })
+}
+
+/// The master of a group is its member 0.
+#[no_mangle]
+pub extern "C" fn laik_get_master(g: *mut LaikGroup) -> c_int {
+    run("laik_get_master", || {
+        obj(g, "laik_get_master", "group").map(|_| 0)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn laik_is_master(g: *mut LaikGroup) -> bool {
+    run("laik_is_master", || {
+        Ok(obj(g, "laik_is_master", "group")?.myid == 0)
+    })
+}
+
+/// Whether this process is in the current world.
+#[no_mangle]
+pub extern "C" fn laik_is_managed(inst: *mut LaikInstance) -> bool {
+    run("laik_is_managed", || {
+        let i = obj(inst, "laik_is_managed", "instance")?;
+        Ok(obj(i.world_group, "laik_is_managed", "world")?.myid >= 0)
     })
 }
 
@@ -480,6 +548,36 @@ pub extern "C" fn laik_enable_profiling_file(inst: *mut LaikInstance, filename: 
     })
 }
 
+/// Profiling without a file: user time is measured, `laik_writeout_profile` writes nothing.
+#[no_mangle]
+pub extern "C" fn laik_enable_profiling(inst: *mut LaikInstance) {
+    run("laik_enable_profiling", || {
+        let i = obj(inst, "laik_enable_profiling", "instance")?;
+        if i.profile.is_none() {
+            i.profile = Some(Profile {
+                file: String::new(),
+                user: 0.0,
+                started: None,
+            });
+        }
+        Ok(())
+    })
+}
+
+/// Stops writing profiles to the file.
+#[no_mangle]
+pub extern "C" fn laik_close_profiling_file(inst: *mut LaikInstance) {
+    run("laik_close_profiling_file", || {
+        if let Some(p) = obj(inst, "laik_close_profiling_file", "instance")?
+            .profile
+            .as_mut()
+        {
+            p.file.clear();
+        }
+        Ok(())
+    })
+}
+
 #[no_mangle]
 pub extern "C" fn laik_reset_profiling(inst: *mut LaikInstance) {
     run("laik_reset_profiling", || {
@@ -532,7 +630,7 @@ pub extern "C" fn laik_writeout_profile() {
         let Some(i) = (unsafe { p.as_mut() }) else {
             return Ok(());
         };
-        let Some(prof) = i.profile.as_ref() else {
+        let Some(prof) = i.profile.as_ref().filter(|p| !p.file.is_empty()) else {
             return Ok(());
         };
         let mut f = std::fs::OpenOptions::new()

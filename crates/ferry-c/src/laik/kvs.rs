@@ -182,6 +182,60 @@ pub extern "C" fn laik_kvs_entry(kvs: *mut LaikKvs, key: *const c_char) -> *mut 
     })
 }
 
+/// Removes `key` (everywhere after the next sync); whether it existed here.
+#[no_mangle]
+pub extern "C" fn laik_kvs_remove(kvs: *mut LaikKvs, key: *const c_char) -> bool {
+    run("laik_kvs_remove", || {
+        let k = obj(kvs, "laik_kvs_remove", "store")?;
+        let key = c_str(key, "laik_kvs_remove", "key")?;
+        let had = k.store.remove(&key)?;
+        k.view.retain(|e| e.key.to_bytes() != key.as_bytes());
+        Ok(had)
+    })
+}
+
+/// Removes every entry (everywhere after the next sync).
+#[no_mangle]
+pub extern "C" fn laik_kvs_clean(kvs: *mut LaikKvs) {
+    run("laik_kvs_clean", || {
+        let k = obj(kvs, "laik_kvs_clean", "store")?;
+        let keys: Vec<String> = k.store.iter().map(|(key, _)| key.to_string()).collect();
+        for key in keys {
+            k.store.remove(&key)?;
+        }
+        k.view.clear();
+        Ok(())
+    })
+}
+
+/// Orders the entries by key (they are after every sync).
+#[no_mangle]
+pub extern "C" fn laik_kvs_sort(kvs: *mut LaikKvs) {
+    run("laik_kvs_sort", || {
+        obj(kvs, "laik_kvs_sort", "store")?
+            .view
+            .sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(())
+    })
+}
+
+/// Copies at most `size` bytes of an entry's value to `mem`; returns the bytes copied.
+#[no_mangle]
+pub extern "C" fn laik_kvs_copy(e: *mut LaikKvsEntry, mem: *mut c_char, size: c_uint) -> c_uint {
+    run("laik_kvs_copy", || {
+        let en = obj(e, "laik_kvs_copy", "entry")?;
+        let n = en.data.len().min(size as usize);
+        if n > 0 {
+            if mem.is_null() {
+                return Err(crate::ffi::null_arg("laik_kvs_copy", "mem"));
+            }
+            // SAFETY: the program passes `size` writable bytes at `mem`; n <= size.
+            unsafe { std::ptr::copy_nonoverlapping(en.data.as_ptr(), mem.cast::<u8>(), n) };
+        }
+        Ok(n as c_uint)
+    })
+}
+
 /// The value of `key` and its size (NULL if there is none).
 #[no_mangle]
 pub extern "C" fn laik_kvs_get(
