@@ -8,8 +8,9 @@
 //! * `tests/c/ferry_fail.c`: a rank killed by SIGKILL; the rank waiting for it gets
 //!   `FERRY_ERR_PEER_FAILED` and a message naming it, and nothing aborts;
 //! * `tests/c/laik_sums.c`, `laik_heat1d.c`, `laik_heat2d.c`, `laik_rowsum.c`, `laik_pairs.c`,
-//!   `laik_chain.c`, `laik_normspmv.c`: programs of our own over `laik.h` that use the calls of
-//!   LAIK's vsum, vsum2, jac1d, jac2d, spmv, spmv2, ping_pong and markov2 (block partitioners
+//!   `laik_chain.c`, `laik_normspmv.c`, `laik_mesh.c`: programs of our own over `laik.h` that use
+//!   the calls of LAIK's vsum, vsum2, jac1d, jac2d, spmv, spmv2, ping_pong, markov2 and
+//!   propagation2d (several mappings per process, map-local indexes, block partitioners
 //!   with weights and cycles, halos, 2d mappings, shrinking with migration, the block and the
 //!   reassign partitioner, program memory, all-reduce flows, application partitioners over a
 //!   base partitioning, reservations, transitions and action sequences, Init + Sum pushes).
@@ -213,6 +214,7 @@ fn laik_programs_of_our_own_pass_the_conformance_cases_of_their_examples() {
         ("markov2", compile("laik_chain", &libdir)),
         ("jac2d", compile("laik_heat2d", &libdir)),
         ("spmv2", compile("laik_normspmv", &libdir)),
+        ("propagation2d", compile("laik_mesh", &libdir)),
     ];
     // Options our own programs do not implement (the compact / indirect / single-index
     // variants of markov2).
