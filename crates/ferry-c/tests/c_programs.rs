@@ -7,6 +7,8 @@
 //!   bad arguments);
 //! * `tests/c/ferry_fail.c`: a rank killed by SIGKILL; the rank waiting for it gets
 //!   `FERRY_ERR_PEER_FAILED` and a message naming it, and nothing aborts;
+//! * `tests/c/laik_fail.c`: the same under `laik.h`, where failures are fatal as in LAIK: the
+//!   survivors print the operation and the dead rank and exit with status 1, nothing aborts;
 //! * `tests/c/laik_sums.c`, `laik_heat1d.c`, `laik_heat2d.c`, `laik_rowsum.c`, `laik_pairs.c`,
 //!   `laik_chain.c`, `laik_pull.c`, `laik_normspmv.c`, `laik_mesh.c`: programs of our own over
 //!   `laik.h` that use the calls of LAIK's vsum, vsum2, jac1d, jac2d, spmv, spmv2, ping_pong,
@@ -189,6 +191,41 @@ fn c_api_reports_a_killed_rank_as_a_status_code() {
             "{b}: the launcher should name only the killed rank:\n{}",
             r.stderr
         );
+    }
+}
+
+#[test]
+fn laik_reports_a_killed_rank_as_a_fatal_error_without_aborting() {
+    let Some((ferry, libdir)) =
+        tools("laik_reports_a_killed_rank_as_a_fatal_error_without_aborting")
+    else {
+        return;
+    };
+    let prog = compile("laik_fail", &libdir);
+    for b in BACKENDS {
+        let r = launch(&ferry, &libdir, b, 3, &["--keep-going"], &prog, &[]);
+        assert!(!r.timed_out, "{b}: timed out; stderr:\n{}", r.stderr);
+        let line = r
+            .stderr
+            .lines()
+            .find(|l| l.starts_with("LAIK error: rank 0: laik_switchto_partitioning"))
+            .unwrap_or_else(|| panic!("{b}: no fatal error of rank 0:\n{}", r.stderr));
+        assert!(
+            line.contains("rank 2"),
+            "{b}: does not name the dead rank: {line}"
+        );
+        assert!(
+            r.stderr.contains("ranks 0-1 exited with code 1"),
+            "{b}: the survivors should exit with status 1:\n{}",
+            r.stderr
+        );
+        for bad in ["SIGABRT", "panicked", "signal 6"] {
+            assert!(
+                !r.stderr.contains(bad),
+                "{b}: `{bad}` in stderr:\n{}",
+                r.stderr
+            );
+        }
     }
 }
 
