@@ -33,7 +33,9 @@ pub fn status_of(kind: ErrorKind) -> FerryStatus {
 pub fn set_last(status: FerryStatus, msg: &str) {
     // An interior NUL cannot be represented in a C string; it is replaced, not dropped.
     let text = CString::new(msg.replace('\0', "\\0")).unwrap_or_default();
-    LAST.with(|l| *l.borrow_mut() = (status, text));
+    // try_with: during thread teardown the slot may be gone; the report is then dropped
+    // instead of panicking across the C boundary.
+    let _ = LAST.try_with(|l| *l.borrow_mut() = (status, text));
 }
 
 /// Records a ferry error and returns its status.
@@ -45,12 +47,14 @@ pub fn fail(e: &Error) -> FerryStatus {
 
 /// The status of the last failure on this thread.
 pub fn last_status() -> FerryStatus {
-    LAST.with(|l| l.borrow().0)
+    LAST.try_with(|l| l.borrow().0)
+        .unwrap_or(FerryStatus::FERRY_ERR_INTERNAL)
 }
 
 /// Pointer to the last message; valid until the next failing call on this thread.
 pub fn last_message() -> *const c_char {
-    LAST.with(|l| l.borrow().1.as_ptr())
+    LAST.try_with(|l| l.borrow().1.as_ptr())
+        .unwrap_or(c"".as_ptr())
 }
 
 /// Text of a caught panic payload.

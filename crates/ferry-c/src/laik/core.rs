@@ -442,7 +442,11 @@ pub extern "C" fn laik_log_write(level: c_int, text: *const c_char) {
         4 => "error",
         _ => "panic",
     };
-    eprintln!("LAIK {tag} rank {rank}: {}", msg.trim_end());
+    let _ = writeln!(
+        std::io::stderr(),
+        "LAIK {tag} rank {rank}: {}",
+        msg.trim_end()
+    );
     if level >= 5 {
         super::die(
             "laik_log",

@@ -40,21 +40,20 @@ impl LaikKvs {
     fn set(&mut self, key: String, value: Vec<u8>, op: &'static str) -> Result<*mut LaikKvsEntry> {
         self.store.set(&key, &value).map_err(|e| e.context(op))?;
         let ckey = CString::new(key).map_err(|_| Error::invalid(op, "key with a NUL byte"))?;
-        let pos = self.view.iter().position(|e| e.key == ckey);
-        let e = match pos {
+        let i = match self.view.iter().position(|e| e.key == ckey) {
             Some(i) => {
                 self.view[i].data = value;
-                &mut self.view[i]
+                i
             }
             None => {
                 self.view.push(Box::new(LaikKvsEntry {
                     key: ckey,
                     data: value,
                 }));
-                self.view.last_mut().expect("just pushed")
+                self.view.len() - 1
             }
         };
-        Ok(&mut **e as *mut LaikKvsEntry)
+        Ok(&mut *self.view[i] as *mut LaikKvsEntry)
     }
 
     fn rebuild(&mut self) -> Result<()> {

@@ -13,6 +13,7 @@ mod data;
 mod kvs;
 mod part;
 
+use std::io::Write;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use ferry_core::Result;
@@ -40,7 +41,8 @@ pub(crate) fn die(op: &str, status: FerryStatus, msg: &str) -> ! {
     let rank = self::core::current_rank()
         .map(|r| format!("rank {r}: "))
         .unwrap_or_default();
-    eprintln!("LAIK error: {rank}{op}: {msg}");
+    // Not eprintln!: a closed stderr must not turn the report into a panic.
+    let _ = writeln!(std::io::stderr(), "LAIK error: {rank}{op}: {msg}");
     std::process::exit(1)
 }
 
