@@ -12,6 +12,7 @@ mod custom;
 mod data;
 mod kvs;
 mod part;
+mod plan;
 
 use std::io::Write;
 use std::panic::{catch_unwind, AssertUnwindSafe};
