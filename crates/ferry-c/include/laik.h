@@ -1,0 +1,355 @@
+/*
+ * laik.h: LAIK's programming interface over ferry (libferry). Declarations are written to be
+ * source compatible with LAIK's public headers for the calls LAIK's example programs use;
+ * the implementation is ferry's data layer. See docs/C-API.md.
+ *
+ * Failures are fatal, as in LAIK: the message (rank, operation, cause) goes to stderr and the
+ * process exits with status 1.
+ */
+#ifndef FERRY_LAIK_H
+#define FERRY_LAIK_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct _Laik_Instance Laik_Instance;
+typedef struct _Laik_Group Laik_Group;
+typedef struct _Laik_Space Laik_Space;
+typedef struct _Laik_Partitioner Laik_Partitioner;
+typedef struct _Laik_Partitioning Laik_Partitioning;
+typedef struct _Laik_TaskRange Laik_TaskRange;
+typedef struct _Laik_Type Laik_Type;
+typedef struct _Laik_Data Laik_Data;
+typedef struct _Laik_Mapping Laik_Mapping;
+typedef struct _Laik_Layout Laik_Layout;
+typedef struct _Laik_Reservation Laik_Reservation;
+typedef struct _Laik_Transition Laik_Transition;
+typedef struct _Laik_ActionSeq Laik_ActionSeq;
+typedef struct _Laik_RangeReceiver Laik_RangeReceiver;
+typedef struct _Laik_PartitionerParams Laik_PartitionerParams;
+
+/* An index of up to three dimensions (x, y, z). */
+typedef struct _Laik_Index {
+    int64_t i[3];
+} Laik_Index;
+
+/* The box [from, to) of a space. */
+typedef struct _Laik_Range {
+    Laik_Space* space;
+    Laik_Index from;
+    Laik_Index to;
+} Laik_Range;
+
+typedef enum _Laik_DataFlow {
+    LAIK_DF_None = 0,
+    LAIK_DF_Preserve,
+    LAIK_DF_Init
+} Laik_DataFlow;
+
+typedef enum _Laik_ReductionOperation {
+    LAIK_RO_None = 0,
+    LAIK_RO_Sum,
+    LAIK_RO_Prod,
+    LAIK_RO_Min,
+    LAIK_RO_Max,
+    LAIK_RO_And,
+    LAIK_RO_Or,
+    LAIK_RO_Any,
+    LAIK_RO_Single,
+    LAIK_RO_Custom = 100
+} Laik_ReductionOperation;
+
+typedef enum _Laik_LogLevel {
+    LAIK_LL_None = 0,
+    LAIK_LL_Debug,
+    LAIK_LL_Info,
+    LAIK_LL_Warning,
+    LAIK_LL_Error,
+    LAIK_LL_Panic
+} Laik_LogLevel;
+
+/* ---- instance, groups, phases ---- */
+
+Laik_Instance* laik_init(int* argc, char*** argv);
+void laik_finalize(Laik_Instance* inst);
+Laik_Group* laik_world(Laik_Instance* inst);
+int laik_size(Laik_Group* g);
+int laik_myid(Laik_Group* g);
+Laik_Instance* laik_inst(Laik_Group* g);
+Laik_Group* laik_new_shrinked_group(Laik_Group* g, int len, int* list);
+Laik_Group* laik_group_parent(Laik_Group* g);
+void laik_release_group(Laik_Group* g);
+Laik_Group* laik_allow_world_resize(Laik_Instance* inst, int phase);
+void laik_finish_world_resize(Laik_Instance* inst);
+int laik_epoch(Laik_Instance* inst);
+int laik_mylocationid(Laik_Instance* inst);
+char* laik_mylocation(Laik_Instance* inst);
+int laik_group_locationid(Laik_Group* group, int id);
+int laik_get_master(Laik_Group* g);
+bool laik_is_master(Laik_Group* g);
+bool laik_is_managed(Laik_Instance* inst);
+int laik_phase(Laik_Instance* inst);
+void laik_set_phase(Laik_Instance* inst, int n, const char* name, void* data);
+void laik_set_iteration(Laik_Instance* inst, int iter);
+void laik_iter_reset(Laik_Instance* inst);
+double laik_wtime(void);
+
+/* ---- logging (to stderr, LAIK_LOG / FERRY_LOG threshold) and profiling ---- */
+
+bool laik_log_shown(int level);
+void laik_set_loglevel(int level);
+void laik_log_write(int level, const char* text);
+void laik_panic(const char* msg);
+
+static inline void laik_log(int level, const char* msg, ...)
+{
+    char buf[2048];
+    va_list ap;
+    if (!laik_log_shown(level)) return;
+    va_start(ap, msg);
+    vsnprintf(buf, sizeof(buf), msg, ap);
+    va_end(ap);
+    laik_log_write(level, buf);
+}
+
+bool laik_log_begin(int level);
+void laik_log_append_text(const char* text);
+void laik_log_flush_text(void);
+
+static inline void laik_log_append(const char* msg, ...)
+{
+    char buf[2048];
+    va_list ap;
+    va_start(ap, msg);
+    vsnprintf(buf, sizeof(buf), msg, ap);
+    va_end(ap);
+    laik_log_append_text(buf);
+}
+
+static inline void laik_log_flush(const char* msg, ...)
+{
+    char buf[2048];
+    va_list ap;
+    if (msg) {
+        va_start(ap, msg);
+        vsnprintf(buf, sizeof(buf), msg, ap);
+        va_end(ap);
+        laik_log_append_text(buf);
+    }
+    laik_log_flush_text();
+}
+
+void laik_enable_profiling(Laik_Instance* inst);
+void laik_enable_profiling_file(Laik_Instance* inst, const char* filename);
+void laik_close_profiling_file(Laik_Instance* inst);
+void laik_reset_profiling(Laik_Instance* inst);
+void laik_profile_user_start(Laik_Instance* inst);
+void laik_profile_user_stop(Laik_Instance* inst);
+void laik_writeout_profile(void);
+double laik_get_total_time(void);
+double laik_get_backend_time(void);
+
+/* ---- index spaces ---- */
+
+Laik_Space* laik_new_space_1d(Laik_Instance* inst, int64_t s1);
+Laik_Space* laik_new_space_2d(Laik_Instance* inst, int64_t s1, int64_t s2);
+Laik_Space* laik_new_space_3d(Laik_Instance* inst, int64_t s1, int64_t s2, int64_t s3);
+void laik_free_space(Laik_Space* s);
+void laik_set_space_name(Laik_Space* s, char* name);
+int laik_space_getdimensions(Laik_Space* s);
+uint64_t laik_space_size(const Laik_Space* s);
+void laik_index_init(Laik_Index* i, int64_t i1, int64_t i2, int64_t i3);
+void laik_range_init(Laik_Range* r, Laik_Space* s, Laik_Index* from, Laik_Index* to);
+void laik_range_init_1d(Laik_Range* r, Laik_Space* s, int64_t from, int64_t to);
+void laik_range_init_2d(Laik_Range* r, Laik_Space* s,
+                        int64_t from1, int64_t to1, int64_t from2, int64_t to2);
+void laik_range_init_3d(Laik_Range* r, Laik_Space* s,
+                        int64_t from1, int64_t to1, int64_t from2, int64_t to2,
+                        int64_t from3, int64_t to3);
+uint64_t laik_range_size(const Laik_Range* r);
+
+/* ---- partitioners and partitionings ---- */
+
+typedef double (*Laik_GetIdxWeight_t)(Laik_Index* idx, const void* userData);
+typedef double (*Laik_GetTaskWeight_t)(int task, const void* userData);
+
+extern Laik_Partitioner* laik_All;
+extern Laik_Partitioner* laik_Master;
+
+Laik_Partitioner* laik_new_all_partitioner(void);
+Laik_Partitioner* laik_new_master_partitioner(void);
+Laik_Partitioner* laik_new_block_partitioner(int pdim, int cycles,
+                                             Laik_GetIdxWeight_t ifunc,
+                                             Laik_GetTaskWeight_t tfunc,
+                                             const void* userData);
+Laik_Partitioner* laik_new_block_partitioner1(void);
+Laik_Partitioner* laik_new_block_partitioner_iw1(Laik_GetIdxWeight_t f, const void* userData);
+Laik_Partitioner* laik_new_block_partitioner_tw1(Laik_GetTaskWeight_t f, const void* userData);
+void laik_set_index_weight(Laik_Partitioner* pr, Laik_GetIdxWeight_t f, const void* userData);
+void laik_set_task_weight(Laik_Partitioner* pr, Laik_GetTaskWeight_t f, const void* userData);
+void laik_set_cycle_count(Laik_Partitioner* pr, int cycles);
+Laik_Partitioner* laik_new_bisection_partitioner(void);
+Laik_Partitioner* laik_new_grid_partitioner(int xblocks, int yblocks, int zblocks);
+Laik_Partitioner* laik_new_cornerhalo_partitioner(int depth);
+Laik_Partitioner* laik_new_halo_partitioner(int depth);
+Laik_Partitioner* laik_new_copy_partitioner(int fromDim, int toDim);
+Laik_Partitioner* laik_new_reassign_partitioner(Laik_Group* newg,
+                                                Laik_GetIdxWeight_t getIdxW,
+                                                const void* userData);
+void laik_free_partitioner(Laik_Partitioner* pr);
+
+/* application partitioners */
+typedef enum _Laik_PartitionerFlag {
+    LAIK_PF_None = 0,
+    LAIK_PF_GroupByTag = 1,
+    LAIK_PF_Compact = 2,
+    LAIK_PF_NoFullCoverage = 4,
+    LAIK_PF_Merge = 8,
+    LAIK_PF_SingleIndex = 16
+} Laik_PartitionerFlag;
+
+struct _Laik_PartitionerParams {
+    Laik_Space* space;
+    Laik_Group* group;
+    Laik_Partitioner* partitioner;
+    Laik_Partitioning* other;
+};
+
+typedef void (*laik_run_partitioner_t)(Laik_RangeReceiver*, Laik_PartitionerParams*);
+Laik_Partitioner* laik_new_partitioner(const char* name, laik_run_partitioner_t run,
+                                       void* d, Laik_PartitionerFlag flags);
+void* laik_partitioner_data(Laik_Partitioner* partitioner);
+void laik_append_range(Laik_RangeReceiver* r, int task, const Laik_Range* s,
+                       int tag, void* data);
+void laik_append_index_1d(Laik_RangeReceiver* r, int task, int64_t idx);
+
+Laik_Partitioning* laik_new_partitioning(Laik_Partitioner* pr, Laik_Group* g,
+                                         Laik_Space* space, Laik_Partitioning* other);
+void laik_free_partitioning(Laik_Partitioning* p);
+void laik_partitioning_set_name(Laik_Partitioning* p, char* name);
+Laik_Group* laik_partitioning_get_group(Laik_Partitioning* p);
+Laik_Space* laik_partitioning_get_space(Laik_Partitioning* p);
+void laik_partitioning_migrate(Laik_Partitioning* p, Laik_Group* g);
+int laik_partitioning_rangecount(Laik_Partitioning* p);
+Laik_TaskRange* laik_partitioning_get_taskrange(Laik_Partitioning* p, int n);
+const Laik_Range* laik_taskrange_get_range(Laik_TaskRange* trange);
+int laik_taskrange_get_task(Laik_TaskRange* trange);
+int laik_taskrange_get_tag(Laik_TaskRange* trange);
+void* laik_taskrange_get_data(Laik_TaskRange* trange);
+void laik_taskrange_set_data(Laik_TaskRange* trange, void* data);
+int laik_my_rangecount(Laik_Partitioning* p);
+int laik_my_mapcount(Laik_Partitioning* p);
+Laik_TaskRange* laik_my_range(Laik_Partitioning* p, int n);
+Laik_TaskRange* laik_my_range_1d(Laik_Partitioning* p, int n, int64_t* from, int64_t* to);
+Laik_TaskRange* laik_my_range_2d(Laik_Partitioning* p, int n,
+                                 int64_t* x1, int64_t* x2, int64_t* y1, int64_t* y2);
+Laik_TaskRange* laik_my_range_3d(Laik_Partitioning* p, int n,
+                                 int64_t* x1, int64_t* x2, int64_t* y1, int64_t* y2,
+                                 int64_t* z1, int64_t* z2);
+
+/* ---- data containers ---- */
+
+extern Laik_Type* laik_Char;
+extern Laik_Type* laik_Int32;
+extern Laik_Type* laik_Int64;
+extern Laik_Type* laik_UChar;
+extern Laik_Type* laik_UInt32;
+extern Laik_Type* laik_UInt64;
+extern Laik_Type* laik_Float;
+extern Laik_Type* laik_Double;
+
+Laik_Type* laik_type_register(const char* name, int size);
+
+Laik_Data* laik_new_data(Laik_Space* space, Laik_Type* type);
+Laik_Data* laik_new_data_1d(Laik_Instance* inst, Laik_Type* type, int64_t s1);
+Laik_Data* laik_new_data_2d(Laik_Instance* inst, Laik_Type* type, int64_t s1, int64_t s2);
+void laik_data_set_name(Laik_Data* d, char* name);
+Laik_Space* laik_data_get_space(Laik_Data* d);
+Laik_Group* laik_data_get_group(Laik_Data* d);
+Laik_Instance* laik_data_get_inst(Laik_Data* d);
+Laik_Partitioning* laik_data_get_partitioning(Laik_Data* d);
+void laik_free(Laik_Data* d);
+
+void laik_switchto_partitioning(Laik_Data* d, Laik_Partitioning* toP,
+                                Laik_DataFlow flow, Laik_ReductionOperation redOp);
+void laik_switchto_flow(Laik_Data* d, Laik_DataFlow flow, Laik_ReductionOperation redOp);
+Laik_Partitioning* laik_switchto_new_partitioning(Laik_Data* d, Laik_Group* g,
+                                                  Laik_Partitioner* pr,
+                                                  Laik_DataFlow flow,
+                                                  Laik_ReductionOperation redOp);
+void laik_set_initial_partitioning(Laik_Data* d, Laik_Partitioning* p);
+void laik_set_map_memory(Laik_Data* d, int n, void* start, uint64_t size);
+void laik_fill_double(Laik_Data* d, double v);
+
+Laik_Mapping* laik_get_map(Laik_Data* d, int n);
+Laik_Mapping* laik_get_map_1d(Laik_Data* d, int n, void** base, uint64_t* count);
+Laik_Mapping* laik_get_map_2d(Laik_Data* d, int n, void** base,
+                              uint64_t* ysize, uint64_t* ystride, uint64_t* xsize);
+Laik_Mapping* laik_get_map_3d(Laik_Data* d, int n, void** base,
+                              uint64_t* zsize, uint64_t* zstride,
+                              uint64_t* ysize, uint64_t* ystride, uint64_t* xsize);
+void* laik_get_map_addr(Laik_Data* d, int n, Laik_Index* idx);
+Laik_Mapping* laik_global2local_1d(Laik_Data* d, int64_t gidx, uint64_t* lidx);
+Laik_Mapping* laik_global2maplocal_1d(Laik_Data* d, int64_t gidx, int* mapNo, uint64_t* lidx);
+int64_t laik_local2global_1d(Laik_Data* d, uint64_t off);
+int64_t laik_maplocal2global_1d(Laik_Data* d, int mapNo, uint64_t li);
+int laik_map_get_mapNo(const Laik_Mapping* map);
+
+/* ---- reservations, transitions, action sequences ---- */
+
+Laik_Reservation* laik_reservation_new(Laik_Data* d);
+void laik_reservation_add(Laik_Reservation* r, Laik_Partitioning* p);
+void laik_reservation_alloc(Laik_Reservation* r);
+void laik_reservation_free(Laik_Reservation* r);
+void laik_data_use_reservation(Laik_Data* d, Laik_Reservation* r);
+
+Laik_Transition* laik_calc_transition(Laik_Space* space,
+                                      Laik_Partitioning* fromP, Laik_Partitioning* toP,
+                                      Laik_DataFlow flow, Laik_ReductionOperation redOp);
+void laik_free_transition(Laik_Transition* t);
+void laik_exec_transition(Laik_Data* d, Laik_Transition* t);
+Laik_ActionSeq* laik_calc_actions(Laik_Data* d, Laik_Transition* t,
+                                  Laik_Reservation* fromRes, Laik_Reservation* toRes);
+void laik_exec_actions(Laik_ActionSeq* as);
+void laik_aseq_free(Laik_ActionSeq* as);
+
+/* ---- key-value store ---- */
+
+typedef struct _Laik_KVStore Laik_KVStore;
+typedef struct _Laik_KVS_Entry Laik_KVS_Entry;
+
+Laik_KVStore* laik_kvs_new(const char* name, Laik_Instance* inst);
+void laik_kvs_free(Laik_KVStore* kvs);
+Laik_KVS_Entry* laik_kvs_set(Laik_KVStore* kvs, const char* key, unsigned int size, const char* data);
+Laik_KVS_Entry* laik_kvs_sets(Laik_KVStore* kvs, const char* key, const char* str);
+void laik_kvs_sync(Laik_KVStore* kvs);
+bool laik_kvs_remove(Laik_KVStore* kvs, const char* key);
+void laik_kvs_clean(Laik_KVStore* kvs);
+void laik_kvs_sort(Laik_KVStore* kvs);
+unsigned int laik_kvs_copy(Laik_KVS_Entry* e, char* mem, unsigned int size);
+unsigned int laik_kvs_count(Laik_KVStore* kvs);
+Laik_KVS_Entry* laik_kvs_getn(Laik_KVStore* kvs, unsigned int n);
+Laik_KVS_Entry* laik_kvs_entry(Laik_KVStore* kvs, const char* key);
+char* laik_kvs_get(Laik_KVStore* kvs, const char* key, unsigned int* size);
+char* laik_kvs_key(Laik_KVS_Entry* e);
+unsigned int laik_kvs_size(Laik_KVS_Entry* e);
+char* laik_kvs_data(Laik_KVS_Entry* e, unsigned int* size);
+
+/* ---- memory layouts ---- */
+
+typedef Laik_Layout* (*laik_layout_factory_t)(int n, Laik_Range* range);
+Laik_Layout* laik_new_layout_lex(int n, Laik_Range* range);
+void laik_data_set_layout_factory(Laik_Data* d, laik_layout_factory_t factory);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FERRY_LAIK_H */

@@ -1,0 +1,725 @@
+//! Data containers: switches, mappings, user memory, reservations, transitions, layouts.
+
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::ptr::null_mut;
+
+use ferry_core::{Error, Result};
+use ferry_data::{DataFlow, Partitioning};
+
+use super::core::{LaikGroup, LaikInstance};
+use super::part::{LaikIndex, LaikPartitioning, LaikSpace};
+use super::{obj, out, run};
+use crate::typed::{AnyContainer, Elem, Op, RawMap};
+
+/// An element type: one of LAIK's predefined ones, or one registered by the program
+/// (`laik_type_register`: a name and a size, no element layout ferry can move).
+pub struct LaikType {
+    elem: Elem,
+    registered: Option<(String, usize)>,
+}
+
+static mut T_CHAR: LaikType = LaikType {
+    elem: Elem::I8,
+    registered: None,
+};
+static mut T_INT32: LaikType = LaikType {
+    elem: Elem::I32,
+    registered: None,
+};
+static mut T_INT64: LaikType = LaikType {
+    elem: Elem::I64,
+    registered: None,
+};
+static mut T_UCHAR: LaikType = LaikType {
+    elem: Elem::U8,
+    registered: None,
+};
+static mut T_UINT32: LaikType = LaikType {
+    elem: Elem::U32,
+    registered: None,
+};
+static mut T_UINT64: LaikType = LaikType {
+    elem: Elem::U64,
+    registered: None,
+};
+static mut T_FLOAT: LaikType = LaikType {
+    elem: Elem::F32,
+    registered: None,
+};
+static mut T_DOUBLE: LaikType = LaikType {
+    elem: Elem::F64,
+    registered: None,
+};
+
+macro_rules! type_handles {
+    ($($name:ident => $target:ident),* $(,)?) => {
+        $(
+            #[doc = concat!("`", stringify!($name), "` of laik.h.")]
+            #[no_mangle]
+            #[allow(non_upper_case_globals)]
+            pub static mut $name: *mut LaikType = null_mut();
+        )*
+        /// Points the predefined type handles at their objects (at `laik_init`).
+        pub(crate) fn init_types() {
+            // SAFETY: written once at initialisation; the targets are process-long statics.
+            unsafe { $( $name = &raw mut $target; )* }
+        }
+    };
+}
+
+type_handles! {
+    laik_Char => T_CHAR,
+    laik_Int32 => T_INT32,
+    laik_Int64 => T_INT64,
+    laik_UChar => T_UCHAR,
+    laik_UInt32 => T_UINT32,
+    laik_UInt64 => T_UINT64,
+    laik_Float => T_FLOAT,
+    laik_Double => T_DOUBLE,
+}
+
+/// A program-defined element type of `size` bytes. Containers of it can be created; switching
+/// them is an error (ferry moves only LAIK's predefined types).
+#[no_mangle]
+pub extern "C" fn laik_type_register(name: *const c_char, size: c_int) -> *mut LaikType {
+    run("laik_type_register", || {
+        let n = if name.is_null() {
+            "type".to_string()
+        } else {
+            // SAFETY: NUL-terminated name from the program.
+            unsafe { CStr::from_ptr(name) }
+                .to_string_lossy()
+                .into_owned()
+        };
+        let size = usize::try_from(size)
+            .ok()
+            .filter(|&s| s > 0)
+            .ok_or_else(|| Error::invalid("laik_type_register", format!("size {size}")))?;
+        Ok(Box::into_raw(Box::new(LaikType {
+            elem: Elem::U8,
+            registered: Some((n, size)),
+        })))
+    })
+}
+
+/// One mapping handed out to C (`Laik_Mapping`): which container and which mapping number.
+pub struct LaikMapping {
+    map_no: c_int,
+    raw: RawMap,
+}
+
+/// Memory the program provided for mapping 0 of a partitioning (`laik_set_map_memory`).
+struct UserMem {
+    ptr: *mut u8,
+    bytes: usize,
+    part_id: u64,
+}
+
+/// A container.
+pub struct LaikData {
+    inst: *mut LaikInstance,
+    pub(crate) space: *mut LaikSpace,
+    elem: Elem,
+    pub(crate) name: String,
+    pub(crate) c: AnyContainer,
+    active: *mut LaikPartitioning,
+    group: *mut LaikGroup,
+    /// Boxed: C keeps `Laik_Mapping*` pointers, which must not move when the vector grows.
+    #[allow(clippy::vec_box)]
+    maps: Vec<Box<LaikMapping>>,
+    user_mem: Option<UserMem>,
+    /// Set for containers of a registered type: they exist (and keep the SPMD numbering of
+    /// containers) but cannot be switched.
+    registered: Option<(String, usize)>,
+}
+
+/// `Laik_DataFlow` and `Laik_ReductionOperation` to the data layer's flow and operation.
+pub(crate) fn flow_of(
+    flow: c_int,
+    redop: c_int,
+    op: &'static str,
+) -> Result<(DataFlow, Option<Op>)> {
+    let f = match flow {
+        0 => DataFlow::None,
+        1 => DataFlow::Preserve,
+        2 => DataFlow::Init,
+        _ => return Err(Error::invalid(op, format!("data flow {flow}"))),
+    };
+    let o = match redop {
+        0 => None,
+        1 => Some(Op::Sum),
+        2 => Some(Op::Prod),
+        3 => Some(Op::Min),
+        4 => Some(Op::Max),
+        _ => {
+            return Err(Error::new(ferry_core::ErrorKind::Unsupported, op)
+                .with_detail(format!("reduction operation {redop}")))
+        }
+    };
+    Ok(match f {
+        DataFlow::None => (DataFlow::None, None),
+        _ => (f, o),
+    })
+}
+
+impl LaikData {
+    fn inst(&self) -> &'static mut LaikInstance {
+        // SAFETY: the instance is leaked at laik_init and outlives every container.
+        unsafe { &mut *self.inst }
+    }
+
+    /// Copies the program's memory into the container while it is the active mapping.
+    fn sync_in(&mut self) -> Result<()> {
+        if let Some(u) = &self.user_mem {
+            if self.c.partitioning().map(|p| p.id()) == Some(u.part_id) && self.c.num_mappings() > 0
+            {
+                let m = self.c.raw_map(0)?;
+                // SAFETY: the user buffer holds `bytes` bytes (checked against the mapping's
+                // size at registration); the mapping is at least that large.
+                unsafe { std::ptr::copy_nonoverlapping(u.ptr, m.base, u.bytes) };
+            }
+        }
+        Ok(())
+    }
+
+    /// Copies the container's mapping 0 into the program's memory after switching back to the
+    /// partitioning it was registered for.
+    fn sync_out(&mut self) -> Result<()> {
+        if let Some(u) = &self.user_mem {
+            if self.c.partitioning().map(|p| p.id()) == Some(u.part_id) && self.c.num_mappings() > 0
+            {
+                let m = self.c.raw_map(0)?;
+                // SAFETY: as in sync_in, in the other direction.
+                unsafe { std::ptr::copy_nonoverlapping(m.base, u.ptr, u.bytes) };
+            }
+        }
+        Ok(())
+    }
+
+    /// Switches to `to` (the partitioning behind handle `handle` of group `group`).
+    pub(crate) fn switch(
+        &mut self,
+        to: &Partitioning,
+        handle: *mut LaikPartitioning,
+        group: *mut LaikGroup,
+        flow: c_int,
+        redop: c_int,
+        op: &'static str,
+    ) -> Result<()> {
+        if let Some((name, size)) = &self.registered {
+            return Err(
+                Error::new(ferry_core::ErrorKind::Unsupported, op).with_detail(format!(
+                    "`{}` holds elements of the registered type `{name}` ({size} bytes); only \
+                 LAIK's predefined types can be distributed",
+                    self.name
+                )),
+            );
+        }
+        let (f, o) = flow_of(flow, redop, op)?;
+        self.sync_in()?;
+        let started = std::time::Instant::now();
+        let t = self.inst().transport()?;
+        self.c
+            .switch_to(t, to, f, o)
+            .map_err(|e| e.context(format!("{op} of `{}`", self.name)))?;
+        self.inst().switch_secs += started.elapsed().as_secs_f64();
+        self.active = handle;
+        self.group = group;
+        self.inst().last_group = Some(to.group().clone());
+        self.maps.clear();
+        self.sync_out()
+    }
+
+    /// Mapping `n` of the current partitioning, if this process has it.
+    fn mapping(&mut self, n: c_int) -> Result<Option<&mut LaikMapping>> {
+        let Ok(i) = usize::try_from(n) else {
+            return Ok(None);
+        };
+        if self.c.partitioning().is_none() || i >= self.c.num_mappings() {
+            return Ok(None);
+        }
+        let mut raw = self.c.raw_map(i)?;
+        if let Some(u) = &self.user_mem {
+            if i == 0 && self.c.partitioning().map(|p| p.id()) == Some(u.part_id) {
+                raw.base = u.ptr;
+            }
+        }
+        while self.maps.len() <= i {
+            let no = self.maps.len() as c_int;
+            self.maps.push(Box::new(LaikMapping { map_no: no, raw }));
+        }
+        self.maps[i].raw = raw;
+        Ok(Some(&mut self.maps[i]))
+    }
+
+    fn dims(&self) -> usize {
+        // SAFETY: spaces live until the process ends.
+        unsafe { &*self.space }.space.dims()
+    }
+}
+
+fn new_data(space: *mut LaikSpace, ty: *mut LaikType, op: &'static str) -> Result<*mut LaikData> {
+    let sp = obj(space, op, "space")?;
+    let t = obj(ty, op, "type")?;
+    let inst = obj(sp.inst, op, "instance")?;
+    let name = format!("data-{}", inst.datas.len());
+    let c = AnyContainer::new(&mut inst.data, t.elem, &name, &sp.space);
+    let d = Box::into_raw(Box::new(LaikData {
+        inst: sp.inst,
+        space,
+        elem: t.elem,
+        name,
+        c,
+        active: null_mut(),
+        group: null_mut(),
+        maps: Vec::new(),
+        user_mem: None,
+        registered: t.registered.clone(),
+    }));
+    inst.datas.push(d);
+    Ok(d)
+}
+
+#[no_mangle]
+pub extern "C" fn laik_new_data(space: *mut LaikSpace, ty: *mut LaikType) -> *mut LaikData {
+    run("laik_new_data", || new_data(space, ty, "laik_new_data"))
+}
+
+#[no_mangle]
+pub extern "C" fn laik_new_data_1d(
+    inst: *mut LaikInstance,
+    ty: *mut LaikType,
+    s1: i64,
+) -> *mut LaikData {
+    let s = super::part::laik_new_space_1d(inst, s1);
+    laik_new_data(s, ty)
+}
+
+#[no_mangle]
+pub extern "C" fn laik_new_data_2d(
+    inst: *mut LaikInstance,
+    ty: *mut LaikType,
+    s1: i64,
+    s2: i64,
+) -> *mut LaikData {
+    let s = super::part::laik_new_space_2d(inst, s1, s2);
+    laik_new_data(s, ty)
+}
+
+#[no_mangle]
+pub extern "C" fn laik_data_set_name(d: *mut LaikData, name: *mut c_char) {
+    run("laik_data_set_name", || {
+        let data = obj(d, "laik_data_set_name", "data")?;
+        if !name.is_null() {
+            // SAFETY: NUL-terminated name from the program.
+            data.name = unsafe { CStr::from_ptr(name) }
+                .to_string_lossy()
+                .into_owned();
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn laik_data_get_space(d: *mut LaikData) -> *mut LaikSpace {
+    run("laik_data_get_space", || {
+        Ok(obj(d, "laik_data_get_space", "data")?.space)
+    })
+}
+
+/// The group the container is currently distributed over (NULL before its first switch).
+#[no_mangle]
+pub extern "C" fn laik_data_get_group(d: *mut LaikData) -> *mut LaikGroup {
+    run("laik_data_get_group", || {
+        Ok(obj(d, "laik_data_get_group", "data")?.group)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn laik_data_get_inst(d: *mut LaikData) -> *mut LaikInstance {
+    run("laik_data_get_inst", || {
+        Ok(obj(d, "laik_data_get_inst", "data")?.inst)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn laik_data_get_partitioning(d: *mut LaikData) -> *mut LaikPartitioning {
+    run("laik_data_get_partitioning", || {
+        Ok(obj(d, "laik_data_get_partitioning", "data")?.active)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn laik_free(d: *mut LaikData) {
+    run("laik_free", || {
+        let data = obj(d, "laik_free", "data")?;
+        data.inst().datas.retain(|&x| x != d);
+        // SAFETY: from laik_new_data (Box::into_raw), freed once by the program.
+        drop(unsafe { Box::from_raw(d) });
+        Ok(())
+    })
+}
+
+/// Switches `d` to `to_p` with data flow `flow` and reduction `red_op` (collective over the
+/// processes of both partitionings).
+#[no_mangle]
+pub extern "C" fn laik_switchto_partitioning(
+    d: *mut LaikData,
+    to_p: *mut LaikPartitioning,
+    flow: c_int,
+    red_op: c_int,
+) {
+    run("laik_switchto_partitioning", || {
+        let op = "laik_switchto_partitioning";
+        let data = obj(d, op, "data")?;
+        let p = obj(to_p, op, "partitioning")?;
+        let part = p.part.clone();
+        data.switch(&part, to_p, p.group, flow, red_op, op)
+    })
+}
+
+/// Switches `d` to its current partitioning with another data flow (e.g. Preserve + Sum on
+/// an All partitioning: an all-reduce).
+#[no_mangle]
+pub extern "C" fn laik_switchto_flow(d: *mut LaikData, flow: c_int, red_op: c_int) {
+    run("laik_switchto_flow", || {
+        let op = "laik_switchto_flow";
+        let data = obj(d, op, "data")?;
+        let part =
+            data.c.partitioning().cloned().ok_or_else(|| {
+                Error::invalid(op, format!("`{}` has no partitioning", data.name))
+            })?;
+        let (handle, group) = (data.active, data.group);
+        data.switch(&part, handle, group, flow, red_op, op)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn laik_switchto_new_partitioning(
+    d: *mut LaikData,
+    g: *mut LaikGroup,
+    pr: *mut super::part::LaikPartitioner,
+    flow: c_int,
+    red_op: c_int,
+) -> *mut LaikPartitioning {
+    let space = laik_data_get_space(d);
+    let p = super::part::laik_new_partitioning(pr, g, space, null_mut());
+    laik_switchto_partitioning(d, p, flow, red_op);
+    p
+}
+
+/// Gives `d` its first partitioning without communication.
+#[no_mangle]
+pub extern "C" fn laik_set_initial_partitioning(d: *mut LaikData, p: *mut LaikPartitioning) {
+    run("laik_set_initial_partitioning", || {
+        let op = "laik_set_initial_partitioning";
+        let data = obj(d, op, "data")?;
+        let pt = obj(p, op, "partitioning")?;
+        if data.c.partitioning().is_some() {
+            return Err(Error::invalid(
+                op,
+                format!("`{}` already has a partitioning", data.name),
+            ));
+        }
+        let part = pt.part.clone();
+        data.switch(&part, p, pt.group, 0, 0, op)
+    })
+}
+
+/// Uses the program's memory at `start` (`size` bytes) as mapping `n` of the current
+/// partitioning: its contents are the container's values there, and the container's values
+/// are written back to it whenever the container returns to this partitioning.
+#[no_mangle]
+pub extern "C" fn laik_set_map_memory(d: *mut LaikData, n: c_int, start: *mut c_void, size: u64) {
+    run("laik_set_map_memory", || {
+        let op = "laik_set_map_memory";
+        let data = obj(d, op, "data")?;
+        if n != 0 {
+            return Err(Error::new(ferry_core::ErrorKind::Unsupported, op)
+                .with_detail(format!("memory for mapping {n} (only mapping 0)")));
+        }
+        let id =
+            data.c.partitioning().map(|p| p.id()).ok_or_else(|| {
+                Error::invalid(op, format!("`{}` has no partitioning", data.name))
+            })?;
+        let m = data.c.raw_map(0)?;
+        let elems: u64 = (0..data.dims())
+            .map(|i| (m.to[i] - m.from[i]) as u64)
+            .product();
+        let need = elems as usize * data.elem.size();
+        if start.is_null() || (size as usize) < need {
+            return Err(Error::invalid(
+                op,
+                format!("{size} bytes at {start:?} for a mapping of {need} bytes"),
+            ));
+        }
+        data.user_mem = Some(UserMem {
+            ptr: start.cast::<u8>(),
+            bytes: need,
+            part_id: id,
+        });
+        data.sync_in()
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn laik_fill_double(d: *mut LaikData, v: f64) {
+    run("laik_fill_double", || {
+        let data = obj(d, "laik_fill_double", "data")?;
+        if data.elem != Elem::F64 {
+            return Err(Error::invalid(
+                "laik_fill_double",
+                "container of another type",
+            ));
+        }
+        for i in 0..data.c.num_mappings() {
+            if let Some(m) = data.mapping(i as c_int)? {
+                let r = m.raw;
+                let n: usize = (0..3)
+                    .map(|k| (r.to[k] - r.from[k]).max(1) as usize)
+                    .product();
+                // SAFETY: the mapping holds n doubles (a lexicographic or custom layout covers
+                // its box one-to-one).
+                unsafe { std::slice::from_raw_parts_mut(r.base.cast::<f64>(), n) }.fill(v);
+            }
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn laik_get_map(d: *mut LaikData, n: c_int) -> *mut LaikMapping {
+    run("laik_get_map", || {
+        let data = obj(d, "laik_get_map", "data")?;
+        Ok(data
+            .mapping(n)?
+            .map_or(null_mut(), |m| m as *mut LaikMapping))
+    })
+}
+
+fn ext(r: &RawMap, d: usize) -> u64 {
+    (r.to[d] - r.from[d]).max(0) as u64
+}
+
+/// Mapping `n` of a 1d container: address of its first element and element count (NULL and
+/// 0 if this process has no such mapping).
+#[no_mangle]
+pub extern "C" fn laik_get_map_1d(
+    d: *mut LaikData,
+    n: c_int,
+    base: *mut *mut c_void,
+    count: *mut u64,
+) -> *mut LaikMapping {
+    run("laik_get_map_1d", || {
+        let data = obj(d, "laik_get_map_1d", "data")?;
+        match data.mapping(n)? {
+            Some(m) => {
+                out(base, m.raw.base.cast::<c_void>());
+                out(count, ext(&m.raw, 0));
+                Ok(m as *mut LaikMapping)
+            }
+            None => {
+                out(base, null_mut());
+                out(count, 0);
+                Ok(null_mut())
+            }
+        }
+    })
+}
+
+/// Mapping `n` of a 2d container: element (x, y) is at `base + y * ystride + x`.
+#[no_mangle]
+pub extern "C" fn laik_get_map_2d(
+    d: *mut LaikData,
+    n: c_int,
+    base: *mut *mut c_void,
+    ysize: *mut u64,
+    ystride: *mut u64,
+    xsize: *mut u64,
+) -> *mut LaikMapping {
+    run("laik_get_map_2d", || {
+        let data = obj(d, "laik_get_map_2d", "data")?;
+        match data.mapping(n)? {
+            Some(m) => {
+                out(base, m.raw.base.cast::<c_void>());
+                out(ysize, ext(&m.raw, 1));
+                out(ystride, m.raw.strides[1] as u64);
+                out(xsize, ext(&m.raw, 0));
+                Ok(m as *mut LaikMapping)
+            }
+            None => {
+                out(base, null_mut());
+                out(ysize, 0);
+                out(ystride, 0);
+                out(xsize, 0);
+                Ok(null_mut())
+            }
+        }
+    })
+}
+
+/// Mapping `n` of a 3d container: element (x, y, z) is at `base + z * zstride + y * ystride +
+/// x`.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub extern "C" fn laik_get_map_3d(
+    d: *mut LaikData,
+    n: c_int,
+    base: *mut *mut c_void,
+    zsize: *mut u64,
+    zstride: *mut u64,
+    ysize: *mut u64,
+    ystride: *mut u64,
+    xsize: *mut u64,
+) -> *mut LaikMapping {
+    run("laik_get_map_3d", || {
+        let data = obj(d, "laik_get_map_3d", "data")?;
+        match data.mapping(n)? {
+            Some(m) => {
+                out(base, m.raw.base.cast::<c_void>());
+                out(zsize, ext(&m.raw, 2));
+                out(zstride, m.raw.strides[2] as u64);
+                out(ysize, ext(&m.raw, 1));
+                out(ystride, m.raw.strides[1] as u64);
+                out(xsize, ext(&m.raw, 0));
+                Ok(m as *mut LaikMapping)
+            }
+            None => {
+                for p in [zsize, zstride, ysize, ystride, xsize] {
+                    out(p, 0);
+                }
+                out(base, null_mut());
+                Ok(null_mut())
+            }
+        }
+    })
+}
+
+/// Offset (elements) of global index `idx` in mapping `r`, if it lies in its box.
+fn offset_in(r: &RawMap, idx: &[i64; 3], dims: usize) -> Option<usize> {
+    let mut off = 0usize;
+    for (d, &g) in idx.iter().enumerate().take(dims) {
+        if g < r.from[d] || g >= r.to[d] {
+            return None;
+        }
+        off += (g - r.from[d]) as usize * r.strides[d];
+    }
+    Some(off)
+}
+
+/// Address of global index `idx` in mapping `n` (NULL if it is not there).
+#[no_mangle]
+pub extern "C" fn laik_get_map_addr(
+    d: *mut LaikData,
+    n: c_int,
+    idx: *mut LaikIndex,
+) -> *mut c_void {
+    run("laik_get_map_addr", || {
+        let data = obj(d, "laik_get_map_addr", "data")?;
+        let i = obj(idx, "laik_get_map_addr", "index")?.i;
+        let (dims, size) = (data.dims(), data.elem.size());
+        Ok(match data.mapping(n)? {
+            // SAFETY: the offset lies inside the mapping (checked against its box).
+            Some(m) => offset_in(&m.raw, &i, dims).map_or(null_mut(), |o| unsafe {
+                m.raw.base.add(o * size).cast::<c_void>()
+            }),
+            None => null_mut(),
+        })
+    })
+}
+
+/// The mapping holding global 1d index `gidx` and its offset there.
+fn find_1d(data: &mut LaikData, gidx: i64) -> Result<Option<(c_int, u64, *mut LaikMapping)>> {
+    for n in 0..data.c.num_mappings() as c_int {
+        if let Some(m) = data.mapping(n)? {
+            if gidx >= m.raw.from[0] && gidx < m.raw.to[0] {
+                return Ok(Some((
+                    n,
+                    (gidx - m.raw.from[0]) as u64,
+                    m as *mut LaikMapping,
+                )));
+            }
+        }
+    }
+    Ok(None)
+}
+
+#[no_mangle]
+pub extern "C" fn laik_global2local_1d(
+    d: *mut LaikData,
+    gidx: i64,
+    lidx: *mut u64,
+) -> *mut LaikMapping {
+    run("laik_global2local_1d", || {
+        let data = obj(d, "laik_global2local_1d", "data")?;
+        Ok(match find_1d(data, gidx)? {
+            Some((_, off, m)) => {
+                out(lidx, off);
+                m
+            }
+            None => null_mut(),
+        })
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn laik_global2maplocal_1d(
+    d: *mut LaikData,
+    gidx: i64,
+    map_no: *mut c_int,
+    lidx: *mut u64,
+) -> *mut LaikMapping {
+    run("laik_global2maplocal_1d", || {
+        let data = obj(d, "laik_global2maplocal_1d", "data")?;
+        Ok(match find_1d(data, gidx)? {
+            Some((n, off, m)) => {
+                out(map_no, n);
+                out(lidx, off);
+                m
+            }
+            None => {
+                out(map_no, -1);
+                null_mut()
+            }
+        })
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn laik_maplocal2global_1d(d: *mut LaikData, map_no: c_int, li: u64) -> i64 {
+    run("laik_maplocal2global_1d", || {
+        let data = obj(d, "laik_maplocal2global_1d", "data")?;
+        let m = data.mapping(map_no)?.ok_or_else(|| {
+            Error::invalid("laik_maplocal2global_1d", format!("no mapping {map_no}"))
+        })?;
+        Ok(m.raw.from[0] + li as i64)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn laik_local2global_1d(d: *mut LaikData, off: u64) -> i64 {
+    laik_maplocal2global_1d(d, 0, off)
+}
+
+#[no_mangle]
+pub extern "C" fn laik_map_get_mapNo(map: *const LaikMapping) -> c_int {
+    run("laik_map_get_mapNo", || {
+        Ok(obj(map.cast_mut(), "laik_map_get_mapNo", "mapping")?.map_no)
+    })
+}
+
+/// Containers that used `p` before `laik_partitioning_migrate` follow it to the new group.
+pub(crate) fn follow_migration(p: &mut LaikPartitioning, old_id: u64) -> Result<()> {
+    let pp: *mut LaikPartitioning = p;
+    // SAFETY: the instance outlives every handle.
+    let inst = unsafe { &mut *p.inst };
+    for &d in inst.datas.clone().iter() {
+        // SAFETY: `datas` holds live containers only (laik_free removes them).
+        let data = unsafe { &mut *d };
+        if data.c.partitioning().map(|x| x.id()) == Some(old_id) {
+            let part = p.part.clone();
+            data.switch(&part, pp, p.group, 1, 0, "laik_partitioning_migrate")?;
+        }
+    }
+    Ok(())
+}

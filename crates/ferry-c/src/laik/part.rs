@@ -1,0 +1,659 @@
+//! Index spaces, partitioners and partitionings.
+
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::ptr::null_mut;
+use std::sync::Arc;
+
+use ferry_core::{Error, Result};
+use ferry_data::{Block, Partitioner, Partitioning, Range, Space, TaskRange};
+
+use super::core::{LaikGroup, LaikInstance};
+use super::{obj, out, run};
+
+/// An index space.
+pub struct LaikSpace {
+    pub(crate) inst: *mut LaikInstance,
+    pub(crate) space: Space,
+    pub(crate) name: String,
+}
+
+/// `Laik_Index` of laik.h.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LaikIndex {
+    pub i: [i64; 3],
+}
+
+/// `Laik_Range` of laik.h.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct LaikRange {
+    pub space: *mut LaikSpace,
+    pub from: LaikIndex,
+    pub to: LaikIndex,
+}
+
+/// `Laik_GetIdxWeight_t`.
+pub type IdxWeightFn = extern "C" fn(*mut LaikIndex, *const c_void) -> f64;
+/// `Laik_GetTaskWeight_t`.
+pub type TaskWeightFn = extern "C" fn(c_int, *const c_void) -> f64;
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Kind {
+    All,
+    Master,
+    Block,
+    Bisection,
+    Grid([usize; 3]),
+    CornerHalo(i64),
+    Halo(i64),
+    Copy(usize, usize),
+    Custom(super::custom::CustomRule),
+    /// Incremental: the base's ranges with those of removed tasks spread over the rest.
+    Reassign(Option<(IdxWeightFn, usize)>),
+}
+
+/// A partitioning rule with LAIK's knobs (block weights and cycles).
+pub struct LaikPartitioner {
+    pub(crate) kind: Kind,
+    cycles: usize,
+    index_weight: Option<(IdxWeightFn, usize)>,
+    task_weight: Option<(TaskWeightFn, usize)>,
+}
+
+/// A partitioning: the ranges of a space that each task of a group owns.
+pub struct LaikPartitioning {
+    pub(crate) inst: *mut LaikInstance,
+    pub(crate) part: Partitioning,
+    pub(crate) group: *mut LaikGroup,
+    pub(crate) space: *mut LaikSpace,
+    pub(crate) name: String,
+    /// Every task's ranges as LAIK's `Laik_TaskRange`s (same order as the partitioning's).
+    pub(crate) ranges: Vec<super::custom::LaikTaskRange>,
+}
+
+const fn partitioner(kind: Kind) -> LaikPartitioner {
+    LaikPartitioner {
+        kind,
+        cycles: 1,
+        index_weight: None,
+        task_weight: None,
+    }
+}
+
+static mut ALL: LaikPartitioner = partitioner(Kind::All);
+static mut MASTER: LaikPartitioner = partitioner(Kind::Master);
+
+/// `laik_All`: every task owns the whole space.
+#[no_mangle]
+#[allow(non_upper_case_globals)]
+pub static mut laik_All: *mut LaikPartitioner = null_mut();
+/// `laik_Master`: task 0 owns the whole space.
+#[no_mangle]
+#[allow(non_upper_case_globals)]
+pub static mut laik_Master: *mut LaikPartitioner = null_mut();
+
+/// Points the predefined partitioner handles at their objects (at `laik_init`).
+pub(crate) fn init_statics() {
+    // SAFETY: written once at initialisation, before the program can read them; the targets
+    // are statics that live for the whole process.
+    unsafe {
+        laik_All = &raw mut ALL;
+        laik_Master = &raw mut MASTER;
+    }
+    super::data::init_types();
+}
+
+impl LaikPartitioner {
+    /// The data layer's partitioner for a run over `space` and `group` (with base `other`).
+    /// The C callbacks are called with the user data they were registered with.
+    fn to_ferry(
+        &self,
+        me: *mut LaikPartitioner,
+        space: *mut LaikSpace,
+        group: *mut LaikGroup,
+        other: *mut LaikPartitioning,
+    ) -> Partitioner {
+        match self.kind {
+            Kind::Copy(from_dim, to_dim) => Partitioner::Copy { from_dim, to_dim },
+            Kind::Custom(rule) => rule.partitioner(me, space, group, other),
+            Kind::Reassign(weight) => super::custom::reassign(weight, group, other),
+            Kind::All => Partitioner::All,
+            Kind::Master => Partitioner::Master,
+            Kind::Bisection => Partitioner::Bisection,
+            Kind::Grid(blocks) => Partitioner::Grid { blocks },
+            Kind::CornerHalo(depth) => Partitioner::CornerHalo { depth },
+            Kind::Halo(depth) => Partitioner::Halo { depth },
+            Kind::Block => {
+                let index_weight = self.index_weight.map(|(f, ud)| {
+                    let w: ferry_data::partitioner::IndexWeight = Arc::new(move |i| {
+                        let mut idx = LaikIndex { i: [i, 0, 0] };
+                        f(&mut idx, ud as *const c_void)
+                    });
+                    w
+                });
+                let task_weight = self.task_weight.map(|(f, ud)| {
+                    let w: ferry_data::partitioner::TaskWeight =
+                        Arc::new(move |t| f(t as c_int, ud as *const c_void));
+                    w
+                });
+                Partitioner::Block(Block {
+                    cycles: self.cycles.max(1),
+                    index_weight,
+                    task_weight,
+                })
+            }
+        }
+    }
+
+    fn needs_base(&self) -> bool {
+        matches!(
+            self.kind,
+            Kind::CornerHalo(_) | Kind::Halo(_) | Kind::Copy(..)
+        )
+    }
+}
+
+fn new_partitioner(p: LaikPartitioner) -> *mut LaikPartitioner {
+    Box::into_raw(Box::new(p))
+}
+
+fn new_space(inst: *mut LaikInstance, space: Result<Space>) -> Result<*mut LaikSpace> {
+    obj(inst, "laik_new_space", "instance")?;
+    Ok(Box::into_raw(Box::new(LaikSpace {
+        inst,
+        space: space?,
+        name: String::new(),
+    })))
+}
+
+fn extent(v: i64, op: &'static str) -> Result<u64> {
+    u64::try_from(v).map_err(|_| Error::invalid(op, format!("negative space size {v}")))
+}
+
+#[no_mangle]
+pub extern "C" fn laik_new_space_1d(inst: *mut LaikInstance, s1: i64) -> *mut LaikSpace {
+    run("laik_new_space_1d", || {
+        new_space(inst, Space::new1(extent(s1, "laik_new_space_1d")?))
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn laik_new_space_2d(inst: *mut LaikInstance, s1: i64, s2: i64) -> *mut LaikSpace {
+    run("laik_new_space_2d", || {
+        let op = "laik_new_space_2d";
+        new_space(inst, Space::new2(extent(s1, op)?, extent(s2, op)?))
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn laik_new_space_3d(
+    inst: *mut LaikInstance,
+    s1: i64,
+    s2: i64,
+    s3: i64,
+) -> *mut LaikSpace {
+    run("laik_new_space_3d", || {
+        let op = "laik_new_space_3d";
+        new_space(
+            inst,
+            Space::new3(extent(s1, op)?, extent(s2, op)?, extent(s3, op)?),
+        )
+    })
+}
+
+/// Spaces stay valid until the process ends (partitionings and containers refer to them).
+#[no_mangle]
+pub extern "C" fn laik_free_space(s: *mut LaikSpace) {
+    run("laik_free_space", || {
+        obj(s, "laik_free_space", "space").map(|_| ())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn laik_set_space_name(s: *mut LaikSpace, name: *mut c_char) {
+    run("laik_set_space_name", || {
+        let sp = obj(s, "laik_set_space_name", "space")?;
+        if !name.is_null() {
+            // SAFETY: NUL-terminated name from the program.
+            sp.name = unsafe { CStr::from_ptr(name) }
+                .to_string_lossy()
+                .into_owned();
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn laik_space_getdimensions(s: *mut LaikSpace) -> c_int {
+    run("laik_space_getdimensions", || {
+        Ok(obj(s, "laik_space_getdimensions", "space")?.space.dims() as c_int)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn laik_space_size(s: *const LaikSpace) -> u64 {
+    run("laik_space_size", || {
+        Ok(obj(s.cast_mut(), "laik_space_size", "space")?.space.size())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn laik_index_init(i: *mut LaikIndex, i1: i64, i2: i64, i3: i64) {
+    out(i, LaikIndex { i: [i1, i2, i3] });
+}
+
+#[no_mangle]
+pub extern "C" fn laik_range_init_1d(r: *mut LaikRange, s: *mut LaikSpace, from: i64, to: i64) {
+    out(
+        r,
+        LaikRange {
+            space: s,
+            from: LaikIndex { i: [from, 0, 0] },
+            to: LaikIndex { i: [to, 0, 0] },
+        },
+    );
+}
+
+#[no_mangle]
+pub extern "C" fn laik_range_size(r: *const LaikRange) -> u64 {
+    run("laik_range_size", || {
+        let r = obj(r.cast_mut(), "laik_range_size", "range")?;
+        // SAFETY: the range's space pointer is a live space handle or NULL.
+        let dims = unsafe { r.space.as_ref() }.map_or(1, |s| s.space.dims());
+        let mut n: u64 = 1;
+        for d in 0..dims {
+            n = n.saturating_mul(u64::try_from(r.to.i[d] - r.from.i[d]).unwrap_or(0));
+        }
+        Ok(n)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn laik_new_all_partitioner() -> *mut LaikPartitioner {
+    new_partitioner(partitioner(Kind::All))
+}
+
+#[no_mangle]
+pub extern "C" fn laik_new_master_partitioner() -> *mut LaikPartitioner {
+    new_partitioner(partitioner(Kind::Master))
+}
+
+/// Block partitioner over dimension `pdim` (only 0: 1d blocks) with `cycles` rounds and
+/// optional index and task weights.
+#[no_mangle]
+pub extern "C" fn laik_new_block_partitioner(
+    pdim: c_int,
+    cycles: c_int,
+    ifunc: Option<IdxWeightFn>,
+    tfunc: Option<TaskWeightFn>,
+    user_data: *const c_void,
+) -> *mut LaikPartitioner {
+    run("laik_new_block_partitioner", || {
+        if pdim != 0 {
+            return Err(Error::invalid(
+                "laik_new_block_partitioner",
+                format!("blocks along dimension {pdim} (only 0 is supported)"),
+            ));
+        }
+        Ok(new_partitioner(LaikPartitioner {
+            kind: Kind::Block,
+            cycles: usize::try_from(cycles).unwrap_or(1).max(1),
+            index_weight: ifunc.map(|f| (f, user_data as usize)),
+            task_weight: tfunc.map(|f| (f, user_data as usize)),
+        }))
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn laik_new_block_partitioner1() -> *mut LaikPartitioner {
+    new_partitioner(partitioner(Kind::Block))
+}
+
+#[no_mangle]
+pub extern "C" fn laik_new_block_partitioner_iw1(
+    f: Option<IdxWeightFn>,
+    user_data: *const c_void,
+) -> *mut LaikPartitioner {
+    laik_new_block_partitioner(0, 1, f, None, user_data)
+}
+
+#[no_mangle]
+pub extern "C" fn laik_new_block_partitioner_tw1(
+    f: Option<TaskWeightFn>,
+    user_data: *const c_void,
+) -> *mut LaikPartitioner {
+    laik_new_block_partitioner(0, 1, None, f, user_data)
+}
+
+fn block_of<'a>(pr: *mut LaikPartitioner, op: &'static str) -> Result<&'a mut LaikPartitioner> {
+    let p = obj(pr, op, "partitioner")?;
+    if !matches!(p.kind, Kind::Block) {
+        return Err(Error::invalid(op, "not a block partitioner"));
+    }
+    Ok(p)
+}
+
+#[no_mangle]
+pub extern "C" fn laik_set_index_weight(
+    pr: *mut LaikPartitioner,
+    f: Option<IdxWeightFn>,
+    user_data: *const c_void,
+) {
+    run("laik_set_index_weight", || {
+        block_of(pr, "laik_set_index_weight")?.index_weight = f.map(|f| (f, user_data as usize));
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn laik_set_task_weight(
+    pr: *mut LaikPartitioner,
+    f: Option<TaskWeightFn>,
+    user_data: *const c_void,
+) {
+    run("laik_set_task_weight", || {
+        block_of(pr, "laik_set_task_weight")?.task_weight = f.map(|f| (f, user_data as usize));
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn laik_set_cycle_count(pr: *mut LaikPartitioner, cycles: c_int) {
+    run("laik_set_cycle_count", || {
+        block_of(pr, "laik_set_cycle_count")?.cycles = usize::try_from(cycles).unwrap_or(1).max(1);
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn laik_new_bisection_partitioner() -> *mut LaikPartitioner {
+    new_partitioner(partitioner(Kind::Bisection))
+}
+
+#[no_mangle]
+pub extern "C" fn laik_new_grid_partitioner(x: c_int, y: c_int, z: c_int) -> *mut LaikPartitioner {
+    run("laik_new_grid_partitioner", || {
+        let b = |v: c_int| {
+            usize::try_from(v)
+                .ok()
+                .filter(|&v| v > 0)
+                .ok_or_else(|| Error::invalid("laik_new_grid_partitioner", format!("{v} blocks")))
+        };
+        Ok(new_partitioner(partitioner(Kind::Grid([
+            b(x)?,
+            b(y)?,
+            b(z)?,
+        ]))))
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn laik_new_cornerhalo_partitioner(depth: c_int) -> *mut LaikPartitioner {
+    new_partitioner(partitioner(Kind::CornerHalo(i64::from(depth))))
+}
+
+#[no_mangle]
+pub extern "C" fn laik_new_halo_partitioner(depth: c_int) -> *mut LaikPartitioner {
+    new_partitioner(partitioner(Kind::Halo(i64::from(depth))))
+}
+
+/// Derived: the base's ranges in dimension `from_dim`, placed in dimension `to_dim` of this
+/// space, every other dimension spanning the space.
+#[no_mangle]
+pub extern "C" fn laik_new_copy_partitioner(
+    from_dim: c_int,
+    to_dim: c_int,
+) -> *mut LaikPartitioner {
+    run("laik_new_copy_partitioner", || {
+        let d = |v: c_int| {
+            usize::try_from(v).ok().filter(|&v| v < 3).ok_or_else(|| {
+                Error::invalid("laik_new_copy_partitioner", format!("dimension {v}"))
+            })
+        };
+        Ok(new_partitioner(partitioner(Kind::Copy(
+            d(from_dim)?,
+            d(to_dim)?,
+        ))))
+    })
+}
+
+/// LAIK's reassign partitioner: run over the new group `newg` with the old partitioning as
+/// base, survivors keep their ranges and the ranges of removed tasks are spread over the new
+/// group by index weight (`get_idx_w`, 1 per index without), in increasing index order.
+#[no_mangle]
+pub extern "C" fn laik_new_reassign_partitioner(
+    newg: *mut LaikGroup,
+    get_idx_w: Option<IdxWeightFn>,
+    user_data: *const c_void,
+) -> *mut LaikPartitioner {
+    run("laik_new_reassign_partitioner", || {
+        obj(newg, "laik_new_reassign_partitioner", "group")?;
+        Ok(new_partitioner(partitioner(Kind::Reassign(
+            get_idx_w.map(|f| (f, user_data as usize)),
+        ))))
+    })
+}
+
+/// An application partitioner: `run` appends ranges through the receiver.
+pub(crate) fn new_custom(rule: super::custom::CustomRule) -> *mut LaikPartitioner {
+    new_partitioner(partitioner(Kind::Custom(rule)))
+}
+
+/// Partitioners stay valid until the process ends (the predefined ones are shared).
+#[no_mangle]
+pub extern "C" fn laik_free_partitioner(pr: *mut LaikPartitioner) {
+    run("laik_free_partitioner", || {
+        obj(pr, "laik_free_partitioner", "partitioner").map(|_| ())
+    })
+}
+
+/// Runs `pr` for the tasks of `g` over `space`; derived partitioners (halos) extend `other`.
+#[no_mangle]
+pub extern "C" fn laik_new_partitioning(
+    pr: *mut LaikPartitioner,
+    g: *mut LaikGroup,
+    space: *mut LaikSpace,
+    other: *mut LaikPartitioning,
+) -> *mut LaikPartitioning {
+    run("laik_new_partitioning", || {
+        let op = "laik_new_partitioning";
+        let p = obj(pr, op, "partitioner")?;
+        let grp = obj(g, op, "group")?;
+        let sp = obj(space, op, "space")?;
+        let fp = p.to_ferry(pr, space, g, other);
+        let part = if p.needs_base() {
+            let base = obj(
+                other,
+                op,
+                "base partitioning (`other`) of a halo partitioner",
+            )?;
+            Partitioning::derived(&sp.space, &fp, &base.part)?
+        } else {
+            Partitioning::new(&sp.space, &grp.group, &fp)?
+        };
+        let ranges = super::custom::task_ranges(&part, space);
+        Ok(Box::into_raw(Box::new(LaikPartitioning {
+            inst: grp.inst,
+            name: fp.name().to_string(),
+            part,
+            group: g,
+            space,
+            ranges,
+        })))
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn laik_free_partitioning(p: *mut LaikPartitioning) {
+    run("laik_free_partitioning", || {
+        if !p.is_null() {
+            // SAFETY: from laik_new_partitioning (Box::into_raw), freed once by the program.
+            drop(unsafe { Box::from_raw(p) });
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn laik_partitioning_set_name(p: *mut LaikPartitioning, name: *mut c_char) {
+    run("laik_partitioning_set_name", || {
+        let pt = obj(p, "laik_partitioning_set_name", "partitioning")?;
+        if !name.is_null() {
+            // SAFETY: NUL-terminated name from the program.
+            pt.name = unsafe { CStr::from_ptr(name) }
+                .to_string_lossy()
+                .into_owned();
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn laik_partitioning_get_group(p: *mut LaikPartitioning) -> *mut LaikGroup {
+    run("laik_partitioning_get_group", || {
+        Ok(obj(p, "laik_partitioning_get_group", "partitioning")?.group)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn laik_partitioning_get_space(p: *mut LaikPartitioning) -> *mut LaikSpace {
+    run("laik_partitioning_get_space", || {
+        Ok(obj(p, "laik_partitioning_get_space", "partitioning")?.space)
+    })
+}
+
+/// Expresses `p` for group `g` (its owners must all be in `g`); containers using `p` follow
+/// without moving data.
+#[no_mangle]
+pub extern "C" fn laik_partitioning_migrate(p: *mut LaikPartitioning, g: *mut LaikGroup) {
+    run("laik_partitioning_migrate", || {
+        let op = "laik_partitioning_migrate";
+        let pt = obj(p, op, "partitioning")?;
+        let grp = obj(g, op, "group")?;
+        let old_id = pt.part.id();
+        pt.part = pt.part.migrate(&grp.group)?;
+        pt.ranges = super::custom::task_ranges(&pt.part, pt.space);
+        pt.group = g;
+        super::data::follow_migration(pt, old_id)
+    })
+}
+
+fn my_ranges(p: &LaikPartitioning) -> &[TaskRange] {
+    // SAFETY: the instance outlives every handle.
+    let rank = unsafe { &*p.inst }.rank;
+    p.part.rank_ranges(rank)
+}
+
+#[no_mangle]
+pub extern "C" fn laik_my_rangecount(p: *mut LaikPartitioning) -> c_int {
+    run("laik_my_rangecount", || {
+        Ok(my_ranges(obj(p, "laik_my_rangecount", "partitioning")?).len() as c_int)
+    })
+}
+
+/// Number of mappings this process gets for `p` (ranges of one mapping group share one).
+#[no_mangle]
+pub extern "C" fn laik_my_mapcount(p: *mut LaikPartitioning) -> c_int {
+    run("laik_my_mapcount", || {
+        let pt = obj(p, "laik_my_mapcount", "partitioning")?;
+        // SAFETY: the instance outlives every handle.
+        let rank = unsafe { &*pt.inst }.rank;
+        let l = ferry_data::Layout::new(&pt.part, rank, &ferry_data::LayoutOrder::Lexicographic)?;
+        Ok(l.mappings.len() as c_int)
+    })
+}
+
+/// This process's range number `n` of `p` and its `Laik_TaskRange` (None if it has fewer).
+fn range_n(
+    p: *mut LaikPartitioning,
+    n: c_int,
+    op: &'static str,
+) -> Result<Option<(Range, *mut super::custom::LaikTaskRange)>> {
+    let pt = obj(p, op, "partitioning")?;
+    let all = pt.part.ranges();
+    let mine = my_ranges(pt);
+    let Some(k) = usize::try_from(n).ok().filter(|&k| k < mine.len()) else {
+        return Ok(None);
+    };
+    // `mine` is a sub-slice of `all`: its offset there indexes the handle cache.
+    let first = (mine.as_ptr() as usize - all.as_ptr() as usize) / std::mem::size_of::<TaskRange>();
+    let range = mine[k].range;
+    let tr = pt
+        .ranges
+        .get_mut(first + k)
+        .map_or(null_mut(), |t| t as *mut super::custom::LaikTaskRange);
+    Ok(Some((range, tr)))
+}
+
+#[no_mangle]
+pub extern "C" fn laik_my_range(
+    p: *mut LaikPartitioning,
+    n: c_int,
+) -> *mut super::custom::LaikTaskRange {
+    run("laik_my_range", || {
+        Ok(range_n(p, n, "laik_my_range")?.map_or(null_mut(), |(_, t)| t))
+    })
+}
+
+/// This process's range `n` of a 1d partitioning as `[from, to)`; both 0 if there is none.
+#[no_mangle]
+pub extern "C" fn laik_my_range_1d(
+    p: *mut LaikPartitioning,
+    n: c_int,
+    from: *mut i64,
+    to: *mut i64,
+) -> *mut super::custom::LaikTaskRange {
+    run("laik_my_range_1d", || {
+        let r = range_n(p, n, "laik_my_range_1d")?;
+        let (f, t) = r.map_or(([0; 3], [0; 3]), |(r, _)| (r.from(), r.to()));
+        out(from, f[0]);
+        out(to, t[0]);
+        Ok(r.map_or(null_mut(), |(_, t)| t))
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn laik_my_range_2d(
+    p: *mut LaikPartitioning,
+    n: c_int,
+    x1: *mut i64,
+    x2: *mut i64,
+    y1: *mut i64,
+    y2: *mut i64,
+) -> *mut super::custom::LaikTaskRange {
+    run("laik_my_range_2d", || {
+        let r = range_n(p, n, "laik_my_range_2d")?;
+        let (f, t) = r.map_or(([0; 3], [0; 3]), |(r, _)| (r.from(), r.to()));
+        out(x1, f[0]);
+        out(x2, t[0]);
+        out(y1, f[1]);
+        out(y2, t[1]);
+        Ok(r.map_or(null_mut(), |(_, t)| t))
+    })
+}
+
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub extern "C" fn laik_my_range_3d(
+    p: *mut LaikPartitioning,
+    n: c_int,
+    x1: *mut i64,
+    x2: *mut i64,
+    y1: *mut i64,
+    y2: *mut i64,
+    z1: *mut i64,
+    z2: *mut i64,
+) -> *mut super::custom::LaikTaskRange {
+    run("laik_my_range_3d", || {
+        let r = range_n(p, n, "laik_my_range_3d")?;
+        let (f, t) = r.map_or(([0; 3], [0; 3]), |(r, _)| (r.from(), r.to()));
+        out(x1, f[0]);
+        out(x2, t[0]);
+        out(y1, f[1]);
+        out(y2, t[1]);
+        out(z1, f[2]);
+        out(z2, t[2]);
+        Ok(r.map_or(null_mut(), |(_, t)| t))
+    })
+}

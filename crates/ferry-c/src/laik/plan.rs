@@ -1,0 +1,235 @@
+//! Reservations, transitions computed ahead, action sequences and memory layouts.
+
+use std::ffi::c_int;
+use std::sync::Arc;
+
+use ferry_core::Error;
+use ferry_data::{LayoutOrder, Partitioning, Space};
+
+use super::core::LaikGroup;
+use super::data::{flow_of, LaikData};
+use super::part::{LaikIndex, LaikPartitioning, LaikRange, LaikSpace};
+use super::{obj, run};
+
+/// A set of partitionings to size a container's memory for.
+pub struct LaikReservation {
+    data: *mut LaikData,
+    parts: Vec<Partitioning>,
+}
+
+/// A switch between two partitionings, computed ahead (`laik_calc_transition`).
+pub struct LaikTransition {
+    to: Partitioning,
+    to_handle: *mut LaikPartitioning,
+    group: *mut LaikGroup,
+    flow: c_int,
+    redop: c_int,
+}
+
+/// A transition bound to a container (`laik_calc_actions`).
+pub struct LaikActionSeq {
+    data: *mut LaikData,
+    t: *mut LaikTransition,
+}
+
+/// A memory layout (only LAIK's lexicographic one).
+pub struct LaikLayout {
+    _dims: c_int,
+}
+
+#[no_mangle]
+pub extern "C" fn laik_reservation_new(d: *mut LaikData) -> *mut LaikReservation {
+    run("laik_reservation_new", || {
+        obj(d, "laik_reservation_new", "data")?;
+        Ok(Box::into_raw(Box::new(LaikReservation {
+            data: d,
+            parts: Vec::new(),
+        })))
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn laik_reservation_add(r: *mut LaikReservation, p: *mut LaikPartitioning) {
+    run("laik_reservation_add", || {
+        let res = obj(r, "laik_reservation_add", "reservation")?;
+        let pt = obj(p, "laik_reservation_add", "partitioning")?;
+        res.parts.push(pt.part.clone());
+        Ok(())
+    })
+}
+
+/// Sizes the container's memory for every partitioning of the reservation, so switches among
+/// them do not allocate (and mappings keep their addresses).
+#[no_mangle]
+pub extern "C" fn laik_reservation_alloc(r: *mut LaikReservation) {
+    run("laik_reservation_alloc", || {
+        let res = obj(r, "laik_reservation_alloc", "reservation")?;
+        let data = obj(res.data, "laik_reservation_alloc", "data")?;
+        // A partitioning and its halo share one placement (LAIK allocates the reservation
+        // once for both), so a mapping keeps its address across switches among them.
+        if let [a, b] = &res.parts[..] {
+            if a.is_halo_pair(b) || b.is_halo_pair(a) {
+                data.c.share_layout(a, b)?;
+            }
+        }
+        let parts: Vec<&Partitioning> = res.parts.iter().collect();
+        data.c.reserve(&parts)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn laik_reservation_free(r: *mut LaikReservation) {
+    run("laik_reservation_free", || {
+        if !r.is_null() {
+            // SAFETY: from laik_reservation_new, freed once.
+            drop(unsafe { Box::from_raw(r) });
+        }
+        Ok(())
+    })
+}
+
+/// The reservation's memory is the container's own (sized by `laik_reservation_alloc`).
+#[no_mangle]
+pub extern "C" fn laik_data_use_reservation(d: *mut LaikData, r: *mut LaikReservation) {
+    run("laik_data_use_reservation", || {
+        let data = obj(d, "laik_data_use_reservation", "data")?;
+        let res = obj(r, "laik_data_use_reservation", "reservation")?;
+        if res.data != d {
+            return Err(Error::invalid(
+                "laik_data_use_reservation",
+                format!(
+                    "reservation made for another container than `{}`",
+                    data.name
+                ),
+            ));
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn laik_calc_transition(
+    space: *mut LaikSpace,
+    from_p: *mut LaikPartitioning,
+    to_p: *mut LaikPartitioning,
+    flow: c_int,
+    red_op: c_int,
+) -> *mut LaikTransition {
+    run("laik_calc_transition", || {
+        let op = "laik_calc_transition";
+        let sp = obj(space, op, "space")?;
+        let from = obj(from_p, op, "from partitioning")?;
+        let to = obj(to_p, op, "to partitioning")?;
+        flow_of(flow, red_op, op)?;
+        let same = |s: &Space| *s == sp.space;
+        if !same(from.part.space()) || !same(to.part.space()) {
+            return Err(Error::invalid(op, "partitionings of another space"));
+        }
+        Ok(Box::into_raw(Box::new(LaikTransition {
+            to: to.part.clone(),
+            to_handle: to_p,
+            group: to.group,
+            flow,
+            redop: red_op,
+        })))
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn laik_free_transition(t: *mut LaikTransition) {
+    run("laik_free_transition", || {
+        if !t.is_null() {
+            // SAFETY: from laik_calc_transition, freed once.
+            drop(unsafe { Box::from_raw(t) });
+        }
+        Ok(())
+    })
+}
+
+/// Runs a transition on `d` (which must be in the transition's source partitioning). The
+/// container keeps the bound plan, so repeating a transition does no planning.
+#[no_mangle]
+pub extern "C" fn laik_exec_transition(d: *mut LaikData, t: *mut LaikTransition) {
+    run("laik_exec_transition", || {
+        let data = obj(d, "laik_exec_transition", "data")?;
+        let tr = obj(t, "laik_exec_transition", "transition")?;
+        let to = tr.to.clone();
+        data.switch(
+            &to,
+            tr.to_handle,
+            tr.group,
+            tr.flow,
+            tr.redop,
+            "laik_exec_transition",
+        )
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn laik_calc_actions(
+    d: *mut LaikData,
+    t: *mut LaikTransition,
+    _from_res: *mut LaikReservation,
+    _to_res: *mut LaikReservation,
+) -> *mut LaikActionSeq {
+    run("laik_calc_actions", || {
+        obj(d, "laik_calc_actions", "data")?;
+        obj(t, "laik_calc_actions", "transition")?;
+        Ok(Box::into_raw(Box::new(LaikActionSeq { data: d, t })))
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn laik_exec_actions(a: *mut LaikActionSeq) {
+    run("laik_exec_actions", || {
+        let s = obj(a, "laik_exec_actions", "action sequence")?;
+        laik_exec_transition(s.data, s.t);
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn laik_aseq_free(a: *mut LaikActionSeq) {
+    run("laik_aseq_free", || {
+        if !a.is_null() {
+            // SAFETY: from laik_calc_actions, freed once.
+            drop(unsafe { Box::from_raw(a) });
+        }
+        Ok(())
+    })
+}
+
+/// LAIK's lexicographic layout (x fastest) for a mapping over `range`.
+#[no_mangle]
+pub extern "C" fn laik_new_layout_lex(n: c_int, _range: *mut LaikRange) -> *mut LaikLayout {
+    Box::into_raw(Box::new(LaikLayout { _dims: n }))
+}
+
+pub type LayoutFactory = extern "C" fn(c_int, *mut LaikRange) -> *mut LaikLayout;
+
+/// Lays out the container's mappings with the factory's layout. The factory is asked once,
+/// for the whole space; the only layout it can return is the lexicographic one, which the
+/// container then uses through its application-layout path.
+#[no_mangle]
+pub extern "C" fn laik_data_set_layout_factory(d: *mut LaikData, factory: Option<LayoutFactory>) {
+    run("laik_data_set_layout_factory", || {
+        let op = "laik_data_set_layout_factory";
+        let data = obj(d, op, "data")?;
+        let f = factory.ok_or_else(|| crate::ffi::null_arg(op, "factory"))?;
+        // SAFETY: spaces live until the process ends.
+        let sp = unsafe { &*data.space };
+        let r = sp.space.range();
+        let mut range = LaikRange {
+            space: data.space,
+            from: LaikIndex { i: r.from() },
+            to: LaikIndex { i: r.to() },
+        };
+        let l = f(1, &mut range);
+        if l.is_null() {
+            return Err(Error::invalid(op, "the layout factory returned NULL"));
+        }
+        data.c.set_layout_order(LayoutOrder::Custom(Arc::new(
+            ferry_data::partitioning::lex_strides,
+        )))
+    })
+}
