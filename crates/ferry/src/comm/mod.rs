@@ -107,9 +107,33 @@ impl Comm {
         (self.world.transport(), &mut self.data)
     }
 
+    /// The transport and the group at once (e.g. for a resize point, which needs both).
+    pub fn transport_and_group(&mut self) -> (&mut dyn Transport, &Group) {
+        (self.world.transport(), &self.group)
+    }
+
     /// The world this communicator was built from (configuration, resize points).
     pub fn world(&self) -> &World {
         &self.world
+    }
+
+    /// Talks over `group` from now on (after a resize point admitted or removed processes,
+    /// or a shrink): ranks become indices in `group`, collectives and partitionings use it,
+    /// [`Comm::finish`] meets its members. This rank must be a member.
+    pub fn set_group(&mut self, group: Group) -> Result<()> {
+        let rank = self.world.rank();
+        self.me = group
+            .my_index(rank)
+            .map_err(|e| e.context("set_group").or_rank(rank))?;
+        self.group = group;
+        Ok(())
+    }
+
+    /// Gives up the communicator and the data layer and returns the world, e.g. for a process
+    /// that a resize point removed: it is no member to meet at [`Comm::finish`], and ends with
+    /// [`World::finish`] (which still delivers what it owes).
+    pub fn into_world(self) -> World {
+        self.world
     }
 
     /// A new container of `T` over `space`, named `name` (for messages and logs). Every rank

@@ -97,3 +97,30 @@ fn recv_vec_refuses_a_partial_element() {
         .expect("receiving 3 bytes as u32 must fail");
     assert!(e.contains("3 bytes") && e.contains("u32"), "{e}");
 }
+
+#[test]
+fn set_group_renumbers_and_scopes_collectives() {
+    let out = run_threads(4, |mut c: Comm| {
+        let wg = c.group().clone();
+        let g = c.data().shrink(&wg, &[0])?;
+        if c.world_rank() == 0 {
+            let e = c.set_group(g).unwrap_err();
+            assert!(e.to_string().contains("rank 0"), "{e}");
+            // Not a member: ends without meeting the others.
+            c.into_world().finish()?;
+            return Ok((usize::MAX, 0));
+        }
+        c.set_group(g)?;
+        assert_eq!((c.size(), c.rank()), (3, c.world_rank() - 1));
+        // Only the three members take part; rank 0 has already left.
+        let s = c.allreduce_value(c.world_rank(), Op::Sum)?;
+        let mut all = [0usize; 3];
+        c.allgather_into(&[c.world_rank()], &mut all)?;
+        assert_eq!(all, [1, 2, 3]);
+        let r = c.rank();
+        c.finish()?;
+        Ok((r, s))
+    })
+    .unwrap();
+    assert_eq!(out[1..], [(0, 6), (1, 6), (2, 6)]);
+}
