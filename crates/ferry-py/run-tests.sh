@@ -26,6 +26,18 @@ for backend in tcp shm; do
     "$py" -m pytest -x -q -p no:cacheprovider crates/ferry-py/tests || failed=1
 done
 
+# A peer that dies: the survivor's receive raises FerryError naming rank, peer and cause.
+for backend in tcp shm; do
+  got=$(timeout 120 "$ferry" run -n 2 --keep-going --backend "$backend" \
+    "$py" crates/ferry-py/tests/peer_failure.py 2>/dev/null || true)
+  if grep -q "^caught kind=PeerFailed rank=0 peer=1 " <<<"$got"; then
+    echo "ok   python peer failure ($backend)"
+  else
+    echo "FAIL python peer failure ($backend): $got"
+    failed=1
+  fi
+done
+
 # name ranks compare args: the Python port must print what the Rust example prints.
 cases=(
   "vsum 1 exact 100"

@@ -505,6 +505,16 @@ impl Comm {
         }
     }
 
+    /// Ends the transport without meeting the other members (what interpreter exit does
+    /// for a communicator the program did not finish: after an exception, the others may
+    /// never reach a last meeting). Peers still get what this process owes them.
+    fn close(&mut self) -> PyResult<()> {
+        match self.inner.take() {
+            Some(c) => c.into_world().finish().map_err(to_py),
+            None => Ok(()),
+        }
+    }
+
     fn __repr__(&self) -> String {
         match &self.inner {
             Some(c) => format!(

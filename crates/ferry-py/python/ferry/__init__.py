@@ -41,8 +41,9 @@ def init():
     """Initialise ferry from the environment and return the world communicator.
 
     A process started alone is rank 0 of 1; under ``ferry run -n N`` each process gets its
-    rank. The communicator is finished at interpreter exit if the program did not call
-    ``comm.finish()`` itself.
+    rank. A communicator the program did not finish is closed at interpreter exit: its
+    transport shuts down without a last meeting of the members (after an exception on one
+    rank the others may never get there).
     """
     comm = _init()
     _live.add(comm)
@@ -52,7 +53,7 @@ def init():
 @_atexit.register
 def _finish_at_exit():
     for comm in list(_live):
-        comm.finish()
+        comm.close()
 
 
 __all__ = [
