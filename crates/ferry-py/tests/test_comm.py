@@ -69,10 +69,12 @@ def test_allreduce_in_place_does_not_copy(comm):
 
 def test_ordered_allreduce_is_the_rank_ordered_fold(comm):
     r, n = comm.rank, comm.size
-    got = comm.allreduce(0.1 * r + 1e-17 * r, ordered=True)
+    # On 4 ranks the left fold ((0 + 0.1) + 0.2) + 0.3 and the pairwise (0 + 0.1) + (0.2 + 0.3)
+    # differ in the last bit, so an unordered algorithm would not pass.
+    got = comm.allreduce(0.1 * r, ordered=True)
     want = 0.0
     for k in range(n):
-        want = want + (0.1 * k + 1e-17 * k) if k else 0.1 * k + 1e-17 * k
+        want += 0.1 * k
     assert got == want
 
 
