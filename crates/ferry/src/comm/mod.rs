@@ -7,7 +7,10 @@
 //! indices*, as in MPI.
 //!
 //! - point-to-point on typed slices: [`Comm::send`], [`Comm::recv_into`], [`Comm::recv_vec`],
-//!   [`Comm::sendrecv_into`] (see `p2p.rs` for why there is no any-source receive);
+//!   [`Comm::sendrecv_into`]. Every receive names its source: the backends match a receive
+//!   against one sender's flow by serial numbers (M2), and none of them has a matching step
+//!   across flows that an any-source receive (`MPI_ANY_SOURCE`) would need; post the receives
+//!   from every candidate in one batched [`ferry_core::Exchange`] instead;
 //! - collectives as methods: [`Comm::barrier`], [`Comm::broadcast`], [`Comm::reduce`],
 //!   [`Comm::allreduce`] and the typed gather family with into-buffer variants
 //!   ([`Comm::gather_into`], [`Comm::allgather_into`], [`Comm::scatter_into`],
