@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Allreduce from Python against Rust and against mpi4py over Open MPI, in ONE invocation:
 # every round runs, back to back on the same machine load, the Rust benchmark
-# (crates/ferry/examples/osu_allreduce), the Python one over ferry's package and the Python one
-# over Debian's mpi4py (/usr/bin/python3, python3-mpi4py) under mpirun, for 8 B and 1 MiB,
-# per backend (ferry --backend B against Open MPI's matching BTLs). Writes the table into
+# (crates/ferry/examples/osu_allreduce), the Python one over ferry's package, the Python one
+# over Debian's mpi4py (/usr/bin/python3, python3-mpi4py) under mpirun and, for scale, the C one
+# over Open MPI (bench/c/osu_allreduce.c), for 8 B and 1 MiB, per backend (ferry --backend B
+# against Open MPI's matching BTLs). Writes the table into
 # docs/PERFORMANCE.md between <!-- python-allreduce:begin --> and <!-- python-allreduce:end -->.
 #
 # Usage: bench/python-allreduce.sh [-r RUNS] [-n RANKS] [-b BACKENDS] [-p PYTHON] [-o FILE]
@@ -48,6 +49,9 @@ MPIFLAGS=()
 [ "$(id -u)" = 0 ] && MPIFLAGS+=(--allow-run-as-root --oversubscribe)
 RAW="$ROOT/target/bench-python/$(date -u +%Y%m%dT%H%M%SZ)"
 mkdir -p "$RAW"
+MPICC=mpicc
+command -v mpicc.openmpi >/dev/null && MPICC=mpicc.openmpi
+"$MPICC" -O2 -o "$RAW/c_osu_allreduce" "$ROOT/bench/c/osu_allreduce.c"
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 
 for ((r = 1; r <= RUNS; r++)); do
@@ -65,6 +69,8 @@ for ((r = 1; r <= RUNS; r++)); do
             "$PY" "$ROOT/bench/python_allreduce.py" ferry >"$RAW/pyferry_${b}_$r"
         timeout 300 mpirun "${MPIFLAGS[@]}" -np "$RANKS" "${OMPI[@]}" \
             /usr/bin/python3 "$ROOT/bench/python_allreduce.py" mpi4py >"$RAW/mpi4py_${b}_$r"
+        timeout 300 mpirun "${MPIFLAGS[@]}" -np "$RANKS" "${OMPI[@]}" \
+            "$RAW/c_osu_allreduce" -m 1048576 >"$RAW/c_${b}_$r"
     done
 done
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -88,17 +94,17 @@ rows = []
 for b in backends.split(","):
     for size, label in (("8", "8 B"), ("1048576", "1 MiB"), ("object", "one float, value API")):
         got = {}
-        for impl in ("rust", "pyferry", "mpi4py"):
+        for impl in ("rust", "pyferry", "mpi4py", "c"):
             got[impl] = [figures(p).get(size) for p in sorted(glob.glob(f"{raw}/{impl}_{b}_*"))]
             got[impl] = [v for v in got[impl] if v is not None]
         best = {k: min(v) if v else None for k, v in got.items()}
         ratio = lambda a, c: f"{best[a] / best[c]:.2f}x" if best[a] and best[c] else "-"
-        rows.append(f"| {b} allreduce {label}, {ranks} ranks | {cell(got['rust'])} | {cell(got['pyferry'])} | {cell(got['mpi4py'])} | {ratio('pyferry', 'rust')} | {ratio('pyferry', 'mpi4py')} |")
+        rows.append(f"| {b} allreduce {label}, {ranks} ranks | {cell(got['rust'])} | {cell(got['pyferry'])} | {cell(got['mpi4py'])} | {cell(got['c'])} | {ratio('pyferry', 'rust')} | {ratio('pyferry', 'mpi4py')} | {ratio('mpi4py', 'c')} |")
 stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-table = f"""Generated {stamp} by `{cmdline.strip()}` ({runs} rounds, the three interleaved in each round; load average before {before}, after {after}). Figures in microseconds: best of the rounds (median in parentheses); lower is better. Raw outputs: `{os.path.relpath(raw, os.path.dirname(os.path.dirname(os.path.abspath(out))))}`.
+table = f"""Generated {stamp} by `{cmdline.strip()}` ({runs} rounds, the four interleaved in each round; load average before {before}, after {after}). Figures in microseconds: best of the rounds (median in parentheses); lower is better. Raw outputs: `{os.path.relpath(raw, os.path.dirname(os.path.dirname(os.path.abspath(out))))}`.
 
-| figure | Rust ferry | Python ferry | Python mpi4py (Open MPI) | Python / Rust | ferry / mpi4py (Python) |
-|---|---|---|---|---|---|
+| figure | Rust ferry | Python ferry | Python mpi4py | C Open MPI | ferry: Python / Rust | Python: ferry / mpi4py | Open MPI: Python / C |
+|---|---|---|---|---|---|---|---|
 """ + "\n".join(rows) + "\n"
 text = open(out).read()
 begin, end = "<!-- python-allreduce:begin -->", "<!-- python-allreduce:end -->"
