@@ -29,7 +29,16 @@ pub struct Comm {
 /// of 1) and returns the world communicator.
 #[pyfunction]
 pub fn init() -> PyResult<Comm> {
-    let c = ferry::Comm::init().map_err(to_py)?;
+    let c = ferry::Comm::init().map_err(|e| {
+        // A failure before the transport exists still names the rank the launcher gave.
+        match std::env::var("FERRY_RANK")
+            .ok()
+            .and_then(|r| r.parse().ok())
+        {
+            Some(rank) => to_py(e.or_rank(rank)),
+            None => to_py(e),
+        }
+    })?;
     Ok(Comm {
         rank: c.rank(),
         inner: Some(c),

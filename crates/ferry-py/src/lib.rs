@@ -14,7 +14,7 @@ use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 
 create_exception!(
-    _ferry,
+    ferry,
     FerryError,
     PyRuntimeError,
     "An error of the ferry library; `rank`, `op`, `peer` and `kind` name where and why."
