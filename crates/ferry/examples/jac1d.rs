@@ -18,8 +18,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use ferry::coll::Group;
-use ferry::data::{Block, Container, DataFlow, Partitioner, Partitioning, ReduceOp, Space};
-use ferry::Transport;
+use ferry::data::Block;
+use ferry::prelude::*;
 
 fn main() -> ExitCode {
     common::main_with("jac1d", run)
@@ -40,16 +40,9 @@ fn partitionings(
     Ok((write, read))
 }
 
-/// Sum over all ranks through a 1-element All container (rank-ordered left fold).
-fn allreduce(
-    t: &mut dyn Transport,
-    c: &mut Container<f64>,
-    all: &Partitioning,
-    v: f64,
-) -> ferry::Result<f64> {
-    c.fill(v);
-    c.switch_to(t, all, DataFlow::Preserve, Some(&ReduceOp::Sum))?;
-    Ok(c.local_data()[0])
+/// Sum over the members in rank order (a left fold: the same digits on every backend).
+fn allreduce(comm: &mut Comm, v: f64) -> ferry::Result<f64> {
+    comm.allreduce_value_with(v, Op::Sum, &CollOptions::rank_ordered())
 }
 
 fn run() -> ferry::Result<()> {
@@ -69,20 +62,18 @@ fn run() -> ferry::Result<()> {
         .filter(|s| *s <= i64::from(i32::MAX))
         .ok_or_else(|| common::usage_error(format!("{ksize} k cells is too large")))?;
 
-    let mut world = ferry::init()?;
-    let rank = world.rank();
-    let mut inst = world.data_instance()?;
-    let mut resizer = world.resizer();
-    let t = world.transport();
+    let mut comm = Comm::init()?;
+    let rank = comm.world_rank();
+    let mut resizer = comm.world().resizer();
     // Spares of an elastic run wait here for a resize point (or the end of the job).
-    let (joined, phase) = resizer.join_world(t)?;
+    let (joined, phase) = resizer.join_world(comm.transport())?;
     if joined.my_index.is_none() {
-        return world.finish();
+        return comm.into_world().finish();
     }
     let joiner = joined.changed;
     let mut epoch = joined.epoch;
-    let mut wg = joined.group;
-    let nprocs = wg.size();
+    comm.set_group(joined.group)?;
+    let nprocs = comm.size();
     if rank == 0 {
         println!(
             "{ksize} k cells (mem {:.1} MB), running {maxiter} iterations with {nprocs} tasks",
@@ -93,13 +84,9 @@ fn run() -> ferry::Result<()> {
         }
     }
     let space = Space::new1(size as u64)?;
-    let (mut pwrite, mut pread) = partitionings(&space, &wg, None)?;
-    let mut rd = Container::<f64>::new(&mut inst, "data1", &space);
-    let mut wr = Container::<f64>::new(&mut inst, "data2", &space);
-    let sspace = Space::new1(1)?;
-    let mut all = Partitioning::new(&sspace, &wg, &Partitioner::All)?;
-    let mut sum = Container::<f64>::new(&mut inst, "sum", &sspace);
-    sum.switch_to(t, &all, DataFlow::None, None)?;
+    let (mut pwrite, mut pread) = partitionings(&space, comm.group(), None)?;
+    let mut rd = comm.container::<f64>("data1", &space);
+    let mut wr = comm.container::<f64>("data2", &space);
 
     if joiner {
         // The members swapped the two buffers once per iteration done: hold the same
@@ -110,11 +97,11 @@ fn run() -> ferry::Result<()> {
         // An empty part of the previous world's write partitioning: the switch fetches this
         // process's cells from their old holders (the members do the same switch).
         let (old_write, _) = partitionings(&space, &joined.previous, None)?;
-        rd.switch_to(t, &old_write, DataFlow::None, None)?;
-        rd.switch_to(t, &pwrite, DataFlow::Preserve, None)?;
+        comm.switch(&mut rd, &old_write, DataFlow::None)?;
+        comm.switch(&mut rd, &pwrite, DataFlow::Preserve)?;
     } else {
         // Initial values on the write partitioning; `rd` holds the last written values.
-        rd.switch_to(t, &pwrite, DataFlow::None, None)?;
+        comm.switch(&mut rd, &pwrite, DataFlow::None)?;
     }
     if !joiner && rd.num_mappings() > 0 {
         let own = rd.my_ranges()[0];
@@ -135,8 +122,8 @@ fn run() -> ferry::Result<()> {
     let mut iter = phase;
     let mut removed = false;
     while iter < maxiter {
-        rd.switch_to(t, &pread, DataFlow::Preserve, None)?;
-        wr.switch_to(t, &pwrite, DataFlow::None, None)?;
+        comm.switch(&mut rd, &pread, DataFlow::Preserve)?;
+        comm.switch(&mut wr, &pwrite, DataFlow::None)?;
         let with_res = iter % 10 == 0;
         let mut res = 0.0f64;
         if wr.num_mappings() > 0 {
@@ -177,7 +164,7 @@ fn run() -> ferry::Result<()> {
         }
         std::mem::swap(&mut rd, &mut wr);
         if with_res {
-            let res = allreduce(t, &mut sum, &all, res)?;
+            let res = allreduce(&mut comm, res)?;
             if rank == 0 {
                 println!("Residuum after {:2} iters: {res:.6}", iter + 1);
             }
@@ -190,35 +177,34 @@ fn run() -> ferry::Result<()> {
             let weights: Vec<f64> = (0..nprocs)
                 .map(|r| 1.0 + (r as i64 * (v & 1)) as f64)
                 .collect();
-            let (w, r) = partitionings(&space, &wg, Some(weights))?;
-            rd.switch_to(t, &w, DataFlow::Preserve, None)?;
+            let (w, r) = partitionings(&space, comm.group(), Some(weights))?;
+            comm.switch(&mut rd, &w, DataFlow::Preserve)?;
             pwrite = w;
             pread = r;
         }
         if repart < 0 && iter > 0 && iter % (-repart) == 0 {
-            let r = resizer.allow_world_resize(t, &wg, epoch, iter + 1)?;
+            let (t, wg) = comm.transport_and_group();
+            let r = resizer.allow_world_resize(t, wg, epoch, iter + 1)?;
             epoch = r.epoch;
             if r.changed {
                 // Preserve the just-written values over the new world; a removed process
                 // sends its cells away here and stops.
                 let (w, rp) = partitionings(&space, &r.group, None)?;
-                rd.switch_to(t, &w, DataFlow::Preserve, None)?;
+                comm.switch(&mut rd, &w, DataFlow::Preserve)?;
                 pwrite = w;
                 pread = rp;
-                all = Partitioning::new(&sspace, &r.group, &Partitioner::All)?;
-                sum.switch_to(t, &all, DataFlow::None, None)?;
-                wg = r.group;
                 if r.my_index.is_none() {
                     removed = true;
                     break;
                 }
+                comm.set_group(r.group)?;
             }
         }
         iter += 1;
     }
     if removed {
         // Not a member any more: the transport's finish delivers what this process owes.
-        return world.finish();
+        return comm.into_world().finish();
     }
 
     let mut local = 0.0f64;
@@ -230,10 +216,9 @@ fn run() -> ferry::Result<()> {
             local += *x;
         }
     }
-    let total = allreduce(t, &mut sum, &all, local)?;
+    let total = allreduce(&mut comm, local)?;
     if rank == 0 {
         println!("Global value sum after {iter} iterations: {total:.6}");
     }
-    inst.finalize_in(world.transport(), &wg)?;
-    world.finish()
+    comm.finish()
 }

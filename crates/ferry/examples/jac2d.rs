@@ -15,10 +15,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ferry::data::{
-    ActionSeq, Container, DataFlow, Partitioner, Partitioning, ReduceOp, Space, Transition,
-};
-use ferry::Transport;
+use ferry::data::{ActionSeq, Transition};
+use ferry::prelude::*;
 
 const USAGE: &str = "Usage: jac2d [options] [<side> [<maxiter> [<repart>]]]
 
@@ -79,18 +77,6 @@ struct Buf {
     to_read: Option<ActionSeq<f64>>,
 }
 
-/// Sum over all ranks through a 1-element All container (rank-ordered left fold).
-fn allreduce(
-    t: &mut dyn Transport,
-    c: &mut Container<f64>,
-    all: &Partitioning,
-    v: f64,
-) -> ferry::Result<f64> {
-    c.fill(v);
-    c.switch_to(t, all, DataFlow::Preserve, Some(&ReduceOp::Sum))?;
-    Ok(c.local_data()[0])
-}
-
 /// Boundary values, in the order the spec applies them (columns win at corners).
 fn set_boundary(c: &mut Container<f64>, size: i64) -> ferry::Result<()> {
     if c.num_mappings() == 0 {
@@ -131,11 +117,8 @@ fn run(o: Opts) -> ferry::Result<()> {
             "side length {size} is too large"
         )));
     }
-    let mut world = ferry::init()?;
-    let (rank, nprocs) = (world.rank(), world.size());
-    let mut inst = world.data_instance()?;
-    let t = world.transport();
-    let wg = inst.world().clone();
+    let mut comm = Comm::init()?;
+    let (rank, nprocs) = (comm.rank(), comm.size());
     if rank == 0 {
         let mut h = format!(
             "{size} x {size} cells (mem {:.1} MB), running {maxiter} iterations with {nprocs} tasks",
@@ -154,24 +137,19 @@ fn run(o: Opts) -> ferry::Result<()> {
     }
     let start = Instant::now();
     let space = Space::new2(size as u64, size as u64)?;
-    let pwrite = Partitioning::new(&space, &wg, &Partitioner::Bisection)?;
+    let pwrite = comm.partitioning(&space, &Partitioner::Bisection)?;
     let halo = if o.no_corners {
         Partitioner::Halo { depth: 1 }
     } else {
         Partitioner::CornerHalo { depth: 1 }
     };
     let pread = Partitioning::derived(&space, &halo, &pwrite)?;
-    let sspace = Space::new1(1)?;
-    let all = Partitioning::new(&sspace, &wg, &Partitioner::All)?;
-    let mut sum = Container::<f64>::new(&mut inst, "sum", &sspace);
-    sum.switch_to(t, &all, DataFlow::None, None)?;
-
     let mut rd = Buf {
-        c: Container::new(&mut inst, "data1", &space),
+        c: comm.container("data1", &space),
         to_read: None,
     };
     let mut wr = Buf {
-        c: Container::new(&mut inst, "data2", &space),
+        c: comm.container("data2", &space),
         to_read: None,
     };
     for b in [&mut rd, &mut wr] {
@@ -180,7 +158,7 @@ fn run(o: Opts) -> ferry::Result<()> {
         if o.reserve {
             b.c.reserve(&[&pwrite, &pread])?;
         }
-        b.c.switch_to(t, &pwrite, DataFlow::None, None)?;
+        comm.switch(&mut b.c, &pwrite, DataFlow::None)?;
     }
     if o.transitions || o.actions {
         let shared = Arc::new(Transition::new(
@@ -218,10 +196,10 @@ fn run(o: Opts) -> ferry::Result<()> {
     while iter < maxiter {
         let c0 = Instant::now();
         match rd.to_read.as_mut() {
-            Some(seq) => rd.c.run(t, seq, None)?,
-            None => rd.c.switch_to(t, &pread, DataFlow::Preserve, None)?,
+            Some(seq) => rd.c.run(comm.transport(), seq, None)?,
+            None => comm.switch(&mut rd.c, &pread, DataFlow::Preserve)?,
         }
-        wr.c.switch_to(t, &pwrite, DataFlow::None, None)?;
+        comm.switch(&mut wr.c, &pwrite, DataFlow::None)?;
         comm_time += c0.elapsed();
         set_boundary(&mut wr.c, size)?;
         let with_res = iter % 10 == 0;
@@ -262,7 +240,8 @@ fn run(o: Opts) -> ferry::Result<()> {
         std::mem::swap(&mut rd, &mut wr);
         if with_res {
             let c0 = Instant::now();
-            let res = allreduce(t, &mut sum, &all, res)?;
+            // Rank-ordered left fold: the same digits on every backend.
+            let res = comm.allreduce_value_with(res, Op::Sum, &CollOptions::rank_ordered())?;
             comm_time += c0.elapsed();
             if rank == 0 {
                 println!("Residuum after {:2} iters: {res:.6}", iter + 1);
@@ -275,8 +254,8 @@ fn run(o: Opts) -> ferry::Result<()> {
     }
 
     if o.print_sum {
-        let master = Partitioning::new(&space, &wg, &Partitioner::Master)?;
-        rd.c.switch_to(t, &master, DataFlow::Preserve, None)?;
+        let master = comm.partitioning(&space, &Partitioner::Master)?;
+        comm.switch(&mut rd.c, &master, DataFlow::Preserve)?;
         if rank == 0 {
             let m = rd.c.mapping(0)?;
             let mut s = 0.0f64;
@@ -291,8 +270,7 @@ fn run(o: Opts) -> ferry::Result<()> {
     if o.profile {
         write_profile(rank, iter, start.elapsed(), comm_time)?;
     }
-    inst.finalize(world.transport())?;
-    world.finish()
+    comm.finish()
 }
 
 /// `-p`: one line per rank appended to `jac2d_profiling.txt` (total and switch time).

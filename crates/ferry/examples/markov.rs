@@ -24,7 +24,8 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use ferry::data::{Container, DataFlow, Layout, LayoutOrder, Partitioner, Partitioning, Space};
+use ferry::data::{Layout, LayoutOrder};
+use ferry::prelude::*;
 mod common;
 use common::{atoi, fmt_f, fmt_g, out};
 
@@ -180,11 +181,8 @@ struct Profile {
 }
 
 fn run(o: Opts) -> ferry::Result<()> {
-    let mut world = ferry::init()?;
-    let rank = world.rank();
-    let mut inst = world.data_instance()?;
-    let group = inst.world().clone();
-    let t = world.transport();
+    let mut comm = Comm::init()?;
+    let rank = comm.rank();
     let (n, m) = (o.n, o.m);
 
     let graph = std::sync::Arc::new(Graph::new(n, m, o.fine)?);
@@ -214,10 +212,9 @@ fn run(o: Opts) -> ferry::Result<()> {
     }
 
     let space = Space::new1(n as u64)?;
-    let pw = Partitioning::new(&space, &group, &Partitioner::block())?;
-    let pr = Partitioning::new(
+    let pw = comm.partitioning(&space, &Partitioner::block())?;
+    let pr = comm.partitioning(
         &space,
-        &group,
         &common::neighbour_partitioner(
             "markov-read",
             graph.n,
@@ -228,9 +225,9 @@ fn run(o: Opts) -> ferry::Result<()> {
             o.compact,
         ),
     )?;
-    let master = Partitioning::new(&space, &group, &Partitioner::Master)?;
-    let mut a: Container<f64> = Container::new(&mut inst, "prob-a", &space);
-    let mut b: Container<f64> = Container::new(&mut inst, "prob-b", &space);
+    let master = comm.partitioning(&space, &Partitioner::Master)?;
+    let mut a = comm.container::<f64>("prob-a", &space);
+    let mut b = comm.container::<f64>("prob-b", &space);
     a.reserve(&[&pw, &pr, &master])?;
     b.reserve(&[&pw, &pr, &master])?;
 
@@ -280,7 +277,7 @@ fn run(o: Opts) -> ferry::Result<()> {
             out(title)?;
         }
         // Initial values in the write partitioning.
-        a.switch_to(t, &pw, DataFlow::None, None)?;
+        comm.switch(&mut a, &pw, DataFlow::None)?;
         for no in 0..a.my_ranges().len() {
             let r = a.my_ranges()[no];
             let mi = a.layout().range_mapping[no];
@@ -295,8 +292,8 @@ fn run(o: Opts) -> ferry::Result<()> {
         }
         for _ in 0..o.iters {
             let t0 = Instant::now();
-            a.switch_to(t, &pr, DataFlow::Preserve, None)?;
-            b.switch_to(t, &pw, DataFlow::None, None)?;
+            comm.switch(&mut a, &pr, DataFlow::Preserve)?;
+            comm.switch(&mut b, &pw, DataFlow::None)?;
             let t1 = Instant::now();
             let src = a.local_data();
             let mut e = 0usize;
@@ -331,7 +328,7 @@ fn run(o: Opts) -> ferry::Result<()> {
             std::mem::swap(&mut a, &mut b);
         }
         let t0 = Instant::now();
-        a.switch_to(t, &master, DataFlow::Preserve, None)?;
+        comm.switch(&mut a, &master, DataFlow::Preserve)?;
         prof.switch_s += t0.elapsed().as_secs_f64();
         if rank == 0 {
             let d = a.local_data();
@@ -349,7 +346,7 @@ fn run(o: Opts) -> ferry::Result<()> {
     if o.profile {
         let line = format!(
             "markov rank {rank}/{}: {n} states, fan-in {m}, 3 x {} iterations: switches {:.6} s, compute {:.6} s\n",
-            group.size(),
+            comm.size(),
             o.iters,
             prof.switch_s,
             prof.compute_s
@@ -362,8 +359,7 @@ fn run(o: Opts) -> ferry::Result<()> {
             .map_err(|e| ferry::Error::io("write markov_profiling.txt", e))?;
     }
     // Nobody may still be pulling this rank's last large messages when it shuts down.
-    inst.finalize(t)?;
-    world.finish()
+    comm.finish()
 }
 
 fn main() -> ExitCode {

@@ -16,9 +16,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Instant;
 
-use ferry::data::{
-    Container, DataFlow, Partitioner, Partitioning, Range, ReduceOp, Space, Transition,
-};
+use ferry::data::{Range, Transition};
+use ferry::prelude::*;
 
 const USAGE: &str = "Usage: ping_pong [options] [<size> [<iters>]]
 
@@ -80,18 +79,15 @@ fn phase_partitioner(size: i64, pairs: usize, spread: bool, phase: usize) -> Par
 fn run(o: Opts, size: i64, iters: i64) -> ferry::Result<()> {
     let size = if size <= 0 { 100_000_000 } else { size };
     let iters = if iters <= 0 { 10 } else { iters };
-    let mut world = ferry::init()?;
-    let (rank, nprocs) = (world.rank(), world.size());
+    let mut comm = Comm::init()?;
+    let (rank, nprocs) = (comm.rank(), comm.size());
     let pairs = nprocs / 2;
     if pairs == 0 {
         println!("Error: need at least one process pair to run ping-pong");
         let _ = std::io::stdout().flush();
-        let _ = world.finish();
+        let _ = comm.finish();
         std::process::exit(1);
     }
-    let mut inst = world.data_instance()?;
-    let t = world.transport();
-    let wg = inst.world().clone();
     if rank == 0 {
         let mb = 8e-6 * size as f64;
         println!(
@@ -112,13 +108,13 @@ fn run(o: Opts, size: i64, iters: i64) -> ferry::Result<()> {
         );
     }
     let space = Space::new1(size as u64)?;
-    let p0 = Partitioning::new(&space, &wg, &phase_partitioner(size, pairs, o.spread, 0))?;
-    let p1 = Partitioning::new(&space, &wg, &phase_partitioner(size, pairs, o.spread, 1))?;
-    let mut a = Container::<f64>::new(&mut inst, "array", &space);
+    let p0 = comm.partitioning(&space, &phase_partitioner(size, pairs, o.spread, 0))?;
+    let p1 = comm.partitioning(&space, &phase_partitioner(size, pairs, o.spread, 1))?;
+    let mut a = comm.container::<f64>("array", &space);
     if !o.no_reserve {
         a.reserve(&[&p0, &p1])?;
     }
-    a.switch_to(t, &p0, DataFlow::None, None)?;
+    comm.switch(&mut a, &p0, DataFlow::None)?;
     if let Some(&r) = a.my_ranges().first() {
         let from = r.from()[0];
         for (k, v) in a.local_data_mut().iter_mut().enumerate() {
@@ -137,12 +133,12 @@ fn run(o: Opts, size: i64, iters: i64) -> ferry::Result<()> {
     for _ in 0..iters {
         match seqs.as_mut() {
             Some((there, back)) => {
-                a.run(t, there, None)?;
-                a.run(t, back, None)?;
+                a.run(comm.transport(), there, None)?;
+                a.run(comm.transport(), back, None)?;
             }
             None => {
-                a.switch_to(t, &p1, DataFlow::Preserve, None)?;
-                a.switch_to(t, &p0, DataFlow::Preserve, None)?;
+                comm.switch(&mut a, &p1, DataFlow::Preserve)?;
+                comm.switch(&mut a, &p0, DataFlow::Preserve)?;
             }
         }
     }
@@ -154,15 +150,11 @@ fn run(o: Opts, size: i64, iters: i64) -> ferry::Result<()> {
         } else {
             rank % 2 == 0 && rank < 2 * pairs
         };
-        let sspace = Space::new1(1)?;
-        let all = Partitioning::new(&sspace, &wg, &Partitioner::All)?;
-        let master = Partitioning::new(&sspace, &wg, &Partitioner::Master)?;
-        let mut times = Container::<f64>::new(&mut inst, "times", &sspace);
-        times.switch_to(t, &all, DataFlow::None, None)?;
-        times.fill(if first { dt } else { 0.0 });
-        times.switch_to(t, &master, DataFlow::Preserve, Some(&ReduceOp::Sum))?;
+        // Sum of the first processes' times, combined in rank order at rank 0.
+        let mut sum = [if first { dt } else { 0.0 }];
+        comm.reduce_with(&mut sum, 0, Op::Sum, &CollOptions::rank_ordered())?;
         if rank == 0 {
-            dt = times.local_data()[0] / pairs as f64;
+            dt = sum[0] / pairs as f64;
         }
     }
     if rank == 0 {
@@ -174,6 +166,5 @@ fn run(o: Opts, size: i64, iters: i64) -> ferry::Result<()> {
         );
         println!("GB/s: {:.6}", 16.0 * it * size as f64 / dt / 1e9);
     }
-    inst.finalize(world.transport())?;
-    world.finish()
+    comm.finish()
 }

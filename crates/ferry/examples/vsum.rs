@@ -11,7 +11,8 @@ mod common;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use ferry::data::{Block, Container, DataFlow, Partitioner, Partitioning, ReduceOp, Space};
+use ferry::data::Block;
+use ferry::prelude::*;
 
 fn main() -> ExitCode {
     common::main_with("vsum", run)
@@ -36,16 +37,13 @@ fn run() -> ferry::Result<()> {
     if size <= 0 {
         size = 1_000_000;
     }
-    let mut world = ferry::init()?;
-    let (rank, nprocs) = (world.rank(), world.size());
-    let mut inst = world.data_instance()?;
-    let t = world.transport();
-    let wg = inst.world().clone();
+    let mut comm = Comm::init()?;
+    let (rank, nprocs) = (comm.rank(), comm.size());
     let space = Space::new1(size as u64)?;
 
-    let mut a = Container::<f64>::new(&mut inst, "array", &space);
-    let master = Partitioning::new(&space, &wg, &Partitioner::Master)?;
-    a.switch_to(t, &master, DataFlow::None, None)?;
+    let mut a = comm.container::<f64>("array", &space);
+    let master = comm.partitioning(&space, &Partitioner::Master)?;
+    comm.switch(&mut a, &master, DataFlow::None)?;
     if rank == 0 {
         for (i, v) in a.local_data_mut().iter_mut().enumerate() {
             *v = i as f64;
@@ -53,35 +51,33 @@ fn run() -> ferry::Result<()> {
     }
     let s0 = local_sum(&a)?;
 
-    let block = Partitioning::new(&space, &wg, &Partitioner::block())?;
-    a.switch_to(t, &block, DataFlow::Preserve, None)?;
+    let block = comm.partitioning(&space, &Partitioner::block())?;
+    comm.switch(&mut a, &block, DataFlow::Preserve)?;
     let s1 = local_sum(&a)?;
 
-    let weighted = Partitioning::new(
+    let weighted = comm.partitioning(
         &space,
-        &wg,
         &Partitioner::Block(Block {
             index_weight: Some(Arc::new(|i| i as f64)),
             ..Block::default()
         }),
     )?;
-    a.switch_to(t, &weighted, DataFlow::Preserve, None)?;
+    comm.switch(&mut a, &weighted, DataFlow::Preserve)?;
     let s2 = local_sum(&a)?;
 
     let s3 = if nprocs > 1 {
-        let tw = Partitioning::new(
+        let tw = comm.partitioning(
             &space,
-            &wg,
             &Partitioner::Block(Block {
                 task_weight: Some(Arc::new(|t| if t == 0 { 0.0 } else { 1.0 })),
                 ..Block::default()
             }),
         )?;
-        a.switch_to(t, &tw, DataFlow::Preserve, None)?;
+        comm.switch(&mut a, &tw, DataFlow::Preserve)?;
         let _ = local_sum(&a)?;
-        let shrinked = inst.shrink(&wg, &[0])?;
-        let migrated = tw.migrate(&shrinked)?;
-        a.switch_to(t, &migrated, DataFlow::Preserve, None)?;
+        let wg = comm.group().clone();
+        let shrinked = comm.data().shrink(&wg, &[0])?;
+        comm.switch(&mut a, &tw.migrate(&shrinked)?, DataFlow::Preserve)?;
         let id = shrinked.index_of(rank).map_or(-1, |i| i as i64);
         println!("My world ID {rank}, in shrinked group: {id}");
         if id >= 0 {
@@ -95,16 +91,12 @@ fn run() -> ferry::Result<()> {
     println!("Id {rank}: partitial sums {s0:.0}, {s1:.0}, {s2:.0}, {s3:.0}");
 
     let sspace = Space::new1(4)?;
-    let all = Partitioning::new(&sspace, &wg, &Partitioner::All)?;
-    let mut sums = Container::<f64>::new(&mut inst, "sums", &sspace);
-    sums.switch_to(t, &all, DataFlow::None, None)?;
+    let all = comm.partitioning(&sspace, &Partitioner::All)?;
+    let mut sums = comm.container::<f64>("sums", &sspace);
+    comm.switch(&mut sums, &all, DataFlow::None)?;
     sums.local_data_mut().copy_from_slice(&[s0, s1, s2, s3]);
-    sums.switch_to(
-        t,
-        &master_of(&sspace, &wg)?,
-        DataFlow::Preserve,
-        Some(&ReduceOp::Sum),
-    )?;
+    let master = comm.partitioning(&sspace, &Partitioner::Master)?;
+    comm.switch_reduce(&mut sums, &master, DataFlow::Preserve, Op::Sum)?;
     if rank == 0 {
         let v = sums.local_data();
         println!(
@@ -112,10 +104,5 @@ fn run() -> ferry::Result<()> {
             v[0], v[1], v[2], v[3]
         );
     }
-    inst.finalize(world.transport())?;
-    world.finish()
-}
-
-fn master_of(space: &Space, g: &ferry::coll::Group) -> ferry::Result<Partitioning> {
-    Partitioning::new(space, g, &Partitioner::Master)
+    comm.finish()
 }

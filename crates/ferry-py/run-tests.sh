@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# The Python package's tests: installs it with pip into a virtual environment (with maturin,
+# numpy and pytest), runs the pytest suite as rank 0 of 1 and under the launcher on four ranks
+# over tcp and shm, and checks that the Python ports of vsum and jac2d print what the Rust
+# examples print. Needs target/release/ferry and the examples
+# (`cargo build --release --workspace --bins --examples`).
+#
+# FERRY_PY_VENV: where the virtual environment goes (default target/ferry-py-venv).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+venv=${FERRY_PY_VENV:-target/ferry-py-venv}
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+py="$venv/bin/python"
+"$py" -m pip install -q --upgrade pip
+"$py" -m pip install -q maturin numpy pytest
+"$py" -m pip install -q --force-reinstall --no-deps ./crates/ferry-py
+
+ferry=target/release/ferry
+failed=0
+
+"$py" -m pytest -x -q -p no:cacheprovider crates/ferry-py/tests || failed=1
+for backend in tcp shm; do
+  echo "ferry-py: pytest on 4 ranks over $backend"
+  timeout 600 "$ferry" run -n 4 --backend "$backend" \
+    "$py" -m pytest -x -q -p no:cacheprovider crates/ferry-py/tests || failed=1
+done
+
+# A peer that dies: the survivor's receive raises FerryError naming rank, peer and cause.
+for backend in tcp shm; do
+  got=$(timeout 120 "$ferry" run -n 2 --keep-going --backend "$backend" \
+    "$py" crates/ferry-py/tests/peer_failure.py 2>/dev/null || true)
+  if grep -q "^caught kind=PeerFailed rank=0 peer=1 " <<<"$got"; then
+    echo "ok   python peer failure ($backend)"
+  else
+    echo "FAIL python peer failure ($backend): $got"
+    failed=1
+  fi
+done
+
+# name ranks compare args: the Python port must print what the Rust example prints.
+cases=(
+  "vsum 1 exact 100"
+  "vsum 1 exact"
+  "vsum 3 sorted 100"
+  "vsum 4 sorted 100"
+  "jac2d 1 exact -s 100"
+  "jac2d 4 exact -s 100"
+  "jac2d 4 exact -s -n 100"
+  "jac2d 2 exact 200 20"
+  "jac2d 4 exact -s 1000"
+)
+out=$(mktemp -d "${TMPDIR:-/tmp}/ferry-py.XXXXXX")
+trap 'rm -rf "$out"' EXIT
+for c in "${cases[@]}"; do
+  read -r name ranks mode args <<<"$c"
+  for backend in tcp shm; do
+    [ "$ranks" = 1 ] && [ "$backend" = shm ] && continue
+    # shellcheck disable=SC2086
+    timeout 600 "$ferry" run -n "$ranks" --backend "$backend" \
+      "$py" "examples/python/$name.py" $args >"$out/py" || { echo "FAIL $c ($backend): exit $?"; failed=1; continue; }
+    # shellcheck disable=SC2086
+    timeout 600 "$ferry" run -n "$ranks" --backend "$backend" \
+      "target/release/examples/$name" $args >"$out/rs"
+    if [ "$mode" = sorted ]; then
+      sort -o "$out/py" "$out/py"
+      sort -o "$out/rs" "$out/rs"
+    fi
+    if cmp -s "$out/py" "$out/rs"; then
+      echo "ok   python $c ($backend)"
+    else
+      echo "FAIL python $c ($backend): output differs from the Rust example"
+      diff "$out/py" "$out/rs" | head -10
+      failed=1
+    fi
+  done
+done
+exit $failed
