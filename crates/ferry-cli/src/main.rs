@@ -12,6 +12,8 @@ mod ctl;
 mod forward;
 mod guard;
 mod limits;
+mod monitor;
+mod monitor_plot;
 mod remote;
 mod run;
 mod signals;
@@ -41,6 +43,11 @@ enum Command {
         name: String,
         #[command(subcommand)]
         action: CtlAction,
+    },
+    /// Read, compare, export and draw communication records (FERRY_MONITOR).
+    Monitor {
+        #[command(subcommand)]
+        action: monitor::Action,
     },
 }
 
@@ -146,6 +153,7 @@ fn main() -> ExitCode {
                 ExitCode::from(msg.exit_code())
             }
         },
+        Command::Monitor { action } => monitor::main(action),
         Command::Ctl { name, action } => {
             let result = match action {
                 CtlAction::Status => ctl::status(&name),

@@ -58,6 +58,8 @@ pub fn init_with(config: Config, launch: LaunchInfo) -> Result<World> {
                 "backend `mpi` is not available in this build (build with --features ferry/mpi)",
             )),
     };
+    // FERRY_MONITOR=record:DIR|check:DIR wraps the backend; unset, nothing is wrapped.
+    let transport = ferry_monitor::install(transport)?;
     let print_stats = config.general.stats
         || std::env::var("FERRY_STATS")
             .map(|v| v == "1")
