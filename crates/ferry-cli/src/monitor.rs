@@ -92,10 +92,7 @@ impl RuleArgs {
 /// Runs a `ferry monitor` subcommand.
 pub fn main(action: Action) -> ExitCode {
     let result = match action {
-        Action::Show { dir } => read_dir(&dir).map(|r| {
-            print!("{}", show(&r));
-            0
-        }),
+        Action::Show { dir } => read_dir(&dir).and_then(|r| emit(&show(&r))).map(|()| 0),
         Action::Diff {
             reference,
             run,
@@ -103,17 +100,15 @@ pub fn main(action: Action) -> ExitCode {
         } => rules
             .rules()
             .and_then(|rules| diff(&reference, &run, rules)),
-        Action::Export { dir, json, csv: _ } => read_dir(&dir).map(|r| {
-            print!(
-                "{}",
-                if json {
+        Action::Export { dir, json, csv: _ } => read_dir(&dir)
+            .and_then(|r| {
+                emit(&if json {
                     export_json(&r)
                 } else {
                     export_csv(&r)
-                }
-            );
-            0
-        }),
+                })
+            })
+            .map(|()| 0),
         Action::Plot { dir, output } => read_dir(&dir)
             .and_then(|r| crate::monitor_plot::plot(&r, &output))
             .map(|()| 0),
@@ -124,6 +119,18 @@ pub fn main(action: Action) -> ExitCode {
             eprintln!("ferry monitor: {msg}");
             ExitCode::from(2)
         }
+    }
+}
+
+/// Writes `text` to standard output; a reader that went away (`| head`) ends the output
+/// quietly instead of failing.
+fn emit(text: &str) -> Result<(), String> {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err(format!("writing to standard output: {e}")),
     }
 }
 
@@ -200,6 +207,7 @@ fn diff(reference: &Path, run: &Path, rules: Rules) -> Result<u8, String> {
         ));
     }
     let mut total = 0usize;
+    let mut report = String::new();
     for (rank, (r, g)) in refs.iter().zip(&runs).enumerate() {
         for (what, rec) in [(reference, r), (run, g)] {
             if rec.dropped() > 0 {
@@ -212,11 +220,12 @@ fn diff(reference: &Path, run: &Path, rules: Rules) -> Result<u8, String> {
             }
         }
         for d in diff_rank(rank, &r.events, &g.events, rules) {
-            println!("{d}");
+            let _ = writeln!(report, "{d}");
             total += 1;
         }
     }
-    println!("{total} deviations");
+    let _ = writeln!(report, "{total} deviations");
+    emit(&report)?;
     Ok(u8::from(total > 0))
 }
 

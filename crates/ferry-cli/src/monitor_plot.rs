@@ -329,15 +329,28 @@ where
     DB::ErrorType: 'static,
 {
     let n = records.len();
-    let end_ms = records.iter().map(|r| r.end_ns).max().unwrap_or(0).max(1) as f64 * 1e-6;
+    // One clock for all ranks: each record's times count from its own start, which the
+    // header gives in wall-clock time (ranks of one host share it; across hosts it is as good
+    // as their clocks' agreement).
+    let first = records
+        .iter()
+        .map(|r| r.header.start_unix_ns)
+        .min()
+        .unwrap_or(0);
+    let offset_ms = |r: &Record| r.header.start_unix_ns.saturating_sub(first) as f64 * 1e-6;
+    let end_ms = records
+        .iter()
+        .map(|r| offset_ms(r) + r.end_ns as f64 * 1e-6)
+        .fold(1e-6, f64::max);
     // Phases shorter than a pixel merge with a neighbour of the same kind, so that a long run
     // stays a picture and not millions of invisible rectangles.
     let pixel_ms = end_ms / f64::from(WIDTH);
     let mut by_kind: BTreeMap<PhaseKind, Vec<(usize, f64, f64)>> = BTreeMap::new();
     for (rank, rec) in records.iter().enumerate() {
         let mut last: Option<(PhaseKind, f64, f64)> = None;
+        let off = offset_ms(rec);
         for p in phases(rec) {
-            let (s, e) = (p.start_ns as f64 * 1e-6, p.end_ns as f64 * 1e-6);
+            let (s, e) = (off + p.start_ns as f64 * 1e-6, off + p.end_ns as f64 * 1e-6);
             match &mut last {
                 Some((k, _, le)) if *k == p.kind && s - *le < pixel_ms => *le = e.max(*le),
                 _ => {
@@ -365,7 +378,7 @@ where
         .configure_mesh()
         .disable_y_mesh()
         .light_line_style(WHITE)
-        .x_desc("time since start (ms)")
+        .x_desc("time since the first rank started (ms)")
         .y_desc("rank")
         .y_labels(((n + 1) * 2).min(34))
         .y_label_formatter(&|v| {

@@ -106,9 +106,11 @@ impl Checker {
         self.aligner.finish(&mut self.found);
         self.react()?;
         if self.counted > 0 && self.options.react != Reaction::Quiet {
-            eprintln!(
+            crate::diag!(
                 "ferry monitor: rank {}: {} deviations from the recording in {}",
-                self.rank, self.counted, self.dir
+                self.rank,
+                self.counted,
+                self.dir
             );
         }
         Ok(())
@@ -152,7 +154,7 @@ impl Checker {
                 Reaction::Quiet => {}
                 Reaction::Log | Reaction::Abort => {
                     let note = if tolerated { " (tolerated)" } else { "" };
-                    eprintln!("ferry monitor: {d}{note}");
+                    crate::diag!("ferry monitor: {d}{note}");
                 }
             }
             if self.options.react == Reaction::Abort && !tolerated && self.failed.is_none() {

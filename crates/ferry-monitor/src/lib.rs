@@ -21,6 +21,16 @@
 
 #![warn(missing_docs)]
 
+/// A diagnostic line on stderr; a closed stderr loses the line instead of panicking (which
+/// `eprintln!` would).
+macro_rules! diag {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+pub(crate) use diag;
+
 pub mod align;
 pub mod check;
 pub mod format;
@@ -84,12 +94,16 @@ impl Monitored {
     /// Wraps `inner` for `mode`: creates the record file, or loads this rank's recording.
     pub fn new(inner: Box<dyn Transport>, mode: &Mode) -> Result<Monitored> {
         let (rank, size) = (inner.rank(), inner.size());
+        // Both clocks at once: record times count from `start`, the header says when that
+        // was in wall-clock time (the plot's common time line of all ranks).
+        let start = Instant::now();
+        let wall = SystemTime::now();
         let sink = match mode {
             Mode::Record(dir) => {
                 let header = Header {
                     rank: rank as u32,
                     size: size as u32,
-                    start_unix_ns: SystemTime::now()
+                    start_unix_ns: wall
                         .duration_since(SystemTime::UNIX_EPOCH)
                         .map_or(0, |d| d.as_nanos() as u64),
                     backend: inner.name().to_string(),
@@ -108,7 +122,7 @@ impl Monitored {
         Ok(Monitored {
             inner,
             sink,
-            start: Instant::now(),
+            start,
             calls: 0,
             messages: 0,
             finished: false,
@@ -202,7 +216,7 @@ impl Monitored {
                         .with_detail(format!("writing {}: {e}", w.path().display()))
                 })?;
                 if dropped > 0 {
-                    eprintln!(
+                    crate::diag!(
                         "ferry monitor: rank {rank}: {dropped} records dropped (the disk did not \
                          keep up); {} marks where",
                         w.path().display()
@@ -211,7 +225,7 @@ impl Monitored {
                 Ok(())
             }
             Sink::Check(c) if self.broken => {
-                eprintln!(
+                crate::diag!(
                     "ferry monitor: rank {rank}: the run ended with an error after {} \
                      messages; the rest of the recording was not compared",
                     self.messages

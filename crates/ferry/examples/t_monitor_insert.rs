@@ -53,7 +53,7 @@ fn run(iters: usize, insert_at: Option<usize>) -> ferry::Result<()> {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let iters = args.get(0).and_then(|a| a.parse().ok()).unwrap_or(20);
+    let iters = args.first().and_then(|a| a.parse().ok()).unwrap_or(20);
     let insert_at = args.get(1).and_then(|a| a.parse().ok());
     common::main_with("t_monitor_insert", || run(iters, insert_at))
 }
