@@ -258,9 +258,9 @@ pub fn export_json(records: &[Record]) -> String {
     for (i, rec) in records.iter().enumerate() {
         let s = summarize(rec);
         sent.messages += s.sent.messages;
-        sent.bytes += s.sent.bytes;
+        sent.bytes = sent.bytes.saturating_add(s.sent.bytes);
         received.messages += s.received.messages;
-        received.bytes += s.received.bytes;
+        received.bytes = received.bytes.saturating_add(s.received.bytes);
         let peers: Vec<String> = s
             .sent_to
             .iter()

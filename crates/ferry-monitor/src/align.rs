@@ -341,7 +341,8 @@ impl Aligner {
 
     /// Whether `d` falls into the ignored last positions of the recording.
     pub fn ignored(&self, d: &Deviation) -> bool {
-        self.rules.ignore_last > 0 && d.ref_pos + self.rules.ignore_last >= self.ref_len
+        self.rules.ignore_last > 0
+            && d.ref_pos.saturating_add(self.rules.ignore_last) >= self.ref_len
     }
 
     fn deviation(
@@ -675,6 +676,52 @@ mod tests {
             ..Rules::default()
         };
         assert!(diff_rank(0, &r, &run, rules).is_empty());
+    }
+
+    /// A flow whose messages all have one length (a halo): what tells an insertion of
+    /// another length from a changed length is the rest of the flow.
+    fn uniform(n: usize, change: Option<(usize, u64)>, insert: Option<(usize, u64)>) -> Vec<Event> {
+        let mut v: Vec<Event> = (0..n).map(|_| ev(Dir::Send, 1, 0, 800)).collect();
+        if let Some((at, len)) = change {
+            v[at].len = len;
+        }
+        if let Some((at, len)) = insert {
+            v.insert(at, ev(Dir::Send, 1, 0, len));
+        }
+        v.push(ev(Dir::Recv, 2, 9, 4)); // another flow after it
+        v
+    }
+
+    #[test]
+    fn in_a_uniform_flow_an_insertion_and_a_changed_length_are_one_deviation_each() {
+        let reference = uniform(30, None, None);
+        let d = diff_rank(
+            0,
+            &reference,
+            &uniform(30, None, Some((12, 5))),
+            Rules::default(),
+        );
+        assert_eq!(d.len(), 1, "{d:#?}");
+        assert_eq!(
+            (d[0].kind, d[0].ref_pos, d[0].run_pos),
+            (DeviationKind::Inserted, 12, 12)
+        );
+        let d = diff_rank(
+            0,
+            &reference,
+            &uniform(30, Some((12, 5)), None),
+            Rules::default(),
+        );
+        assert_eq!(d.len(), 1, "{d:#?}");
+        assert_eq!((d[0].kind, d[0].ref_pos), (DeviationKind::Length, 12));
+        // More messages after it than the window: decided by the message right after it.
+        let small = Rules {
+            window: 4,
+            ..Rules::default()
+        };
+        let d = diff_rank(0, &reference, &uniform(30, None, Some((12, 5))), small);
+        assert_eq!(d.len(), 1, "{d:#?}");
+        assert_eq!(d[0].kind, DeviationKind::Inserted);
     }
 
     #[test]

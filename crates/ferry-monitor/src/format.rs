@@ -198,7 +198,8 @@ pub struct Record {
 impl Record {
     /// Records dropped by the writer in all.
     pub fn dropped(&self) -> u64 {
-        self.gaps.iter().map(|g| g.1).sum()
+        // Counts come from the file: a damaged one must not overflow.
+        self.gaps.iter().fold(0u64, |a, g| a.saturating_add(g.1))
     }
 }
 
@@ -437,6 +438,15 @@ mod tests {
         let mut bad = good;
         bad[8] = 2;
         assert!(decode(&bad).unwrap_err().what.contains("version 2"));
+    }
+
+    #[test]
+    fn huge_gap_counts_from_a_damaged_file_do_not_overflow() {
+        let mut b = sample();
+        b.truncate(b.len() - 2 * RECORD_LEN);
+        encode_marker(OP_GAP, u64::MAX, 0, &mut b);
+        encode_marker(OP_GAP, u64::MAX, 0, &mut b);
+        assert_eq!(decode(&b).unwrap().dropped(), u64::MAX);
     }
 
     #[test]

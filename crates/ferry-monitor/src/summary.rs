@@ -17,9 +17,10 @@ pub struct Count {
 }
 
 impl Count {
+    // Lengths come from files that may be damaged: sums saturate instead of overflowing.
     fn add(&mut self, len: u64) {
         self.messages += 1;
-        self.bytes += len;
+        self.bytes = self.bytes.saturating_add(len);
     }
 }
 
@@ -101,7 +102,8 @@ pub fn byte_matrix(records: &[Record]) -> Vec<Vec<u64>> {
     for (from, rec) in records.iter().enumerate() {
         for ev in &rec.events {
             if ev.dir == Dir::Send && (ev.peer as usize) < n {
-                m[from][ev.peer as usize] += ev.len;
+                let cell = &mut m[from][ev.peer as usize];
+                *cell = cell.saturating_add(ev.len);
             }
         }
     }
@@ -183,7 +185,7 @@ pub fn phases(rec: &Record) -> Vec<Phase> {
             Some(p) if same_call || same_unit => {
                 p.end_ns = p.end_ns.max(end);
                 p.messages += 1;
-                p.bytes += ev.len;
+                p.bytes = p.bytes.saturating_add(ev.len);
             }
             _ => {
                 let kind = match ev.key.kind {
