@@ -419,7 +419,16 @@ fn resolve(
             DeviationKind::Inserted => out.push(Deviation {
                 rank,
                 kind,
-                ref_pos: expected.map_or(ref_len, |e| e.pos),
+                // Before the expected item, or after the flow's last one.
+                ref_pos: expected.map_or_else(
+                    || {
+                        s.next
+                            .checked_sub(1)
+                            .and_then(|i| exp.get(i))
+                            .map_or(ref_len, |e| e.pos + 1)
+                    },
+                    |e| e.pos,
+                ),
                 run_pos: o.pos,
                 expected: None,
                 got: Some(o),
