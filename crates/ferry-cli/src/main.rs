@@ -14,6 +14,8 @@ mod forward;
 mod guard;
 mod limits;
 mod mpmd;
+mod monitor;
+mod monitor_plot;
 mod remote;
 mod run;
 mod signals;
@@ -43,6 +45,11 @@ enum Command {
         name: String,
         #[command(subcommand)]
         action: CtlAction,
+    },
+    /// Read, compare, export and draw communication records (FERRY_MONITOR).
+    Monitor {
+        #[command(subcommand)]
+        action: monitor::Action,
     },
 }
 
@@ -160,6 +167,7 @@ fn main() -> ExitCode {
                 ExitCode::from(msg.exit_code())
             }
         },
+        Command::Monitor { action } => monitor::main(action),
         Command::Ctl { name, action } => {
             let result = match action {
                 CtlAction::Status => ctl::status(&name),

@@ -105,4 +105,5 @@ pub use ferry_core::{
     Exchange, LaunchInfo, MsgKey, MsgKind, Result, Stats, Transport,
 };
 pub use ferry_data as data;
+pub use ferry_monitor as monitor;
 pub use world::{init, init_with, World};

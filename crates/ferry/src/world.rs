@@ -64,6 +64,8 @@ pub(crate) fn build_transport(config: &Config, launch: &LaunchInfo) -> Result<Bo
                 "backend `mpi` is not available in this build (build with --features ferry/mpi)",
             )),
     };
+    // FERRY_MONITOR=record:DIR|check:DIR wraps the backend; unset, nothing is wrapped.
+    let transport = ferry_monitor::install(transport)?;
     Ok(transport)
 }
 
