@@ -163,6 +163,10 @@ Laik_Space* laik_new_space_2d(Laik_Instance* inst, int64_t s1, int64_t s2);
 Laik_Space* laik_new_space_3d(Laik_Instance* inst, int64_t s1, int64_t s2, int64_t s3);
 void laik_free_space(Laik_Space* s);
 void laik_set_space_name(Laik_Space* s, char* name);
+void laik_change_space_1d(Laik_Space* s, int64_t from1, int64_t to1);
+void laik_change_space_2d(Laik_Space* s, int64_t from1, int64_t to1, int64_t from2, int64_t to2);
+void laik_change_space_3d(Laik_Space* s, int64_t from1, int64_t to1, int64_t from2, int64_t to2,
+                          int64_t from3, int64_t to3);
 int laik_space_getdimensions(Laik_Space* s);
 uint64_t laik_space_size(const Laik_Space* s);
 void laik_index_init(Laik_Index* i, int64_t i1, int64_t i2, int64_t i3);

@@ -12,7 +12,8 @@
 //! * `tests/c/laik_sums.c`, `laik_heat1d.c`, `laik_heat2d.c`, `laik_rowsum.c`, `laik_pairs.c`,
 //!   `laik_chain.c`, `laik_pull.c`, `laik_normspmv.c`, `laik_mesh.c`: programs of our own over
 //!   `laik.h` that use the calls of LAIK's vsum, vsum2, jac1d, jac2d, spmv, spmv2, ping_pong,
-//!   markov, markov2 and propagation2d (several mappings per process, map-local indexes, block partitioners
+//!   markov, markov2, propagation2d and spacestest (the space store through
+//!   `laik-internal.h`, several mappings per process, map-local indexes, block partitioners
 //!   with weights and cycles, halos, 2d mappings, shrinking with migration, the block and the
 //!   reassign partitioner, program memory, all-reduce flows, application partitioners over a
 //!   base partitioning, reservations, transitions and action sequences, Init + Sum pushes).
@@ -253,6 +254,7 @@ fn laik_programs_of_our_own_pass_the_conformance_cases_of_their_examples() {
         ("spmv2", compile("laik_normspmv", &libdir)),
         ("propagation2d", compile("laik_mesh", &libdir)),
         ("markov", compile("laik_pull", &libdir)),
+        ("spacestest", compile("laik_spaces", &libdir)),
     ];
     // Options our own programs do not implement: the compact and indirect variants of markov
     // (which need a program-registered element type) and markov2's single-index hint.

@@ -32,6 +32,9 @@ pub struct LaikInstance {
     pub(crate) switch_secs: f64,
     /// `laik_mylocation`'s string, made on first use.
     location: Option<std::ffi::CString>,
+    /// The space store and the handles registered under its names (see `spaces.rs`).
+    pub(crate) space_store: ferry_data::space_store::SpaceStore,
+    pub(crate) named_spaces: Vec<(String, *mut super::part::LaikSpace)>,
     log_level: c_int,
     /// Message being built by laik_log_begin / laik_log_append (level, text).
     log_line: Option<(c_int, String)>,
@@ -115,6 +118,8 @@ fn init() -> Result<*mut LaikInstance> {
         last_group: None,
         switch_secs: 0.0,
         location: None,
+        space_store: ferry_data::space_store::SpaceStore::new(),
+        named_spaces: Vec::new(),
         log_level: log_level_from_env(),
         log_line: None,
         profile: None,

@@ -13,6 +13,7 @@ mod data;
 mod kvs;
 mod part;
 mod plan;
+mod spaces;
 
 use std::io::Write;
 use std::panic::{catch_unwind, AssertUnwindSafe};

@@ -10,11 +10,67 @@ use ferry_data::{Block, Partitioner, Partitioning, Range, Space, TaskRange};
 use super::core::{LaikGroup, LaikInstance};
 use super::{obj, out, run};
 
-/// An index space.
+/// An index space. The first fields are the C view of `laik-internal.h`'s `struct _Laik_Space`
+/// (name, id, dimensions, range), which LAIK's test programs read; `LaikSpace::set` keeps them
+/// equal to `space`.
+#[repr(C)]
 pub struct LaikSpace {
+    c_name: *mut c_char,
+    id: c_int,
+    dims: c_int,
+    range: LaikRange,
+    kvs: *mut c_void,
     pub(crate) inst: *mut LaikInstance,
+    next: *mut LaikSpace,
     pub(crate) space: Space,
     pub(crate) name: String,
+    name_buf: std::ffi::CString,
+}
+
+impl LaikSpace {
+    /// A boxed space handle (its C view filled in).
+    pub(crate) fn boxed(inst: *mut LaikInstance, space: Space, name: &str) -> *mut LaikSpace {
+        let p = Box::into_raw(Box::new(LaikSpace {
+            c_name: null_mut(),
+            id: 0,
+            dims: 0,
+            range: LaikRange {
+                space: null_mut(),
+                from: LaikIndex::default(),
+                to: LaikIndex::default(),
+            },
+            kvs: null_mut(),
+            inst,
+            next: null_mut(),
+            space,
+            name: String::new(),
+            name_buf: std::ffi::CString::default(),
+        }));
+        // SAFETY: just allocated; the handle lives until the process ends.
+        let s = unsafe { &mut *p };
+        s.set(space);
+        s.set_name(name);
+        p
+    }
+
+    /// Changes the space (and its C view).
+    pub(crate) fn set(&mut self, space: Space) {
+        let r = space.range();
+        self.space = space;
+        self.dims = r.dims() as c_int;
+        self.range = LaikRange {
+            space: self,
+            from: LaikIndex { i: r.from() },
+            to: LaikIndex { i: r.to() },
+        };
+    }
+
+    /// Names the space (and its C view).
+    pub(crate) fn set_name(&mut self, name: &str) {
+        self.name = name.to_string();
+        self.name_buf = std::ffi::CString::new(name.replace('\0', "")).unwrap_or_default();
+        self.c_name = self.name_buf.as_ptr().cast_mut();
+    }
 }
 
 /// `Laik_Index` of laik.h.
@@ -160,11 +216,7 @@ fn new_partitioner(p: LaikPartitioner) -> *mut LaikPartitioner {
 
 fn new_space(inst: *mut LaikInstance, space: Result<Space>) -> Result<*mut LaikSpace> {
     obj(inst, "laik_new_space", "instance")?;
-    Ok(Box::into_raw(Box::new(LaikSpace {
-        inst,
-        space: space?,
-        name: String::new(),
-    })))
+    Ok(LaikSpace::boxed(inst, space?, ""))
 }
 
 fn extent(v: i64, op: &'static str) -> Result<u64> {
@@ -216,9 +268,10 @@ pub extern "C" fn laik_set_space_name(s: *mut LaikSpace, name: *mut c_char) {
         let sp = obj(s, "laik_set_space_name", "space")?;
         if !name.is_null() {
             // SAFETY: NUL-terminated name from the program.
-            sp.name = unsafe { CStr::from_ptr(name) }
+            let n = unsafe { CStr::from_ptr(name) }
                 .to_string_lossy()
                 .into_owned();
+            sp.set_name(&n);
         }
         Ok(())
     })
