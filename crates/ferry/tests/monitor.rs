@@ -1,7 +1,8 @@
 //! Communication monitoring (issue 09, P1-P4) with real jobs started by `ferry run`:
 //! - recordings of jac2d, markov2 and spmv2 on 4 ranks and a second run checked against
 //!   them give 0 deviations, on tcp, shm and hybrid (two "nodes", so collectives take their
-//!   node-aware variants), recording on one backend and checking on another;
+//!   node-aware variants), recording on one backend and checking on another; a 2-rank 64 KiB
+//!   allreduce, which shm and tcp run with different algorithms, checks cleanly as calls;
 //! - jac2d with 40 iterations checked against a recording of 50 reports exactly the messages
 //!   of the ten missing iterations as missing, at their place, and nothing about the final
 //!   gather; one inserted message (t_monitor_insert) is one insertion on each rank it touches;
@@ -632,5 +633,42 @@ fn plot_writes_an_svg_and_a_png_that_are_not_uniform_at_4_and_64_ranks() {
         let colours = png_colours(&png);
         assert!(colours > 50, "{name}: PNG of {colours} colours");
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn collectives_compare_as_calls_where_backends_pick_other_algorithms() {
+    let Some((ferry, ex)) = tools("monitor_algorithms", &["osu_allreduce"]) else {
+        return;
+    };
+    let dir = scratch("algorithms");
+    let rec = dir.join("shm");
+    // 2 ranks, 64 KiB: shm reduces with the ring, tcp with one exchange (select.rs).
+    let job = |backend: &str, monitor: String| {
+        let mut cmd = Command::new(&ferry);
+        cmd.env("FERRY_MONITOR", monitor)
+            .args(["run", "-n", "2", "--backend", backend])
+            .arg(&ex[0])
+            .args(["-m", "65536:65536"]);
+        run_limited(&mut cmd, LIMIT).0
+    };
+    let out = job("shm", format!("record:{}", rec.display()));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = job("tcp", format!("check:{},react=abort", rec.display()));
+    assert!(
+        out.status.success() && monitor_lines(&out).is_empty(),
+        "{}",
+        text(&out.stderr)
+    );
+    // The messages inside the calls do differ: compared one by one they deviate.
+    let out = job(
+        "tcp",
+        format!("check:{},collectives=messages", rec.display()),
+    );
+    assert!(
+        monitor_lines(&out).len() > 10,
+        "expected other algorithms on shm and tcp: {}",
+        text(&out.stderr)
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
