@@ -135,6 +135,11 @@ fn every_variable_read_by_the_sources_is_documented() {
     let root = repo_root();
     let mut files = Vec::new();
     for e in std::fs::read_dir(root.join("crates")).unwrap().flatten() {
+        // ferry-c's `FERRY_*` names are C constants of its header (status codes, types), not
+        // environment variables; the C library reads its environment through the facade.
+        if e.file_name() == "ferry-c" {
+            continue;
+        }
         rust_files(&e.path().join("src"), &mut files);
     }
     let mut missing = Vec::new();
