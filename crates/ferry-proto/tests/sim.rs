@@ -10,7 +10,12 @@
 //! - nothing deadlocks: every operation between live ranks completes, every rank finishes;
 //! - every operation waiting on the killed endpoint fails with an error naming it;
 //! - nothing is left in the tables once everything is delivered (outbox, inbox, pulls,
-//!   receives, connections; flow counters bounded and retired).
+//!   receives, connections; flow counters bounded and retired);
+//! - an operation the program abandons (its exchange failed) is never reported and its buffer
+//!   never read again, yet an abandoned send's message is still delivered, and an abandoned
+//!   receive's message is consumed so that the flow's later messages arrive in order;
+//! - a dial refused by a dead peer's host declares it dead at once where refusals mean that
+//!   (launcher mode), and a stranger claiming a rank served by another transport is dropped.
 //!
 //! `FERRY_SIM_SEEDS` sets the number of schedules (default 20000), `FERRY_SIM_SEED` replays one.
 
@@ -69,6 +74,8 @@ enum OpStatus {
     Pending,
     Done,
     Failed,
+    /// Given up by the program: must never be reported.
+    Abandoned,
 }
 
 struct Node {
@@ -133,6 +140,12 @@ enum Ev {
         conn: ConnId,
     },
     Kill(usize),
+    /// A stranger with the job secret claims to be rank `claims`, which another transport
+    /// serves, and dials `node`.
+    Ghost {
+        node: usize,
+        claims: usize,
+    },
 }
 
 struct Sim {
@@ -147,6 +160,10 @@ struct Sim {
     out: HashMap<(usize, ConnId), usize>,
     eager: usize,
     killed: Option<usize>,
+    /// Ranks that abandoned a receive: their senders may see messages not taken.
+    abandoned_recv: std::collections::HashSet<usize>,
+    /// Whether refused dials mean a dead peer (launcher mode).
+    refused_is_dead: bool,
     violations: Vec<String>,
     timers: Vec<Option<u64>>,
     /// Print events (FERRY_SIM_TRACE=1, with FERRY_SIM_SEED).
@@ -274,6 +291,10 @@ impl Sim {
     }
 
     fn check_failure(&mut self, n: usize, what: String, e: &ferry_proto::endpoint::EndpointError) {
+        if self.abandoned_recv.contains(&e.peer) {
+            // The peer gave a receive up and may have finished without taking its message.
+            return;
+        }
         match self.killed {
             Some(k) if e.origin == k || e.peer == k => {
                 self.nodes[n].blamed = Some(k);
@@ -385,7 +406,9 @@ impl Sim {
         if all {
             // Everything this rank wanted is delivered: nothing may be left stored for it.
             let t = node.ep.table_sizes();
-            if t.inbox > 0 || t.overflow > 0 || t.posted > 0 {
+            // An abandoned receive stays posted until its message comes (to consume it).
+            let gave_up = self.abandoned_recv.contains(&n);
+            if t.inbox > 0 || t.overflow > 0 || (t.posted > 0 && !gave_up) {
                 self.violation(format!(
                     "rank {n}: state left after its last receive: {t:?}"
                 ));
@@ -435,11 +458,53 @@ impl Sim {
             }
             self.drain(n);
         }
+        if self.rng.chance(4) {
+            self.abandon_one(n);
+        }
         if !self.nodes[n].script.is_empty() {
             let at = self.now + self.rng.below(400);
             self.schedule(at, Ev::Step(n));
         }
         self.progress(n);
+    }
+
+    /// The program of rank `n` gives up one of its pending operations (its exchange failed).
+    fn abandon_one(&mut self, n: usize) {
+        let node = &mut self.nodes[n];
+        let mut sends: Vec<SendId> = node
+            .sends
+            .iter()
+            .filter(|(_, s)| s.1 == OpStatus::Pending)
+            .map(|(op, _)| *op)
+            .collect();
+        let mut recvs: Vec<RecvId> = node
+            .recvs
+            .iter()
+            .filter(|(_, r)| r.2 == OpStatus::Pending)
+            .map(|(op, _)| *op)
+            .collect();
+        sends.sort_unstable();
+        recvs.sort_unstable();
+        if !sends.is_empty() && (recvs.is_empty() || self.rng.chance(50)) {
+            let op = sends[self.rng.below(sends.len() as u64) as usize];
+            let node = &mut self.nodes[n];
+            node.ep.abandon_send(op, &Bufs(&node.sends));
+            if let Some(s) = node.sends.get_mut(&op) {
+                s.1 = OpStatus::Abandoned;
+                // The program may reuse its buffer at once: the endpoint must not read it.
+                s.0.iter_mut().for_each(|b| *b ^= 0x5a);
+            }
+            // Its message still counts as sent: the receiver must get the original bytes.
+        } else if !recvs.is_empty() {
+            let op = recvs[self.rng.below(recvs.len() as u64) as usize];
+            let node = &mut self.nodes[n];
+            node.ep.abandon_recv(op);
+            if let Some(r) = node.recvs.get_mut(&op) {
+                r.2 = OpStatus::Abandoned;
+            }
+            self.abandoned_recv.insert(n);
+        }
+        self.drain(n);
     }
 
     fn connect(&mut self, a: usize, ca: ConnId, b: usize) {
@@ -522,6 +587,33 @@ impl Sim {
         self.progress(n);
     }
 
+    fn ghost(&mut self, n: usize, claims: usize) {
+        if !self.nodes[n].alive {
+            return;
+        }
+        let now = d(self.now);
+        let before = self.nodes[n].ep.counters().strangers;
+        let ep = &mut self.nodes[n].ep;
+        let conn = ep.on_accepted(now);
+        let secret = ep.config().secret.clone();
+        let h = ferry_proto::handshake::hello(claims, n, &secret);
+        match ep.on_header(conn, h, now) {
+            Sink::Owned(_) => ep.on_payload(conn, Landed::Owned(secret.to_vec()), now),
+            other => {
+                let what = format!("rank {n}: hello of a ghost gets {other:?}");
+                self.violation(what);
+            }
+        }
+        let ep = &mut self.nodes[n].ep;
+        if ep.is_live(conn) || ep.counters().strangers != before + 1 {
+            self.violation(format!(
+                "rank {n}: a stranger claiming excluded rank {claims} was not dropped"
+            ));
+        }
+        self.drain(n);
+        self.progress(n);
+    }
+
     fn kill(&mut self, k: usize) {
         if !self.nodes[k].alive {
             return;
@@ -583,13 +675,26 @@ impl Sim {
                     if !self.nodes[node].alive {
                         continue;
                     }
-                    let refused = !self.nodes[peer].alive || self.rng.chance(10);
-                    if refused {
-                        self.nodes[node].ep.on_connect_failed(
-                            conn,
-                            ConnectFailure::Unreachable("connection refused".into()),
-                            d(self.now),
-                        );
+                    let dead = !self.nodes[peer].alive;
+                    if dead || self.rng.chance(10) {
+                        // A dead peer's host refuses; so may a live one that is busy, except in
+                        // launcher mode, where its listener exists before anyone dials it.
+                        let why = if dead || !self.refused_is_dead {
+                            ConnectFailure::Refused("connection refused".into())
+                        } else {
+                            ConnectFailure::Unreachable("connection timed out".into())
+                        };
+                        let _ = self.nodes[node]
+                            .ep
+                            .on_connect_failed(conn, why, d(self.now));
+                        if dead && self.refused_is_dead {
+                            let st = self.nodes[node].ep.peer_status(peer);
+                            if !matches!(st, Some(ferry_proto::endpoint::PeerStatus::Dead { .. })) {
+                                self.violation(format!(
+                                    "rank {node}: dial refused by dead rank {peer}, status {st:?}"
+                                ));
+                            }
+                        }
                         self.drain(node);
                     } else {
                         self.connect(node, conn, peer);
@@ -607,6 +712,7 @@ impl Sim {
                     }
                 }
                 Ev::Kill(k) => self.kill(k),
+                Ev::Ghost { node, claims } => self.ghost(node, claims),
             }
         }
     }
@@ -619,9 +725,18 @@ fn run_schedule(seed: u64, mutate: &dyn Fn(&mut Endpoint)) -> Vec<String> {
     let eager = 16 + rng.below(48) as usize;
     let secret = b"sim-secret".to_vec();
     let cap = 1 + rng.below(n as u64) as usize;
+    let refused_is_dead = rng.chance(50);
+    // Sometimes the job has one more rank, served by another transport (hybrid): it never
+    // takes part, and a stranger claiming to be it is turned away.
+    let ghost = rng.chance(20);
+    let size = n + usize::from(ghost);
     let mut nodes = Vec::new();
     for r in 0..n {
-        let mut cfg = EndpointConfig::new(r, n, &secret);
+        let mut cfg = EndpointConfig::new(r, size, &secret);
+        cfg.refused_is_dead = refused_is_dead;
+        if ghost {
+            cfg.excluded = (0..size).map(|p| p == n).collect();
+        }
         cfg.eager_bytes = eager;
         cfg.inbox_messages = 1 + rng.below(3) as usize;
         cfg.inbox_bytes = eager * (1 + rng.below(3) as usize);
@@ -698,12 +813,19 @@ fn run_schedule(seed: u64, mutate: &dyn Fn(&mut Endpoint)) -> Vec<String> {
         out: HashMap::new(),
         eager,
         killed: None,
+        abandoned_recv: Default::default(),
+        refused_is_dead,
         violations: Vec::new(),
         trace: std::env::var_os("FERRY_SIM_TRACE").is_some(),
     };
     for r in 0..n {
         let at = sim.rng.below(300);
         sim.schedule(at, Ev::Step(r));
+    }
+    if ghost {
+        let node = sim.rng.below(n as u64) as usize;
+        let at = sim.rng.below(3_000);
+        sim.schedule(at, Ev::Ghost { node, claims: n });
     }
     if sim.rng.chance(40) {
         let k = sim.rng.below(n as u64) as usize;
@@ -756,7 +878,10 @@ fn check_end(sim: &mut Sim) {
         }
         match node.ep.finished() {
             None => v.push(format!("rank {r}: finish never completed")),
-            Some(Err(e)) if killed.is_none_or(|k| e.origin != k && e.peer != k) => {
+            Some(Err(e))
+                if killed.is_none_or(|k| e.origin != k && e.peer != k)
+                    && !sim.abandoned_recv.contains(&e.peer) =>
+            {
                 v.push(format!("rank {r}: finish failed: {e}"))
             }
             _ => {}

@@ -20,8 +20,8 @@
 //! The wire format lives in `ferry_proto::frame` and `ferry_proto::handshake` (sans-I/O,
 //! property-tested and fuzzable). This crate never panics on input from peers or the network.
 
-mod conn;
 mod limits;
+mod link;
 mod poller;
 mod transport;
 

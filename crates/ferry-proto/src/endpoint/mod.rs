@@ -212,6 +212,12 @@ pub enum ErrorKind {
     Protocol,
     /// The program's request cannot be carried out (peer out of range, message too large).
     Invalid,
+    /// The program gave up waiting for the peer (an operation timeout): messages it did not
+    /// take are reported, not waited for.
+    Timeout,
+    /// This process is out of a local resource (descriptors) and nothing it holds can be
+    /// released to make room: back-pressure, not a failed peer.
+    Exhausted,
 }
 
 /// Static settings of an endpoint.
@@ -249,6 +255,13 @@ pub struct EndpointConfig {
     pub linger: Duration,
     /// The job secret exchanged in the handshake (T8).
     pub secret: Arc<Vec<u8>>,
+    /// Ranks this endpoint does not serve (another transport reaches them): their `Hello` is
+    /// rejected. Empty: none.
+    pub excluded: Vec<bool>,
+    /// A refused dial means the peer's process ended (its listener is gone), rather than a
+    /// peer that has not started listening yet: true where addresses come from listeners
+    /// that were bound before they were published (launcher mode).
+    pub refused_is_dead: bool,
 }
 
 impl EndpointConfig {
@@ -269,7 +282,14 @@ impl EndpointConfig {
             probe_after: Duration::from_millis(100),
             linger: Duration::from_millis(500),
             secret: Arc::new(secret.to_vec()),
+            excluded: Vec::new(),
+            refused_is_dead: false,
         }
+    }
+
+    /// Whether `peer` is served by another transport.
+    pub fn is_excluded(&self, peer: usize) -> bool {
+        self.excluded.get(peer).copied().unwrap_or(false)
     }
 }
 
@@ -396,6 +416,12 @@ pub struct Endpoint {
     pub(crate) timeout_ran: Option<Duration>,
     /// The latest time the driver told (for events that carry none).
     pub(crate) now: Duration,
+    /// The first rank seen to fail (directly, or named by a peer's goodbye): the goodbye of
+    /// this rank names it unless [`Endpoint::finish`] is told otherwise.
+    pub(crate) first_failed: Option<usize>,
+    /// Peers an operation timed out on: finish neither waits for them to take messages nor
+    /// lingers for them to close.
+    pub(crate) gave_up: Vec<bool>,
     #[doc(hidden)]
     pub mutations: Mutations,
 }
@@ -404,6 +430,7 @@ impl Endpoint {
     /// A fresh endpoint: no connections, every peer alive.
     pub fn new(cfg: EndpointConfig) -> Endpoint {
         let peers = (0..cfg.size).map(|_| conn::Peer::new()).collect();
+        let gave_up = vec![false; cfg.size];
         Endpoint {
             inbox: EarlyArrivals::new(cfg.inbox_messages, cfg.inbox_bytes),
             cfg,
@@ -430,6 +457,8 @@ impl Endpoint {
             counters: Counters::default(),
             timeout_ran: None,
             now: Duration::ZERO,
+            first_failed: None,
+            gave_up,
             mutations: Mutations::default(),
         }
     }
@@ -505,6 +534,50 @@ impl Endpoint {
         self.overflow.retain(|a, _| a.key.generation >= generation);
         self.remote.retain(|a, _| a.key.generation >= generation);
         self.inbox.retain(|a| a.key.generation >= generation);
+    }
+
+    /// Forgets the flows whose key `retired` selects (their group or container ended), like
+    /// [`Endpoint::retire_generations_before`] for an arbitrary set of flows.
+    pub fn retire_where(&mut self, retired: impl Fn(&MsgKey) -> bool) {
+        self.flows.retire_where(&retired);
+        self.overflow.retain(|a, _| !retired(&a.key));
+        self.remote.retain(|a, _| !retired(&a.key));
+        self.inbox.retain(|a| !retired(&a.key));
+    }
+
+    /// Flow counters held (bounded-state checks).
+    pub fn flow_count(&self) -> usize {
+        self.flows.len()
+    }
+
+    /// The first rank this endpoint saw fail, directly or named by a peer's goodbye.
+    pub fn first_failure(&self) -> Option<usize> {
+        self.first_failed
+    }
+
+    /// An operation of the program gave up waiting for `peer` (operation timeout): the end of
+    /// this rank neither waits for it to take its messages nor lingers for it.
+    pub fn give_up(&mut self, peer: usize) {
+        if let Some(g) = self.gave_up.get_mut(peer) {
+            *g = true;
+        }
+    }
+
+    /// Whether the endpoint still uses connection `conn` (the driver stops reading one it
+    /// was told to close or drop).
+    pub fn is_live(&self, conn: ConnId) -> bool {
+        self.conns.contains_key(&conn)
+    }
+
+    /// The only connection with `peer`, if there is exactly one and it is established: a
+    /// driver waiting for that peer alone may read its socket directly.
+    pub fn sole_conn(&self, peer: usize) -> Option<ConnId> {
+        let p = self.peers.get(peer)?;
+        if p.n_conns != 1 {
+            return None;
+        }
+        let c = p.conn?;
+        (self.conns.get(&c)?.phase == Phase::Open).then_some(c)
     }
 
     /// The earliest time [`Endpoint::handle_timeout`] wants to run, if any.
@@ -662,6 +735,7 @@ impl Endpoint {
     pub(crate) fn mark_dead(&mut self, peer: usize, cause: String) {
         if self.peers[peer].status == PeerStatus::Alive {
             self.peers[peer].status = PeerStatus::Dead { cause };
+            self.first_failed.get_or_insert(peer);
             // Whatever else it still has in flight on other connections is not taken.
             let mut ids: Vec<ConnId> = self
                 .conns
@@ -746,11 +820,13 @@ impl Endpoint {
             if self.inbox.contains(&a) || self.overflow.contains_key(&a) {
                 continue;
             }
-            self.posted.remove(&a);
-            self.recv_ids.remove(&op);
+            let abandoned = self.posted.remove(&a).is_some_and(|p| p.abandoned);
             self.remote.remove(&a);
-            self.actions
-                .push_back(Action::Failed(OpRef::Recv(op), e.clone()));
+            if !abandoned {
+                self.recv_ids.remove(&op);
+                self.actions
+                    .push_back(Action::Failed(OpRef::Recv(op), e.clone()));
+            }
         }
     }
 }

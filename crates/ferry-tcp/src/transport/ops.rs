@@ -1,0 +1,291 @@
+//! The exchange's operations as endpoint operations (rendezvous and zero-copy, T4): new
+//! operations are posted, the endpoint's completions and failures land in the exchange, a
+//! send's buffer is read (copied into the outbox, or written straight from where it is) and a
+//! receive's buffer written only while its exchange is at hand, and a failed exchange is
+//! abandoned so that nothing refers to its buffers afterwards.
+//!
+//! An operation posted to the endpoint is `OpState::Active { serial: id, progress: POSTED }`
+//! with `id = generation << 32 | index`: the index finds it in the exchange without a table,
+//! and the generation (bumped per exchange that posts something) makes every id unique, so an
+//! id of an abandoned exchange never matches an operation of a later one.
+
+use ferry_core::{OpState, SendOp};
+use ferry_proto::endpoint::{Action, OpRef, Payload, RecvId, SendBuffers, SendStatus};
+use ferry_proto::frame::FrameType;
+
+use super::*;
+use crate::link::{After, Dest, ReadState};
+
+/// `OpState::Active::progress` of the operations this transport posted to its endpoint.
+pub(super) const POSTED: usize = 0x7cb0;
+
+fn index_of(id: u64) -> usize {
+    (id & 0xffff_ffff) as usize
+}
+
+fn posted(id: u64) -> OpState {
+    OpState::Active {
+        serial: id,
+        progress: POSTED,
+    }
+}
+
+/// The exchange's send buffers, by operation id.
+pub(super) struct ExBufs<'x, 'a>(pub &'x [SendOp<'a>]);
+
+impl SendBuffers for ExBufs<'_, '_> {
+    fn bytes(&self, op: SendId) -> Option<&[u8]> {
+        let s = self.0.get(index_of(op.0))?;
+        (s.state == posted(op.0)).then_some(s.data)
+    }
+}
+
+/// Index of receive `op` in `ex`, if it is still there.
+pub(super) fn recv_index(ex: &Exchange<'_>, op: RecvId) -> Option<usize> {
+    let i = index_of(op.0);
+    (ex.recvs.get(i)?.state == posted(op.0)).then_some(i)
+}
+
+fn send_index(ex: &Exchange<'_>, op: SendId) -> Option<usize> {
+    let i = index_of(op.0);
+    (ex.sends.get(i)?.state == posted(op.0)).then_some(i)
+}
+
+impl TcpTransport {
+    /// Whether `peer` is another transport's (hybrid) and its operations are not ours.
+    pub(super) fn foreign(&self, peer: usize) -> bool {
+        peer < self.size && self.excluded[peer]
+    }
+
+    /// Whether every operation of `ex` this transport serves is complete.
+    pub(super) fn own_part_complete(&self, ex: &Exchange<'_>) -> bool {
+        ex.sends
+            .iter()
+            .all(|s| s.state == OpState::Done || self.foreign(s.peer))
+            && ex
+                .recvs
+                .iter()
+                .all(|r| r.state == OpState::Done || self.foreign(r.peer))
+    }
+
+    /// Posts the exchange's new operations to the endpoint.
+    pub(super) fn post_new(&mut self, ex: &mut Exchange<'_>) -> Result<()> {
+        let mut generation = None;
+        let now = self.now();
+        for i in 0..ex.sends.len() {
+            let s = &ex.sends[i];
+            if s.state != OpState::New {
+                continue;
+            }
+            let (peer, key, len) = (s.peer, s.key, s.data.len());
+            check_peer(self.rank, self.size, peer, "send")?;
+            if self.excluded[peer] {
+                continue;
+            }
+            let g = *generation.get_or_insert_with(|| {
+                self.op_gen += 1;
+                self.op_gen
+            });
+            let id = g << 32 | i as u64;
+            ex.sends[i].state = posted(id);
+            let status = self
+                .ep
+                .post_send(SendId(id), peer, key, len, now, &ExBufs(&ex.sends));
+            match status {
+                Ok(SendStatus::Done) => ex.sends[i].state = OpState::Done,
+                Ok(SendStatus::Pending) => {}
+                Err(e) => {
+                    ex.sends[i].state = OpState::New;
+                    return Err(self.error(e));
+                }
+            }
+            self.stats.record_send(peer, len);
+        }
+        for i in 0..ex.recvs.len() {
+            let r = &ex.recvs[i];
+            if r.state != OpState::New {
+                continue;
+            }
+            let (peer, key) = (r.peer, r.key);
+            check_peer(self.rank, self.size, peer, "recv")?;
+            if self.excluded[peer] {
+                continue;
+            }
+            let g = *generation.get_or_insert_with(|| {
+                self.op_gen += 1;
+                self.op_gen
+            });
+            let id = g << 32 | i as u64;
+            ex.recvs[i].state = posted(id);
+            if let Err(e) = self.ep.post_recv(RecvId(id), peer, key, now) {
+                ex.recvs[i].state = OpState::New;
+                return Err(self.error(e));
+            }
+        }
+        Ok(())
+    }
+
+    /// Carries out what the endpoint asked for. Completions land in `ex`'s operations; the
+    /// first failure of one of them is returned once every action was carried out.
+    pub(super) fn apply_actions(&mut self, ex: &mut Exchange<'_>) -> Result<()> {
+        let mut first: Option<Error> = None;
+        while let Some(a) = self.ep.poll_action() {
+            match a {
+                Action::Dial { conn, peer } => self.dial(conn, peer),
+                Action::Transmit {
+                    conn,
+                    header,
+                    payload,
+                } => {
+                    let Some(l) = self.links.get_mut(&conn) else {
+                        continue;
+                    };
+                    let zero_copy = matches!(payload, Payload::Op(..));
+                    l.push(&header, payload);
+                    if zero_copy && !self.borrowing.contains(&conn) {
+                        self.borrowing.push(conn);
+                    }
+                    // ACCEPTs wait for company (see the module documentation).
+                    let list = if header.ty == FrameType::Accept {
+                        &mut self.dirty
+                    } else {
+                        &mut self.batch
+                    };
+                    if !list.contains(&conn) {
+                        list.push(conn);
+                    }
+                }
+                Action::ShutdownWrite(conn) | Action::Close(conn) => {
+                    let close = matches!(a, Action::Close(_));
+                    if let Some(l) = self.links.get_mut(&conn) {
+                        l.after = if close {
+                            After::Close
+                        } else {
+                            After::ShutdownWrite
+                        };
+                        if !self.batch.contains(&conn) {
+                            self.batch.push(conn);
+                        }
+                    }
+                }
+                Action::Drop(conn) => self.remove_link(conn),
+                Action::SendDone(op) => {
+                    if let Some(i) = send_index(ex, op) {
+                        ex.sends[i].state = OpState::Done;
+                    }
+                }
+                Action::RecvDone { op, data, len } => {
+                    if let Some(i) = recv_index(ex, op) {
+                        let r = &mut ex.recvs[i];
+                        if let Some(v) = data {
+                            if let Err(want) = r.buf.fill_from(v) {
+                                first.get_or_insert(
+                                    want.to_error("recv", len)
+                                        .on_rank(self.rank)
+                                        .with_peer(r.peer),
+                                );
+                            }
+                        }
+                        r.state = OpState::Done;
+                        self.stats.record_recv(r.peer, len);
+                    }
+                }
+                Action::Failed(op, e) => {
+                    let ours = match op {
+                        OpRef::Send(s) => send_index(ex, s).is_some(),
+                        OpRef::Recv(r) => recv_index(ex, r).is_some(),
+                    };
+                    if ours {
+                        if first.is_none() {
+                            first = Some(self.error(e));
+                        }
+                    } else {
+                        tracing::debug!("rank {}: {e} (operation no longer waited for)", self.rank);
+                    }
+                }
+            }
+        }
+        match first {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Where the payload for receive `op` (`len` bytes) goes: its buffer, made `len` long, or
+    /// nowhere when the receive is gone or its buffer cannot take the message (the receive
+    /// then fails with the reason, and the endpoint consumes the message).
+    pub(super) fn recv_dest(
+        &mut self,
+        op: RecvId,
+        len: usize,
+        source: usize,
+        ex: &mut Exchange<'_>,
+    ) -> Dest {
+        if let Some(i) = recv_index(ex, op) {
+            match ex.recvs[i].buf.prepare(len) {
+                Ok(_) => return Dest::Recv(op),
+                Err(want) => {
+                    ex.recvs[i].state = OpState::Done;
+                    if self.pending_error.is_none() {
+                        self.pending_error = Some(
+                            want.to_error("recv", len)
+                                .on_rank(self.rank)
+                                .with_peer(source),
+                        );
+                    }
+                }
+            }
+        }
+        self.ep.abandon_recv(op);
+        Dest::Discard
+    }
+
+    /// Abandons the operations of `ex` that this transport still holds (the exchange failed):
+    /// a send's message is copied (into the outbox, or into the frame being written, so a live
+    /// receiver still gets it), a receive's message is thrown away when it comes. Afterwards
+    /// nothing refers to the exchange's buffers, and its operations never complete (they stay
+    /// as they are, so that the failed exchange cannot be mistaken for a finished one). Called
+    /// by [`Transport::progress_exchange`]
+    /// when it fails; a composite backend calls it when the exchange failed elsewhere.
+    pub fn abandon_exchange(&mut self, ex: &mut Exchange<'_>) {
+        for i in 0..ex.sends.len() {
+            let OpState::Active {
+                serial: id,
+                progress: POSTED,
+            } = ex.sends[i].state
+            else {
+                continue;
+            };
+            if index_of(id) != i {
+                continue;
+            }
+            let op = SendId(id);
+            let data = ex.sends[i].data;
+            for l in self.links.values_mut().filter(|l| l.borrowed > 0) {
+                l.detach_op(op, data);
+            }
+            self.ep.abandon_send(op, &ExBufs(&ex.sends));
+        }
+        for i in 0..ex.recvs.len() {
+            let OpState::Active {
+                serial: id,
+                progress: POSTED,
+            } = ex.recvs[i].state
+            else {
+                continue;
+            };
+            if index_of(id) != i {
+                continue;
+            }
+            let op = RecvId(id);
+            self.ep.abandon_recv(op);
+            for l in self.links.values_mut() {
+                if let ReadState::Payload { dest, .. } = &mut l.rstate {
+                    if matches!(dest, Dest::Recv(o) if *o == op) {
+                        *dest = Dest::Discard;
+                    }
+                }
+            }
+        }
+    }
+}
