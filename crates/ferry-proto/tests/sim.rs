@@ -92,6 +92,11 @@ struct Node {
     finish_called: bool,
     /// Last operation id handed out.
     next_op: u64,
+    /// Once it saw a failure, this rank's program gives up the rest of its work and ends
+    /// (its peers must then blame the rank that failed, not this one).
+    quits: bool,
+    /// It did (what was sent to it may stay unreceived).
+    quit: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -290,8 +295,16 @@ impl Sim {
         self.arm_timer(n);
     }
 
-    fn check_failure(&mut self, n: usize, what: String, e: &ferry_proto::endpoint::EndpointError) {
-        if self.abandoned_recv.contains(&e.peer) {
+    /// Checks that a failure of rank `n`'s operation names the killed rank. `sending`: a send
+    /// or finish, which may also fail because its receiver gave the receive up and ended.
+    fn check_failure(
+        &mut self,
+        n: usize,
+        what: String,
+        e: &ferry_proto::endpoint::EndpointError,
+        sending: bool,
+    ) {
+        if sending && self.abandoned_recv.contains(&e.peer) {
             // The peer gave a receive up and may have finished without taking its message.
             return;
         }
@@ -324,7 +337,7 @@ impl Sim {
             return;
         }
         if let Some(e) = &e {
-            self.check_failure(n, format!("send {op:?}"), e);
+            self.check_failure(n, format!("send {op:?}"), e, true);
         }
         if let Some(s) = self.nodes[n].sends.get_mut(&op) {
             s.1 = if ok { OpStatus::Done } else { OpStatus::Failed };
@@ -363,7 +376,7 @@ impl Sim {
                 }
             }
             (None, Some(e)) => {
-                self.check_failure(n, format!("recv {seq} of {flow:?}"), &e);
+                self.check_failure(n, format!("recv {seq} of {flow:?}"), &e, false);
                 if let Some(r) = self.nodes[n].recvs.get_mut(&op) {
                     r.2 = OpStatus::Failed;
                 }
@@ -388,6 +401,10 @@ impl Sim {
     }
 
     fn progress(&mut self, n: usize) {
+        let node = &self.nodes[n];
+        if node.quits && node.blamed.is_some() && node.alive && !node.finish_called {
+            self.quit(n);
+        }
         let now = d(self.now);
         let node = &mut self.nodes[n];
         let bufs = Bufs(&node.sends);
@@ -408,12 +425,19 @@ impl Sim {
             let t = node.ep.table_sizes();
             // An abandoned receive stays posted until its message comes (to consume it).
             let gave_up = self.abandoned_recv.contains(&n);
-            if t.inbox > 0 || t.overflow > 0 || (t.posted > 0 && !gave_up) {
+            let quit = node.quit;
+            if !quit && (t.inbox > 0 || t.overflow > 0 || (t.posted > 0 && !gave_up)) {
                 self.violation(format!(
                     "rank {n}: state left after its last receive: {t:?}"
                 ));
             }
-            let blame = self.nodes[n].blamed;
+            // Half the time the endpoint must know on its own which rank failed first (the
+            // goodbye names it, and peers blame that rank, not this one).
+            let blame = if self.rng.chance(50) {
+                self.nodes[n].blamed
+            } else {
+                None
+            };
             let node = &mut self.nodes[n];
             node.finish_called = true;
             node.ep.finish(blame, d(self.now));
@@ -466,6 +490,46 @@ impl Sim {
             self.schedule(at, Ev::Step(n));
         }
         self.progress(n);
+    }
+
+    /// The program of rank `n` ends after a failure: the rest of its script is dropped and
+    /// every pending operation abandoned.
+    fn quit(&mut self, n: usize) {
+        let node = &mut self.nodes[n];
+        node.script.clear();
+        node.quit = true;
+        let mut sends: Vec<SendId> = node
+            .sends
+            .iter()
+            .filter(|(_, s)| s.1 == OpStatus::Pending)
+            .map(|(op, _)| *op)
+            .collect();
+        sends.sort_unstable();
+        for op in sends {
+            node.ep.abandon_send(op, &Bufs(&node.sends));
+            if let Some(s) = node.sends.get_mut(&op) {
+                s.1 = OpStatus::Abandoned;
+                s.0.iter_mut().for_each(|b| *b ^= 0x5a);
+            }
+        }
+        let mut recvs: Vec<RecvId> = node
+            .recvs
+            .iter()
+            .filter(|(_, r)| r.2 == OpStatus::Pending)
+            .map(|(op, _)| *op)
+            .collect();
+        recvs.sort_unstable();
+        if !recvs.is_empty() {
+            self.abandoned_recv.insert(n);
+        }
+        let node = &mut self.nodes[n];
+        for op in recvs {
+            node.ep.abandon_recv(op);
+            if let Some(r) = node.recvs.get_mut(&op) {
+                r.2 = OpStatus::Abandoned;
+            }
+        }
+        self.drain(n);
     }
 
     /// The program of rank `n` gives up one of its pending operations (its exchange failed).
@@ -687,7 +751,9 @@ impl Sim {
                         let _ = self.nodes[node]
                             .ep
                             .on_connect_failed(conn, why, d(self.now));
-                        if dead && self.refused_is_dead {
+                        // (A rank that has finished no longer cares about its dials.)
+                        let over = self.nodes[node].ep.finished().is_some();
+                        if dead && self.refused_is_dead && !over {
                             let st = self.nodes[node].ep.peer_status(peer);
                             if !matches!(st, Some(ferry_proto::endpoint::PeerStatus::Dead { .. })) {
                                 self.violation(format!(
@@ -760,6 +826,8 @@ fn run_schedule(seed: u64, mutate: &dyn Fn(&mut Endpoint)) -> Vec<String> {
             blamed: None,
             finish_called: false,
             next_op: 0,
+            quits: rng.chance(50),
+            quit: false,
         });
     }
     // Workload: a few flows, each a few messages; every rank's script interleaves its sends and

@@ -105,6 +105,11 @@ impl Endpoint {
     /// when it comes (pulled if it waits in the sender's outbox), so that the sender's outbox
     /// frees and the flow's later messages are not held up.
     pub fn abandon_recv(&mut self, op: RecvId) {
+        // A completion already queued is not reported either (its message is consumed).
+        self.actions.retain(|a| match a {
+            Action::RecvDone { op: o, .. } | Action::Failed(OpRef::Recv(o), _) => *o != op,
+            _ => true,
+        });
         if let Some(a) = self.recv_ids.remove(&op) {
             if let Some(p) = self.posted.get_mut(&a) {
                 p.abandoned = true;

@@ -592,7 +592,7 @@ impl Endpoint {
                 _ => {}
             }
         }
-        if !self.announced.is_empty() && self.posted.is_empty() {
+        if !self.announced.is_empty() && !self.waits_for_receive() {
             let grace = self.grace();
             for id in self.announced.values() {
                 if let Some(m) = self.outbox.get(id) {
@@ -661,13 +661,22 @@ impl Endpoint {
         }
     }
 
+    /// Whether a receive the program still wants is posted (abandoned ones that only wait to
+    /// consume their message do not hold back rendezvous copies).
+    pub(crate) fn waits_for_receive(&self) -> bool {
+        !self.posted.is_empty() && self.posted.values().any(|p| !p.abandoned)
+    }
+
     /// Peers this rank waits for: sources of waiting receives, receivers of outbox messages
     /// and of sends that wait for room.
     pub(crate) fn waited_peers(&self) -> Vec<usize> {
         let mut v: Vec<usize> = self
             .posted
             .values()
-            .filter(|p| p.state == inbox::RecvState::Waiting)
+            // A GET sent on a connection that broke during its handshake is lost with it:
+            // such a receive keeps the peer watched too (re-dialled, probed), so that its
+            // death is noticed.
+            .filter(|p| p.state != inbox::RecvState::Receiving)
             .map(|p| p.peer)
             .chain(self.outbox.keys().map(|k| k.0))
             .chain(self.waiting_sends.iter().map(|w| w.peer))

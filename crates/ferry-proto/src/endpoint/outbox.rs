@@ -302,7 +302,7 @@ impl Endpoint {
     /// sends complete (blocking sends in a cycle never deadlock). Only while this rank waits
     /// for no receive of its own and the receiver is not pulling (no GET within the grace).
     pub(crate) fn rndv_copies(&mut self, now: Duration, bufs: &dyn SendBuffers) {
-        if self.announced.is_empty() || !self.posted.is_empty() {
+        if self.announced.is_empty() || self.waits_for_receive() {
             return;
         }
         let grace = self.grace();
@@ -403,7 +403,22 @@ impl Endpoint {
     /// up every later message of the flow at a live receiver); one whose zero-copy DATA is
     /// being written stays with the driver, which must copy that frame's payload too.
     pub fn abandon_send(&mut self, op: SendId, bufs: &dyn SendBuffers) {
+        // A completion already queued is not reported either.
+        self.actions.retain(|a| match a {
+            Action::SendDone(o) | Action::Failed(OpRef::Send(o), _) => *o != op,
+            _ => true,
+        });
         let bytes = bufs.bytes(op);
+        // Zero-copy DATA the driver has not taken yet goes out as a copy.
+        if let Some(b) = bytes {
+            for a in self.actions.iter_mut() {
+                if let Action::Transmit { payload, .. } = a {
+                    if matches!(payload, Payload::Op(o, len) if *o == op && *len == b.len()) {
+                        *payload = Payload::Shared(Arc::new(b.to_vec()));
+                    }
+                }
+            }
+        }
         let waiting = self.waiting_sends.iter().position(|w| w.op == op);
         if let Some(w) = waiting.and_then(|i| self.waiting_sends.remove(i)) {
             if let (Some(b), true) = (bytes, w.peer == self.cfg.rank) {
