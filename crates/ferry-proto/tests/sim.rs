@@ -97,6 +97,8 @@ struct Node {
     quits: bool,
     /// It did (what was sent to it may stay unreceived).
     quit: bool,
+    /// Survives failures (fault-tolerant layer): never quits, its goodbye blames nobody.
+    tolerant: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -244,6 +246,15 @@ impl Sim {
                             b
                         }
                     };
+                    if header.ty == ferry_proto::frame::FrameType::Bye
+                        && header.serial != 0
+                        && self.nodes[n].tolerant
+                    {
+                        self.violation(format!(
+                            "rank {n} tolerates failures but its goodbye blames rank {}",
+                            header.serial - 1
+                        ));
+                    }
                     if bytes.len() as u64 != header.payload_len() {
                         self.violation(format!(
                             "rank {n}: frame {header:?} with {} bytes",
@@ -828,6 +839,7 @@ fn run_schedule(seed: u64, mutate: &dyn Fn(&mut Endpoint)) -> Vec<String> {
             next_op: 0,
             quits: rng.chance(50),
             quit: false,
+            tolerant: false,
         });
     }
     // Workload: a few flows, each a few messages; every rank's script interleaves its sends and
@@ -857,6 +869,12 @@ fn run_schedule(seed: u64, mutate: &dyn Fn(&mut Endpoint)) -> Vec<String> {
         let count = 1 + rng.below(6);
         per_node[src].push((0..count).map(|s| Op::Send(flow, s)).collect());
         per_node[dst].push((0..count).map(|s| Op::Recv(flow, s)).collect());
+    }
+    for node in nodes.iter_mut() {
+        if !node.quits && rng.chance(30) {
+            node.tolerant = true;
+            node.ep.tolerate_failures();
+        }
     }
     for (r, mut queues) in per_node.into_iter().enumerate() {
         while queues.iter().any(|q| !q.is_empty()) {

@@ -422,6 +422,9 @@ pub struct Endpoint {
     /// Peers an operation timed out on: finish neither waits for them to take messages nor
     /// lingers for them to close.
     pub(crate) gave_up: Vec<bool>,
+    /// This rank survives peer failures (a fault-tolerant layer is in use): its goodbye
+    /// names no failure, since a failure is not why it ends.
+    pub(crate) tolerant: bool,
     #[doc(hidden)]
     pub mutations: Mutations,
 }
@@ -459,6 +462,7 @@ impl Endpoint {
             now: Duration::ZERO,
             first_failed: None,
             gave_up,
+            tolerant: false,
             mutations: Mutations::default(),
         }
     }
@@ -553,6 +557,13 @@ impl Endpoint {
     /// The first rank this endpoint saw fail, directly or named by a peer's goodbye.
     pub fn first_failure(&self) -> Option<usize> {
         self.first_failed
+    }
+
+    /// This rank survives the failure of peers (a fault-tolerant layer handles them): a
+    /// failure it saw is no longer the reason it ends, so its goodbye names none and peers do
+    /// not report "ended after rank X failed" for it.
+    pub fn tolerate_failures(&mut self) {
+        self.tolerant = true;
     }
 
     /// An operation of the program gave up waiting for `peer` (operation timeout): the end of

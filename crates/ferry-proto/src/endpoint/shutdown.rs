@@ -28,7 +28,7 @@ impl Endpoint {
     pub fn finish(&mut self, blame: Option<usize>, now: Duration) {
         if self.finishing.is_none() {
             self.finishing = Some(Finish {
-                blame: blame.or(self.first_failed),
+                blame: blame.or(self.first_failed).filter(|_| !self.tolerant),
                 linger_until: None,
                 result: None,
                 done: false,

@@ -98,6 +98,8 @@ pub struct TcpTransport {
     ep: Endpoint,
     /// Origin of the endpoint's clock.
     epoch: Instant,
+    /// The clock, read once per pass (a read per event cost ~6 % of a 1 MiB stream).
+    clock: Duration,
     listener: TcpListener,
     listener_paused: bool,
     /// Links open when the listener was paused; it resumes below that.
@@ -325,6 +327,7 @@ impl TcpTransport {
             },
             ep: Endpoint::new(cfg),
             epoch: Instant::now(),
+            clock: Duration::ZERO,
             listener,
             listener_paused: false,
             paused_at: 0,
@@ -387,6 +390,7 @@ impl TcpTransport {
     /// they surface in the next operation that involves them.
     pub fn serve_peers(&mut self) -> Result<()> {
         self.tick += 1;
+        self.advance_clock();
         let mut idle = Exchange::new();
         let res = self.poll_io(&mut idle, 0);
         // No operation of this rank waits on TCP now: there is nothing to fail.
@@ -395,9 +399,15 @@ impl TcpTransport {
         res
     }
 
-    /// The endpoint's clock: time since this transport was built.
+    /// The endpoint's clock as of this pass: time since this transport was built.
     fn now(&self) -> Duration {
-        self.epoch.elapsed()
+        self.clock
+    }
+
+    /// Reads the clock (at the start of a pass, after waiting).
+    fn advance_clock(&mut self) -> Duration {
+        self.clock = self.epoch.elapsed();
+        self.clock
     }
 
     /// The program's error for an endpoint error.
@@ -464,7 +474,7 @@ impl Transport for TcpTransport {
             return Ok(());
         }
         let timeout = match self.ep.poll_timeout() {
-            Some(t) => timeout.min(t.saturating_sub(self.now())),
+            Some(t) => timeout.min(t.saturating_sub(self.advance_clock())),
             None => timeout,
         };
         let ms = timeout.as_millis().clamp(0, i32::MAX as u128) as i32;

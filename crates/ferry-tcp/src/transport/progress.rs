@@ -14,6 +14,7 @@ impl TcpTransport {
             return Err(e);
         }
         self.tick += 1;
+        self.advance_clock();
         let posted = self.post_new(ex);
         let mut first = self.apply_actions(ex).err();
         posted?;

@@ -10,12 +10,13 @@ impl TcpTransport {
         // Peers that are alive get all the time they need to take what they are owed (a slow
         // rank is not a dead one); only the optional operation timeout bounds the wait.
         let limit = self.set.policy.timeout;
-        let deadline = limit.map(|l| self.now() + l);
+        let deadline = limit.map(|l| self.advance_clock() + l);
         let mut empty = Exchange::new();
         let mut timed_out: Option<Error> = None;
         self.ep.finish(None, self.now());
         let result = loop {
             self.tick += 1;
+            self.advance_clock();
             // Failures of operations cannot show here (there are none); failed peers are
             // skipped by the endpoint.
             let _ = self.poll_io(&mut empty, 0);
