@@ -203,7 +203,7 @@ impl HybridTransport {
         let result = drive_exchange(self, &mut ex);
         if result.is_err() {
             // The operations' buffers are the caller's again once this returns.
-            self.tcp.abandon_exchange(&mut ex);
+            self.tcp.abandon_ops(&mut ex);
         }
         (self.spare_sends, self.spare_recvs) = ex.into_parts();
         result
@@ -294,7 +294,7 @@ impl Transport for HybridTransport {
         // No peer may still read or write the caller's buffers (no use after failure).
         drive_exchange(self, ex).inspect_err(|e| {
             self.shm.settle_failed(ex, e);
-            self.tcp.abandon_exchange(ex);
+            self.tcp.abandon_ops(ex);
         })
     }
 

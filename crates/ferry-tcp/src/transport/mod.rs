@@ -462,7 +462,7 @@ impl Transport for TcpTransport {
         let res = self.progress_inner(ex);
         if res.is_err() {
             // The exchange fails as a whole: nothing may refer to its buffers afterwards.
-            self.abandon_exchange(ex);
+            self.abandon_ops(ex);
         }
         res
     }

@@ -247,7 +247,7 @@ impl TcpTransport {
     /// as they are, so that the failed exchange cannot be mistaken for a finished one). Called
     /// by [`Transport::progress_exchange`]
     /// when it fails; a composite backend calls it when the exchange failed elsewhere.
-    pub fn abandon_exchange(&mut self, ex: &mut Exchange<'_>) {
+    pub fn abandon_ops(&mut self, ex: &mut Exchange<'_>) {
         for i in 0..ex.sends.len() {
             let OpState::Active {
                 serial: id,

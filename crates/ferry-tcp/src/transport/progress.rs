@@ -145,7 +145,7 @@ impl TcpTransport {
                     self.ep.give_up(p);
                 }
                 let e = ferry_core::transport::operation_timeout_error(self.rank, ex, limit);
-                self.abandon_exchange(ex);
+                self.abandon_ops(ex);
                 return Err(e);
             }
             if now.duration_since(active) < policy.spin {
