@@ -5,9 +5,12 @@
 //! abandoned so that nothing refers to its buffers afterwards.
 //!
 //! An operation posted to the endpoint is `OpState::Active { serial: id, progress: POSTED }`
-//! with `id = generation << 32 | index`: the index finds it in the exchange without a table,
-//! and the generation (bumped per exchange that posts something) makes every id unique, so an
-//! id of an abandoned exchange never matches an operation of a later one.
+//! with `id = generation << 32 | index`; the generation (bumped per exchange that posts
+//! something) makes every id unique, so an id of an abandoned exchange never matches an
+//! operation of a later one. The state identifies the operation, not its place: a caller may
+//! carry a pending operation over into a rebuilt exchange at another index (the
+//! fault-tolerance layer does, with its standing control receives). The index is where the
+//! lookup starts; an operation that moved is found by a scan.
 
 use ferry_core::{OpState, SendOp};
 use ferry_proto::endpoint::{Action, OpRef, Payload, RecvId, SendBuffers, SendStatus};
@@ -35,20 +38,28 @@ pub(super) struct ExBufs<'x, 'a>(pub &'x [SendOp<'a>]);
 
 impl SendBuffers for ExBufs<'_, '_> {
     fn bytes(&self, op: SendId) -> Option<&[u8]> {
-        let s = self.0.get(index_of(op.0))?;
-        (s.state == posted(op.0)).then_some(s.data)
+        find(self.0, op.0, |s| s.state).map(|i| self.0[i].data)
     }
+}
+
+/// Index of the operation of `ops` posted as `id`: at its original index, or wherever it
+/// was moved to.
+fn find<T>(ops: &[T], id: u64, state: impl Fn(&T) -> OpState) -> Option<usize> {
+    let want = posted(id);
+    let i = index_of(id);
+    if ops.get(i).is_some_and(|o| state(o) == want) {
+        return Some(i);
+    }
+    ops.iter().position(|o| state(o) == want)
 }
 
 /// Index of receive `op` in `ex`, if it is still there.
 pub(super) fn recv_index(ex: &Exchange<'_>, op: RecvId) -> Option<usize> {
-    let i = index_of(op.0);
-    (ex.recvs.get(i)?.state == posted(op.0)).then_some(i)
+    find(&ex.recvs, op.0, |r| r.state)
 }
 
 fn send_index(ex: &Exchange<'_>, op: SendId) -> Option<usize> {
-    let i = index_of(op.0);
-    (ex.sends.get(i)?.state == posted(op.0)).then_some(i)
+    find(&ex.sends, op.0, |s| s.state)
 }
 
 impl TcpTransport {
@@ -256,9 +267,6 @@ impl TcpTransport {
             else {
                 continue;
             };
-            if index_of(id) != i {
-                continue;
-            }
             let op = SendId(id);
             let data = ex.sends[i].data;
             for l in self.links.values_mut().filter(|l| l.borrowed > 0) {
@@ -274,9 +282,6 @@ impl TcpTransport {
             else {
                 continue;
             };
-            if index_of(id) != i {
-                continue;
-            }
             let op = RecvId(id);
             self.ep.abandon_recv(op);
             for l in self.links.values_mut() {
