@@ -81,6 +81,31 @@ fn survivors_keep_exchanging_after_a_peer_dies() {
             }
             assert_eq!(got, msg, "rank {me}, round {i}");
         }
+        // Driven by hand (as a fault-tolerant layer does), an exchange's error fails only the
+        // operation with the dead rank: the one with the live rank stays live and completes.
+        if me == 0 {
+            let (mut x, mut y) = (Vec::new(), Vec::new());
+            let mut ex = Exchange::new();
+            ex.recv(2, MsgKey::user(7), &mut x);
+            ex.recv(other, MsgKey::user(7), &mut y);
+            let e = t.progress_exchange(&mut ex).unwrap_err();
+            names_dead_peer(&e, me, 2);
+            let start = Instant::now();
+            while ex.recvs[1].state != ferry_core::OpState::Done {
+                assert!(
+                    start.elapsed() < Duration::from_secs(20),
+                    "live receive stalled"
+                );
+                if t.progress_exchange(&mut ex).is_err() {
+                    continue;
+                }
+                t.wait_for_input(Duration::from_millis(1)).unwrap();
+            }
+            drop(ex);
+            assert_eq!(y, b"still here");
+        } else {
+            t.send(other, MsgKey::user(7), b"still here").unwrap();
+        }
         // Still failing at once for the dead rank, and still fine for the live one.
         names_dead_peer(&t.send(2, MsgKey::user(6), &small).unwrap_err(), me, 2);
         t.finish().unwrap();

@@ -459,12 +459,9 @@ impl Transport for TcpTransport {
     }
 
     fn progress_exchange(&mut self, ex: &mut Exchange<'_>) -> Result<bool> {
-        let res = self.progress_inner(ex);
-        if res.is_err() {
-            // The exchange fails as a whole: nothing may refer to its buffers afterwards.
-            self.abandon_ops(ex);
-        }
-        res
+        // An error fails one operation; the others stay live (a fault-tolerant caller goes
+        // on with them). A caller that gives the exchange up abandons it.
+        self.progress_inner(ex)
     }
 
     fn wait_for_input(&mut self, timeout: Duration) -> Result<()> {
@@ -491,7 +488,8 @@ impl Transport for TcpTransport {
 
     fn exchange(&mut self, ex: &mut Exchange<'_>) -> Result<()> {
         self.stats.calls += 1;
-        self.drive(ex)
+        // The exchange fails as a whole: nothing may refer to its buffers afterwards.
+        self.drive(ex).inspect_err(|_| self.abandon_ops(ex))
     }
 
     fn retire_flows(&mut self, flows: ferry_core::RetiredFlows) {

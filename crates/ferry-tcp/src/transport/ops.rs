@@ -79,8 +79,11 @@ impl TcpTransport {
                 .all(|r| r.state == OpState::Done || self.foreign(r.peer))
     }
 
-    /// Posts the exchange's new operations to the endpoint.
+    /// Posts the exchange's new operations to the endpoint. One that cannot be posted (its
+    /// peer is gone, its message too large) stays new and fails again when the exchange is
+    /// progressed again; the others are posted all the same. Returns the first failure.
     pub(super) fn post_new(&mut self, ex: &mut Exchange<'_>) -> Result<()> {
+        let mut first: Option<Error> = None;
         let mut generation = None;
         let now = self.now();
         for i in 0..ex.sends.len() {
@@ -89,7 +92,10 @@ impl TcpTransport {
                 continue;
             }
             let (peer, key, len) = (s.peer, s.key, s.data.len());
-            check_peer(self.rank, self.size, peer, "send")?;
+            if let Err(e) = check_peer(self.rank, self.size, peer, "send") {
+                first.get_or_insert(e);
+                continue;
+            }
             if self.excluded[peer] {
                 continue;
             }
@@ -107,7 +113,8 @@ impl TcpTransport {
                 Ok(SendStatus::Pending) => {}
                 Err(e) => {
                     ex.sends[i].state = OpState::New;
-                    return Err(self.error(e));
+                    first.get_or_insert(self.error(e));
+                    continue;
                 }
             }
             self.stats.record_send(peer, len);
@@ -118,7 +125,10 @@ impl TcpTransport {
                 continue;
             }
             let (peer, key) = (r.peer, r.key);
-            check_peer(self.rank, self.size, peer, "recv")?;
+            if let Err(e) = check_peer(self.rank, self.size, peer, "recv") {
+                first.get_or_insert(e);
+                continue;
+            }
             if self.excluded[peer] {
                 continue;
             }
@@ -130,10 +140,13 @@ impl TcpTransport {
             ex.recvs[i].state = posted(id);
             if let Err(e) = self.ep.post_recv(RecvId(id), peer, key, now) {
                 ex.recvs[i].state = OpState::New;
-                return Err(self.error(e));
+                first.get_or_insert(self.error(e));
             }
         }
-        Ok(())
+        match first {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 
     /// Carries out what the endpoint asked for. Completions land in `ex`'s operations; the
@@ -255,9 +268,10 @@ impl TcpTransport {
     /// a send's message is copied (into the outbox, or into the frame being written, so a live
     /// receiver still gets it), a receive's message is thrown away when it comes. Afterwards
     /// nothing refers to the exchange's buffers, and its operations never complete (they stay
-    /// as they are, so that the failed exchange cannot be mistaken for a finished one). Called
-    /// by [`Transport::progress_exchange`]
-    /// when it fails; a composite backend calls it when the exchange failed elsewhere.
+    /// as they are, so that the failed exchange cannot be mistaken for a finished one).
+    /// [`Transport::exchange`] calls it when it fails; a caller that drives
+    /// [`Transport::progress_exchange`] itself (hybrid, fault tolerance) calls it when it gives
+    /// the exchange up.
     pub fn abandon_ops(&mut self, ex: &mut Exchange<'_>) {
         for i in 0..ex.sends.len() {
             let OpState::Active {

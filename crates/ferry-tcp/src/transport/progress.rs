@@ -15,9 +15,11 @@ impl TcpTransport {
         }
         self.tick += 1;
         self.advance_clock();
-        let posted = self.post_new(ex);
-        let mut first = self.apply_actions(ex).err();
-        posted?;
+        // Failures are reported once the pass is over: the other operations still progress.
+        let mut first = self.post_new(ex).err();
+        if let Err(e) = self.apply_actions(ex) {
+            first.get_or_insert(e);
+        }
         if !self.own_part_complete(ex) || self.tick & 15 == 0 {
             let polled = match self.hot_link(ex) {
                 // Waiting for one peer only: read its socket directly instead of asking epoll
@@ -117,8 +119,7 @@ impl TcpTransport {
     /// in each gap cost a wake-up (~25 us on the target VMs) every few hundred kilobytes: at
     /// 1 MiB osu_bw both ranks slept 1300-2100 times a second and used 25-30 % of a core.
     /// Idle polls yield as the policy says (every poll on oversubscribed hosts). An operation
-    /// timeout (`general.operation_timeout_ms`) abandons the exchange and gives up on the
-    /// peers it waited for.
+    /// timeout (`general.operation_timeout_ms`) gives up on the peers it waited for.
     pub(super) fn drive(&mut self, ex: &mut Exchange<'_>) -> Result<()> {
         if self.progress_exchange(ex)? {
             return Ok(());
@@ -144,9 +145,9 @@ impl TcpTransport {
                 for p in ex.pending_peers() {
                     self.ep.give_up(p);
                 }
-                let e = ferry_core::transport::operation_timeout_error(self.rank, ex, limit);
-                self.abandon_ops(ex);
-                return Err(e);
+                return Err(ferry_core::transport::operation_timeout_error(
+                    self.rank, ex, limit,
+                ));
             }
             if now.duration_since(active) < policy.spin {
                 std::hint::spin_loop();
