@@ -262,6 +262,8 @@ pub struct TcpTransport {
     pending_error: Option<Error>,
     /// The first rank this rank saw fail (directly, or named by a peer's goodbye).
     blame: Option<usize>,
+    /// Survives peer failures (fault-tolerant communicator): the goodbye names no failure.
+    tolerant: bool,
     /// Peers an operation already timed out on (`general.operation_timeout_ms`): finish
     /// neither waits for them to take messages nor lingers for them to close.
     gave_up: Vec<bool>,
@@ -517,6 +519,7 @@ impl TcpTransport {
             count: Counters::default(),
             pending_error: None,
             blame: None,
+            tolerant: false,
             gave_up: vec![false; size],
             finished: false,
         })
@@ -712,6 +715,10 @@ impl Transport for TcpTransport {
     fn exchange(&mut self, ex: &mut Exchange<'_>) -> Result<()> {
         self.stats.calls += 1;
         self.drive(ex)
+    }
+
+    fn tolerate_failures(&mut self) {
+        self.tolerant = true;
     }
 
     fn retire_flows(&mut self, flows: ferry_core::RetiredFlows) {

@@ -83,7 +83,9 @@ impl TcpTransport {
                         MsgKey::user(0),
                         self.rank as u32,
                         p as u32,
-                        self.blame.map_or(0, |x| x as u64 + 1),
+                        self.blame
+                            .filter(|_| !self.tolerant)
+                            .map_or(0, |x| x as u64 + 1),
                     );
                     conn.wq.push_back(OutFrame::new(&h, None));
                     conn.phase = Phase::ByeSent;
