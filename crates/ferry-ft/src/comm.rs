@@ -153,10 +153,11 @@ impl Communicator {
 
     /// Failure of the current operation: ABORT ends the process (the job, with the other
     /// ranks doing the same), the other modes return the error.
-    fn fail(&self, e: Error) -> Error {
+    fn fail(&self, eng: &mut Engine, e: Error) -> Error {
         if self.opts.failure == FailureMode::Abort
             && (e.is_peer_failure() || e.kind() == ErrorKind::Revoked)
         {
+            eng.tell_abort(e.peer());
             abort_job(&e);
         }
         e
@@ -230,10 +231,10 @@ impl Communicator {
         self.check_current(op, &eng)?;
         let interest = self.interest(op, peers);
         if let Some(e) = eng.interruption(&interest) {
-            return Err(self.fail(e));
+            return Err(self.fail(&mut eng, e));
         }
-        eng.drive(ex, &interest, &|_| true)
-            .map_err(|e| self.fail(e.or_rank(self.world_rank())))
+        let res = eng.drive(ex, &interest, &|_| true);
+        res.map_err(|e| self.fail(&mut eng, e.or_rank(self.world_rank())))
     }
 
     /// Sends `data` to communicator rank `to` with `tag` (blocks until the payload may be
@@ -277,7 +278,7 @@ impl Communicator {
             }
         };
         if !self.opts.all_or_nothing || self.opts.failure == FailureMode::Abort {
-            return res.map_err(|e| self.fail(e));
+            return res.map_err(|e| self.fail(&mut eng, e));
         }
         let d = eng.agree(u64::from(res.is_ok()))?;
         match res {

@@ -36,6 +36,10 @@ const KEPT_FLOODS: usize = 2;
 /// many (a bounded buffer: a peer cannot be more than a few steps ahead).
 const MAX_EARLY: usize = 4096;
 
+/// Rounds of progress (each at most one short wait) that queued control messages get to leave
+/// before the program goes on; a send the transport has taken counts as gone.
+const FLUSH_ROUNDS: usize = 50;
+
 /// Transport errors in a row about failures already absorbed before the operation gives up
 /// (a backend that keeps reporting a failure the engine cannot remove from the exchange).
 const MAX_REPEATS: u32 = 1000;
@@ -93,6 +97,10 @@ pub(crate) struct Engine {
     /// Who told us about each failure (None: detected here), for error messages.
     told_by: BTreeMap<usize, Option<usize>>,
     pub revoked: BTreeSet<u32>,
+    /// Members that ended the job (ABORT) because of another failure: named last.
+    aborted: BTreeSet<usize>,
+    /// Members that ended in an orderly way (their last control message said so).
+    left: BTreeSet<usize>,
     floods: VecDeque<(u32, Flood)>,
     agreements: VecDeque<Agreement>,
     /// Next agreement number within the current generation.
@@ -128,6 +136,8 @@ impl Engine {
             failed: BTreeSet::new(),
             told_by: BTreeMap::new(),
             revoked: BTreeSet::new(),
+            left: BTreeSet::new(),
+            aborted: BTreeSet::new(),
             floods: VecDeque::new(),
             agreements: VecDeque::new(),
             agree_seq: 0,
@@ -160,7 +170,7 @@ impl Engine {
         self.slots
             .retain(|p, _| live.binary_search(p).is_ok() && !self.failed.contains(p));
         for &p in live.iter().filter(|_| !self.plain) {
-            if p != self.me && !self.failed.contains(&p) {
+            if p != self.me && !self.failed.contains(&p) && !self.left.contains(&p) {
                 self.slots.entry(p).or_default();
             }
         }
@@ -220,8 +230,30 @@ impl Engine {
         self.pump();
     }
 
+    /// ABORT mode, before this rank exits: tells every member it watches which rank's failure
+    /// ends the job (`failed`, or this rank itself when unknown), so that they name it too.
+    pub fn tell_abort(&mut self, failed: Option<usize>) {
+        let rank = failed.unwrap_or(self.me) as u32;
+        let generation = self.generation;
+        let peers: Vec<usize> = self.slots.keys().copied().collect();
+        for p in peers {
+            self.out.push(Outgoing {
+                peer: p,
+                data: wire::envelope(wire::ABORT, generation, &rank.to_le_bytes()),
+                state: OpState::New,
+            });
+        }
+        self.flush_sends();
+        // The transport delivers what it took (tcp's outbox) in its orderly end.
+        self.finished = true;
+        let _ = self.t.finish();
+    }
+
     /// How this rank learnt about `rank`'s failure, for error messages.
     pub fn how_known(&self, rank: usize) -> String {
+        if self.aborted.contains(&rank) {
+            return format!("rank {rank} ended the job (ABORT mode)");
+        }
         match self.told_by.get(&rank) {
             Some(Some(by)) => format!("rank {rank} failed (notice from rank {by})"),
             Some(None) => format!("rank {rank} failed (detected by this rank)"),
@@ -265,6 +297,24 @@ impl Engine {
             );
             return;
         };
+        if kind == wire::ABORT {
+            let rank = body
+                .get(..4)
+                .and_then(|b| b.try_into().ok())
+                .map(|b| u32::from_le_bytes(b) as usize);
+            // The sender ends because of `rank`; its own end follows this message.
+            if let Some(r) = rank.filter(|&r| r < self.t.size()) {
+                self.note_failure(r, Some(from));
+            }
+            self.aborted.insert(from);
+            self.note_failure(from, Some(from));
+            return;
+        }
+        if kind == wire::LEAVE {
+            self.slots.remove(&from);
+            self.left.insert(from);
+            return;
+        }
         if generation > self.generation {
             if self.early.len() < MAX_EARLY {
                 self.early.push((from, msg));
@@ -414,12 +464,14 @@ impl Engine {
                     )),
             );
         }
-        let dead: Vec<usize> = interest
+        // Root causes first: a rank that ended the job because of another failure comes last.
+        let mut dead: Vec<usize> = interest
             .ranks
             .iter()
             .copied()
             .filter(|r| self.failed.contains(r))
             .collect();
+        dead.sort_by_key(|r| (self.aborted.contains(r), *r));
         let first = *dead.first()?;
         let detail = dead
             .iter()
@@ -492,6 +544,10 @@ impl Engine {
         if !e.is_peer_failure() || e.kind() == ErrorKind::Timeout {
             return Err(e);
         }
+        if self.left.contains(&p) {
+            // It ended in an orderly way: not a failure, but this operation needed it.
+            return Err(e);
+        }
         if self.failed.contains(&p) {
             // Known already (a notice overtook the transport's own report, which some
             // backends deliver once more, e.g. tcp's pending connection error): whether it
@@ -517,7 +573,7 @@ impl Engine {
     /// Gives the control messages still queued a few chances to leave before the program
     /// goes off computing (peers may be waiting for an answer of a decided agreement).
     fn flush_sends(&mut self) {
-        for _ in 0..4 {
+        for _ in 0..FLUSH_ROUNDS {
             if self.out.iter().all(|o| o.state == OpState::Done) {
                 break;
             }
@@ -528,8 +584,13 @@ impl Engine {
                 ..self.t.wait_policy()
             };
             if let Event::Error(e) = self.round(&mut empty, &policy, &mut mark) {
-                if let Some(p) = e.peer().filter(|&p| p != self.me) {
-                    self.note_failure(p, None);
+                if let Some(p) = e.peer().filter(|&p| p != self.me && p < self.t.size()) {
+                    if !self.left.contains(&p) && e.is_peer_failure() {
+                        self.note_failure(p, None);
+                    }
+                    // Whatever it was, nothing more goes to that rank from here.
+                    self.slots.remove(&p);
+                    self.out.retain(|o| o.peer != p);
                 } else {
                     break;
                 }
@@ -626,6 +687,17 @@ impl Engine {
             return Ok(());
         }
         self.finished = true;
+        // Tell the members this rank watches that its end is no failure; the message is the
+        // last of each control flow, so nothing of ours is lost behind it.
+        let generation = self.generation;
+        let peers: Vec<usize> = self.slots.keys().copied().collect();
+        for p in peers {
+            self.out.push(Outgoing {
+                peer: p,
+                data: wire::envelope(wire::LEAVE, generation, &[]),
+                state: OpState::New,
+            });
+        }
         self.flush_sends();
         match self.t.finish() {
             // Messages to a rank known dead are lost by definition; survivors got theirs.

@@ -12,6 +12,14 @@ pub(crate) const FLOOD: u8 = 1;
 /// Body is a message of the agreement protocol (`ferry_proto::ft::Agreement`).
 pub(crate) const AGREE: u8 = 2;
 
+/// No body: the sender ends in an orderly way and sends no more control messages (the last
+/// message of its control flow to this rank), so its end is not a failure.
+pub(crate) const LEAVE: u8 = 3;
+
+/// Body `[rank u32 LE]`: the sender ends the job (ABORT mode) because that rank failed; sent
+/// straight to every member before it exits, so that they name the same rank.
+pub(crate) const ABORT: u8 = 4;
+
 /// Notice: the rank named failed.
 pub(crate) const NOTICE_FAILED: u8 = 1;
 /// Notice: the generation of the envelope is revoked.
@@ -30,7 +38,7 @@ pub(crate) fn envelope(kind: u8, generation: u32, body: &[u8]) -> Vec<u8> {
 /// unknown kind (a protocol violation the caller reports).
 pub(crate) fn open(bytes: &[u8]) -> Option<(u8, u32, &[u8])> {
     let (&kind, rest) = bytes.split_first()?;
-    if !matches!(kind, FLOOD | AGREE) || rest.len() < 4 {
+    if !matches!(kind, FLOOD | AGREE | LEAVE | ABORT) || rest.len() < 4 {
         return None;
     }
     let generation = u32::from_le_bytes(rest[..4].try_into().ok()?);
