@@ -136,6 +136,12 @@ impl Communicator {
         self.opts
     }
 
+    /// Switches the all-or-nothing rule for the following collectives; every member must
+    /// switch it at the same point (between the same two collectives).
+    pub fn set_all_or_nothing(&mut self, on: bool) {
+        self.opts.all_or_nothing = on;
+    }
+
     /// Whether this communicator was revoked (by any member).
     pub fn is_revoked(&self) -> bool {
         self.eng.borrow().revoked.contains(&self.generation)
