@@ -380,6 +380,18 @@ impl Transport for HybridTransport {
         })
     }
 
+    fn abandon_exchange(&mut self, ex: &mut Exchange<'_>, why: &Error) {
+        // Node-local peers may hold single-copy descriptors into the caller's buffers; TCP
+        // copies what it still owes other nodes and drops what it would have received.
+        self.shm.settle_failed(ex, why);
+        self.tcp.abandon_ops(ex);
+    }
+
+    fn tolerate_failures(&mut self) {
+        self.shm.tolerate_failures();
+        self.tcp.tolerate_failures();
+    }
+
     fn retire_flows(&mut self, flows: RetiredFlows) {
         self.shm.retire_flows(flows);
         self.tcp.retire_flows(flows);

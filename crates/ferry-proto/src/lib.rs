@@ -12,9 +12,12 @@
 //!   phases, close handshake, goodbye, timers) as a state machine driven by events and time.
 //! - [`tcp_protocol`]: the TCP backend's protocol decisions (which request carries a message,
 //!   which frames may travel in which direction, how answers are addressed).
+//! - [`ft`]: fault tolerance (F4): agreement on a value and on the failed ranks, and reliable
+//!   broadcast (revoke, failure notices), with a seeded simulation in `tests/ft_sim.rs`.
 
 pub mod endpoint;
 pub mod frame;
+pub mod ft;
 pub mod handshake;
 pub mod ident;
 pub mod matching;

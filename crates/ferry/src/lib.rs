@@ -19,4 +19,7 @@ pub use ferry_core::{
     Exchange, LaunchInfo, MsgKey, MsgKind, Result, Stats, Transport,
 };
 pub use ferry_data as data;
+/// Fault-tolerant communicators (failure modes, revoke, agreement, shrink): see
+/// [`ferry_ft::Communicator`] and [`World::into_transport`].
+pub use ferry_ft as ft;
 pub use world::{init, init_with, World};

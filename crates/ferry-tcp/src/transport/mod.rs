@@ -492,6 +492,14 @@ impl Transport for TcpTransport {
         self.drive(ex).inspect_err(|_| self.abandon_ops(ex))
     }
 
+    fn abandon_exchange(&mut self, ex: &mut Exchange<'_>, _why: &Error) {
+        self.abandon_ops(ex);
+    }
+
+    fn tolerate_failures(&mut self) {
+        self.ep.tolerate_failures();
+    }
+
     fn retire_flows(&mut self, flows: ferry_core::RetiredFlows) {
         self.ep.retire_where(|k| flows.contains(k));
     }
