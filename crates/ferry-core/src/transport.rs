@@ -415,6 +415,23 @@ pub trait Transport: Send {
         None
     }
 
+    /// Gives up on `ex` for good (the fault-tolerance layer abandons an operation interrupted
+    /// by a revoke or by a failure elsewhere, `why`): afterwards no peer reads from or writes
+    /// into the buffers of its operations, so the caller may reuse or free them. Backends that
+    /// expose a caller's buffer to peers (single-copy descriptors) withdraw or settle it here.
+    /// Operations left incomplete are never resumed (tcp copies what it still owes a peer,
+    /// and throws away what it would have received). The default does nothing: for backends
+    /// that copy every payload.
+    fn abandon_exchange(&mut self, ex: &mut Exchange<'_>, why: &Error) {
+        let _ = (ex, why);
+    }
+
+    /// Tells the backend that this rank survives the failure of peers (a fault-tolerant
+    /// communicator is in use): a peer failure it saw is no longer the reason this rank ends,
+    /// so its orderly end must not make peers blame that failure (issue 06's "rank 2 ended after
+    /// rank 1 failed" is for jobs that end because of a failure). The default does nothing.
+    fn tolerate_failures(&mut self) {}
+
     /// Orderly shutdown: delivers what is still owed to peers and releases resources. Called
     /// once at the end; dropping without it must still release OS resources.
     fn finish(&mut self) -> Result<()> {

@@ -10,7 +10,12 @@
 //! - nothing deadlocks: every operation between live ranks completes, every rank finishes;
 //! - every operation waiting on the killed endpoint fails with an error naming it;
 //! - nothing is left in the tables once everything is delivered (outbox, inbox, pulls,
-//!   receives, connections; flow counters bounded and retired).
+//!   receives, connections; flow counters bounded and retired);
+//! - an operation the program abandons (its exchange failed) is never reported and its buffer
+//!   never read again, yet an abandoned send's message is still delivered, and an abandoned
+//!   receive's message is consumed so that the flow's later messages arrive in order;
+//! - a dial refused by a dead peer's host declares it dead at once where refusals mean that
+//!   (launcher mode), and a stranger claiming a rank served by another transport is dropped.
 //!
 //! `FERRY_SIM_SEEDS` sets the number of schedules (default 20000), `FERRY_SIM_SEED` replays one.
 
@@ -69,6 +74,8 @@ enum OpStatus {
     Pending,
     Done,
     Failed,
+    /// Given up by the program: must never be reported.
+    Abandoned,
 }
 
 struct Node {
@@ -85,6 +92,13 @@ struct Node {
     finish_called: bool,
     /// Last operation id handed out.
     next_op: u64,
+    /// Once it saw a failure, this rank's program gives up the rest of its work and ends
+    /// (its peers must then blame the rank that failed, not this one).
+    quits: bool,
+    /// It did (what was sent to it may stay unreceived).
+    quit: bool,
+    /// Survives failures (fault-tolerant layer): never quits, its goodbye blames nobody.
+    tolerant: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -133,6 +147,12 @@ enum Ev {
         conn: ConnId,
     },
     Kill(usize),
+    /// A stranger with the job secret claims to be rank `claims`, which another transport
+    /// serves, and dials `node`.
+    Ghost {
+        node: usize,
+        claims: usize,
+    },
 }
 
 struct Sim {
@@ -147,6 +167,10 @@ struct Sim {
     out: HashMap<(usize, ConnId), usize>,
     eager: usize,
     killed: Option<usize>,
+    /// Ranks that abandoned a receive: their senders may see messages not taken.
+    abandoned_recv: std::collections::HashSet<usize>,
+    /// Whether refused dials mean a dead peer (launcher mode).
+    refused_is_dead: bool,
     violations: Vec<String>,
     timers: Vec<Option<u64>>,
     /// Print events (FERRY_SIM_TRACE=1, with FERRY_SIM_SEED).
@@ -222,6 +246,15 @@ impl Sim {
                             b
                         }
                     };
+                    if header.ty == ferry_proto::frame::FrameType::Bye
+                        && header.serial != 0
+                        && self.nodes[n].tolerant
+                    {
+                        self.violation(format!(
+                            "rank {n} tolerates failures but its goodbye blames rank {}",
+                            header.serial - 1
+                        ));
+                    }
                     if bytes.len() as u64 != header.payload_len() {
                         self.violation(format!(
                             "rank {n}: frame {header:?} with {} bytes",
@@ -273,7 +306,19 @@ impl Sim {
         self.arm_timer(n);
     }
 
-    fn check_failure(&mut self, n: usize, what: String, e: &ferry_proto::endpoint::EndpointError) {
+    /// Checks that a failure of rank `n`'s operation names the killed rank. `sending`: a send
+    /// or finish, which may also fail because its receiver gave the receive up and ended.
+    fn check_failure(
+        &mut self,
+        n: usize,
+        what: String,
+        e: &ferry_proto::endpoint::EndpointError,
+        sending: bool,
+    ) {
+        if sending && self.abandoned_recv.contains(&e.peer) {
+            // The peer gave a receive up and may have finished without taking its message.
+            return;
+        }
         match self.killed {
             Some(k) if e.origin == k || e.peer == k => {
                 self.nodes[n].blamed = Some(k);
@@ -303,7 +348,7 @@ impl Sim {
             return;
         }
         if let Some(e) = &e {
-            self.check_failure(n, format!("send {op:?}"), e);
+            self.check_failure(n, format!("send {op:?}"), e, true);
         }
         if let Some(s) = self.nodes[n].sends.get_mut(&op) {
             s.1 = if ok { OpStatus::Done } else { OpStatus::Failed };
@@ -342,7 +387,7 @@ impl Sim {
                 }
             }
             (None, Some(e)) => {
-                self.check_failure(n, format!("recv {seq} of {flow:?}"), &e);
+                self.check_failure(n, format!("recv {seq} of {flow:?}"), &e, false);
                 if let Some(r) = self.nodes[n].recvs.get_mut(&op) {
                     r.2 = OpStatus::Failed;
                 }
@@ -367,6 +412,10 @@ impl Sim {
     }
 
     fn progress(&mut self, n: usize) {
+        let node = &self.nodes[n];
+        if node.quits && node.blamed.is_some() && node.alive && !node.finish_called {
+            self.quit(n);
+        }
         let now = d(self.now);
         let node = &mut self.nodes[n];
         let bufs = Bufs(&node.sends);
@@ -385,12 +434,21 @@ impl Sim {
         if all {
             // Everything this rank wanted is delivered: nothing may be left stored for it.
             let t = node.ep.table_sizes();
-            if t.inbox > 0 || t.overflow > 0 || t.posted > 0 {
+            // An abandoned receive stays posted until its message comes (to consume it).
+            let gave_up = self.abandoned_recv.contains(&n);
+            let quit = node.quit;
+            if !quit && (t.inbox > 0 || t.overflow > 0 || (t.posted > 0 && !gave_up)) {
                 self.violation(format!(
                     "rank {n}: state left after its last receive: {t:?}"
                 ));
             }
-            let blame = self.nodes[n].blamed;
+            // Half the time the endpoint must know on its own which rank failed first (the
+            // goodbye names it, and peers blame that rank, not this one).
+            let blame = if self.rng.chance(50) {
+                self.nodes[n].blamed
+            } else {
+                None
+            };
             let node = &mut self.nodes[n];
             node.finish_called = true;
             node.ep.finish(blame, d(self.now));
@@ -435,11 +493,93 @@ impl Sim {
             }
             self.drain(n);
         }
+        if self.rng.chance(4) {
+            self.abandon_one(n);
+        }
         if !self.nodes[n].script.is_empty() {
             let at = self.now + self.rng.below(400);
             self.schedule(at, Ev::Step(n));
         }
         self.progress(n);
+    }
+
+    /// The program of rank `n` ends after a failure: the rest of its script is dropped and
+    /// every pending operation abandoned.
+    fn quit(&mut self, n: usize) {
+        let node = &mut self.nodes[n];
+        node.script.clear();
+        node.quit = true;
+        let mut sends: Vec<SendId> = node
+            .sends
+            .iter()
+            .filter(|(_, s)| s.1 == OpStatus::Pending)
+            .map(|(op, _)| *op)
+            .collect();
+        sends.sort_unstable();
+        for op in sends {
+            node.ep.abandon_send(op, &Bufs(&node.sends));
+            if let Some(s) = node.sends.get_mut(&op) {
+                s.1 = OpStatus::Abandoned;
+                s.0.iter_mut().for_each(|b| *b ^= 0x5a);
+            }
+        }
+        let mut recvs: Vec<RecvId> = node
+            .recvs
+            .iter()
+            .filter(|(_, r)| r.2 == OpStatus::Pending)
+            .map(|(op, _)| *op)
+            .collect();
+        recvs.sort_unstable();
+        if !recvs.is_empty() {
+            self.abandoned_recv.insert(n);
+        }
+        let node = &mut self.nodes[n];
+        for op in recvs {
+            node.ep.abandon_recv(op);
+            if let Some(r) = node.recvs.get_mut(&op) {
+                r.2 = OpStatus::Abandoned;
+            }
+        }
+        self.drain(n);
+    }
+
+    /// The program of rank `n` gives up one of its pending operations (its exchange failed).
+    fn abandon_one(&mut self, n: usize) {
+        let node = &mut self.nodes[n];
+        let mut sends: Vec<SendId> = node
+            .sends
+            .iter()
+            .filter(|(_, s)| s.1 == OpStatus::Pending)
+            .map(|(op, _)| *op)
+            .collect();
+        let mut recvs: Vec<RecvId> = node
+            .recvs
+            .iter()
+            .filter(|(_, r)| r.2 == OpStatus::Pending)
+            .map(|(op, _)| *op)
+            .collect();
+        sends.sort_unstable();
+        recvs.sort_unstable();
+        if !sends.is_empty() && (recvs.is_empty() || self.rng.chance(50)) {
+            let op = sends[self.rng.below(sends.len() as u64) as usize];
+            let node = &mut self.nodes[n];
+            node.ep.abandon_send(op, &Bufs(&node.sends));
+            if let Some(s) = node.sends.get_mut(&op) {
+                s.1 = OpStatus::Abandoned;
+                // The program may reuse its buffer at once: the endpoint must not read it.
+                s.0.iter_mut().for_each(|b| *b ^= 0x5a);
+            }
+            // Its message still counts as sent: the receiver must get the original bytes.
+        } else if !recvs.is_empty() {
+            let op = recvs[self.rng.below(recvs.len() as u64) as usize];
+            let node = &mut self.nodes[n];
+            node.ep.abandon_recv(op);
+            if let Some(r) = node.recvs.get_mut(&op) {
+                r.2 = OpStatus::Abandoned;
+            }
+            self.abandoned_recv.insert(n);
+        }
+        self.drain(n);
     }
 
     fn connect(&mut self, a: usize, ca: ConnId, b: usize) {
@@ -522,6 +662,33 @@ impl Sim {
         self.progress(n);
     }
 
+    fn ghost(&mut self, n: usize, claims: usize) {
+        if !self.nodes[n].alive {
+            return;
+        }
+        let now = d(self.now);
+        let before = self.nodes[n].ep.counters().strangers;
+        let ep = &mut self.nodes[n].ep;
+        let conn = ep.on_accepted(now);
+        let secret = ep.config().secret.clone();
+        let h = ferry_proto::handshake::hello(claims, n, &secret);
+        match ep.on_header(conn, h, now) {
+            Sink::Owned(_) => ep.on_payload(conn, Landed::Owned(secret.to_vec()), now),
+            other => {
+                let what = format!("rank {n}: hello of a ghost gets {other:?}");
+                self.violation(what);
+            }
+        }
+        let ep = &mut self.nodes[n].ep;
+        if ep.is_live(conn) || ep.counters().strangers != before + 1 {
+            self.violation(format!(
+                "rank {n}: a stranger claiming excluded rank {claims} was not dropped"
+            ));
+        }
+        self.drain(n);
+        self.progress(n);
+    }
+
     fn kill(&mut self, k: usize) {
         if !self.nodes[k].alive {
             return;
@@ -583,13 +750,28 @@ impl Sim {
                     if !self.nodes[node].alive {
                         continue;
                     }
-                    let refused = !self.nodes[peer].alive || self.rng.chance(10);
-                    if refused {
-                        self.nodes[node].ep.on_connect_failed(
-                            conn,
-                            ConnectFailure::Unreachable("connection refused".into()),
-                            d(self.now),
-                        );
+                    let dead = !self.nodes[peer].alive;
+                    if dead || self.rng.chance(10) {
+                        // A dead peer's host refuses; so may a live one that is busy, except in
+                        // launcher mode, where its listener exists before anyone dials it.
+                        let why = if dead || !self.refused_is_dead {
+                            ConnectFailure::Refused("connection refused".into())
+                        } else {
+                            ConnectFailure::Unreachable("connection timed out".into())
+                        };
+                        let _ = self.nodes[node]
+                            .ep
+                            .on_connect_failed(conn, why, d(self.now));
+                        // (A rank that has finished no longer cares about its dials.)
+                        let over = self.nodes[node].ep.finished().is_some();
+                        if dead && self.refused_is_dead && !over {
+                            let st = self.nodes[node].ep.peer_status(peer);
+                            if !matches!(st, Some(ferry_proto::endpoint::PeerStatus::Dead { .. })) {
+                                self.violation(format!(
+                                    "rank {node}: dial refused by dead rank {peer}, status {st:?}"
+                                ));
+                            }
+                        }
                         self.drain(node);
                     } else {
                         self.connect(node, conn, peer);
@@ -607,6 +789,7 @@ impl Sim {
                     }
                 }
                 Ev::Kill(k) => self.kill(k),
+                Ev::Ghost { node, claims } => self.ghost(node, claims),
             }
         }
     }
@@ -619,9 +802,18 @@ fn run_schedule(seed: u64, mutate: &dyn Fn(&mut Endpoint)) -> Vec<String> {
     let eager = 16 + rng.below(48) as usize;
     let secret = b"sim-secret".to_vec();
     let cap = 1 + rng.below(n as u64) as usize;
+    let refused_is_dead = rng.chance(50);
+    // Sometimes the job has one more rank, served by another transport (hybrid): it never
+    // takes part, and a stranger claiming to be it is turned away.
+    let ghost = rng.chance(20);
+    let size = n + usize::from(ghost);
     let mut nodes = Vec::new();
     for r in 0..n {
-        let mut cfg = EndpointConfig::new(r, n, &secret);
+        let mut cfg = EndpointConfig::new(r, size, &secret);
+        cfg.refused_is_dead = refused_is_dead;
+        if ghost {
+            cfg.excluded = (0..size).map(|p| p == n).collect();
+        }
         cfg.eager_bytes = eager;
         cfg.inbox_messages = 1 + rng.below(3) as usize;
         cfg.inbox_bytes = eager * (1 + rng.below(3) as usize);
@@ -645,6 +837,9 @@ fn run_schedule(seed: u64, mutate: &dyn Fn(&mut Endpoint)) -> Vec<String> {
             blamed: None,
             finish_called: false,
             next_op: 0,
+            quits: rng.chance(50),
+            quit: false,
+            tolerant: false,
         });
     }
     // Workload: a few flows, each a few messages; every rank's script interleaves its sends and
@@ -675,6 +870,12 @@ fn run_schedule(seed: u64, mutate: &dyn Fn(&mut Endpoint)) -> Vec<String> {
         per_node[src].push((0..count).map(|s| Op::Send(flow, s)).collect());
         per_node[dst].push((0..count).map(|s| Op::Recv(flow, s)).collect());
     }
+    for node in nodes.iter_mut() {
+        if !node.quits && rng.chance(30) {
+            node.tolerant = true;
+            node.ep.tolerate_failures();
+        }
+    }
     for (r, mut queues) in per_node.into_iter().enumerate() {
         while queues.iter().any(|q| !q.is_empty()) {
             let live: Vec<usize> = (0..queues.len())
@@ -698,12 +899,19 @@ fn run_schedule(seed: u64, mutate: &dyn Fn(&mut Endpoint)) -> Vec<String> {
         out: HashMap::new(),
         eager,
         killed: None,
+        abandoned_recv: Default::default(),
+        refused_is_dead,
         violations: Vec::new(),
         trace: std::env::var_os("FERRY_SIM_TRACE").is_some(),
     };
     for r in 0..n {
         let at = sim.rng.below(300);
         sim.schedule(at, Ev::Step(r));
+    }
+    if ghost {
+        let node = sim.rng.below(n as u64) as usize;
+        let at = sim.rng.below(3_000);
+        sim.schedule(at, Ev::Ghost { node, claims: n });
     }
     if sim.rng.chance(40) {
         let k = sim.rng.below(n as u64) as usize;
@@ -756,7 +964,10 @@ fn check_end(sim: &mut Sim) {
         }
         match node.ep.finished() {
             None => v.push(format!("rank {r}: finish never completed")),
-            Some(Err(e)) if killed.is_none_or(|k| e.origin != k && e.peer != k) => {
+            Some(Err(e))
+                if killed.is_none_or(|k| e.origin != k && e.peer != k)
+                    && !sim.abandoned_recv.contains(&e.peer) =>
+            {
                 v.push(format!("rank {r}: finish failed: {e}"))
             }
             _ => {}

@@ -164,6 +164,9 @@ pub struct ShmTransport {
     want_space: Vec<usize>,
     drain_start: usize,
     last_liveness: Instant,
+    /// Survives peer failures (fault-tolerant communicator): a failed operation does not
+    /// record the failed peer as the reason this rank ends.
+    tolerant: bool,
     finished: bool,
     /// Value other ranks read through cross-memory attach at start-up.
     _probe: Box<u64>,
@@ -483,6 +486,7 @@ impl ShmTransport {
             want_space: Vec::new(),
             drain_start: 0,
             last_liveness: Instant::now(),
+            tolerant: false,
             finished: false,
             _probe: probe,
         })
@@ -691,6 +695,14 @@ impl Transport for ShmTransport {
         let result = drive_exchange(self, &mut ex).map_err(|e| self.failed(&mut ex, e));
         (self.spare_sends, self.spare_recvs) = ex.into_parts();
         result
+    }
+
+    fn abandon_exchange(&mut self, ex: &mut Exchange<'_>, why: &Error) {
+        self.settle_failed(ex, why);
+    }
+
+    fn tolerate_failures(&mut self) {
+        self.tolerant = true;
     }
 
     fn retire_flows(&mut self, flows: RetiredFlows) {

@@ -199,6 +199,15 @@ impl World {
         &mut *self.transport
     }
 
+    /// Hands the transport over, e.g. to a fault-tolerant communicator
+    /// ([`ferry_ft::Communicator::new`]), which from then on owns it and shuts it down. The
+    /// world is spent: nothing of it is finished here (spares of an elastic job are not
+    /// released; elastic jobs and fault-tolerant communicators do not mix yet).
+    pub fn into_transport(mut self) -> Box<dyn Transport> {
+        self.finished = true;
+        std::mem::replace(&mut self.transport, Box::new(SingleTransport::new()))
+    }
+
     /// The configuration this world was built with.
     pub fn config(&self) -> &Config {
         &self.config

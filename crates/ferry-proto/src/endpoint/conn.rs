@@ -90,7 +90,11 @@ pub enum ConnectFailure {
     /// This process is out of descriptors (EMFILE/ENFILE): local pressure, not a dead peer.
     /// The endpoint closes an idle connection and retries soon.
     OutOfDescriptors(String),
-    /// Refused, unreachable, timed out: retried with backoff until the connect timeout.
+    /// The peer's host answered that nothing listens there: with
+    /// [`super::EndpointConfig::refused_is_dead`] the peer's process ended, otherwise it is
+    /// retried like [`ConnectFailure::Unreachable`] (it may not listen yet).
+    Refused(String),
+    /// Unreachable, timed out: retried with backoff until the connect timeout.
     Unreachable(String),
 }
 
@@ -254,25 +258,45 @@ impl Endpoint {
         self.progress_conns(now);
     }
 
-    /// The dial of `conn` failed; the endpoint retries or declares the peer failed.
-    pub fn on_connect_failed(&mut self, conn: ConnId, why: ConnectFailure, now: Duration) {
-        let Some(c) = self.conns.get(&conn) else {
-            return;
-        };
-        let Some(peer) = c.peer else { return };
+    /// The dial of `conn` failed; the endpoint retries or declares the peer failed. Returns
+    /// an error when this process is out of descriptors and holds no connection it could
+    /// close to make room: retrying would only spin, so the program should hear the cause.
+    pub fn on_connect_failed(
+        &mut self,
+        conn: ConnId,
+        why: ConnectFailure,
+        now: Duration,
+    ) -> Option<super::EndpointError> {
+        let c = self.conns.get(&conn)?;
+        let peer = c.peer?;
         self.forget(conn);
-        self.connect_failed(peer, why, now);
+        self.connect_failed(peer, why, now)
     }
 
-    fn connect_failed(&mut self, peer: usize, why: ConnectFailure, now: Duration) {
+    fn connect_failed(
+        &mut self,
+        peer: usize,
+        why: ConnectFailure,
+        now: Duration,
+    ) -> Option<super::EndpointError> {
         let timeout = self.cfg.connect_timeout;
         let p = &mut self.peers[peer];
         match why {
-            ConnectFailure::OutOfDescriptors(_) => {
+            ConnectFailure::OutOfDescriptors(cause) => {
                 p.retry_at = Some(now + FIRST_BACKOFF);
                 self.evict_one();
+                let closing = self.conns.values().any(|c| c.phase == Phase::ClosingSent);
+                if !closing {
+                    return Some(self.error(super::ErrorKind::Exhausted, "connect", peer, cause));
+                }
             }
-            ConnectFailure::Unreachable(cause) => {
+            ConnectFailure::Refused(cause) if self.cfg.refused_is_dead => {
+                self.mark_dead(
+                    peer,
+                    format!("{cause}: its listener is gone (the process ended)"),
+                );
+            }
+            ConnectFailure::Refused(cause) | ConnectFailure::Unreachable(cause) => {
                 let first = *p.first_failure.get_or_insert(now);
                 if now.saturating_sub(first) >= timeout {
                     self.mark_dead(
@@ -281,12 +305,13 @@ impl Endpoint {
                             "cannot connect within {timeout:?} (tcp.connect_timeout_ms): {cause}"
                         ),
                     );
-                    return;
+                    return None;
                 }
                 p.retry_at = Some(now + p.backoff);
                 p.backoff = (p.backoff * 2).min(MAX_BACKOFF);
             }
         }
+        None
     }
 
     /// The driver accepted a connection; it is a stranger until its `Hello` checks out.
@@ -324,7 +349,7 @@ impl Endpoint {
                 // A peer that is ending drops connections it cannot identify yet; a wrong
                 // secret fails every attempt: retried until the connect timeout decides.
                 let now = self.now;
-                self.connect_failed(
+                let _ = self.connect_failed(
                     p,
                     ConnectFailure::Unreachable(format!(
                         "{what} during the handshake (wrong job secret?)"
@@ -341,11 +366,16 @@ impl Endpoint {
     }
 
     /// The driver found a fault on `conn` that is not the peer's death (garbage, a frame that
-    /// cannot be allocated, an unknown stranger): the connection is dropped. An authenticated
-    /// peer that breaks the protocol is treated as failed, since its messages can no longer be
-    /// trusted to arrive.
+    /// cannot be allocated, an unknown stranger): the connection is dropped, and costs no more
+    /// than itself (T8) while nothing was in flight on it. An authenticated peer whose
+    /// connection breaks with requests outstanding or a frame half read is treated as failed,
+    /// since those messages can no longer be trusted to arrive.
     pub fn on_conn_fault(&mut self, conn: ConnId, cause: String) {
-        let peer = self.conns.get(&conn).and_then(|c| c.peer);
+        let Some(c) = self.conns.get(&conn) else {
+            return;
+        };
+        let busy = c.outstanding > 0 || c.reading.is_some();
+        let peer = c.peer.filter(|_| busy);
         self.drop_conn(conn, peer, cause);
     }
 
@@ -356,6 +386,12 @@ impl Endpoint {
             Some(p) => self.mark_dead(p, format!("protocol violation: {cause}")),
             None => self.counters.strangers += 1,
         }
+    }
+
+    /// The driver is short of descriptors (an accept failed): the least recently used idle
+    /// connection starts to close.
+    pub fn evict_idle(&mut self) {
+        self.evict_one();
     }
 
     /// Starts closing the least recently used quiescent connection (T2), one at a time.
@@ -435,11 +471,13 @@ impl Endpoint {
             self.forget(id);
             self.actions.push_back(Action::Drop(id));
             match peer {
-                Some(p) => self.connect_failed(
-                    p,
-                    ConnectFailure::Unreachable("connect timed out".into()),
-                    now,
-                ),
+                Some(p) => {
+                    let _ = self.connect_failed(
+                        p,
+                        ConnectFailure::Unreachable("connect timed out".into()),
+                        now,
+                    );
+                }
                 None => self.counters.strangers += 1,
             }
         }
@@ -460,6 +498,13 @@ impl Endpoint {
                     self.cfg.rank,
                     self.cfg.size,
                 ) {
+                    Ok(p) if self.cfg.is_excluded(p) => {
+                        self.drop_conn(
+                            conn,
+                            None,
+                            format!("rank {p} is served by another transport"),
+                        );
+                    }
                     Ok(p) if matches!(self.peers[p].status, PeerStatus::Dead { .. }) => {
                         // Its late connection (still in our backlog when it died) brings
                         // nothing a receive may take any more.
@@ -553,6 +598,9 @@ impl Endpoint {
                     self.peers[peer].status = PeerStatus::Finished {
                         after_failure_of: after,
                     };
+                    if let Some(x) = after.filter(|&x| x != peer) {
+                        self.first_failed.get_or_insert(x);
+                    }
                 }
                 // Both said goodbye, or the peer did: once what is queued is written this side
                 // closes too (the peer reads until it sees the end of the stream).

@@ -24,6 +24,9 @@ pub(crate) struct Posted {
     pub op: RecvId,
     pub peer: usize,
     pub state: RecvState,
+    /// The program gave the receive up: its message is still taken (its serial is spent, so
+    /// nobody else can receive it, and its sender must be able to free it) and thrown away.
+    pub abandoned: bool,
 }
 
 impl Endpoint {
@@ -60,6 +63,7 @@ impl Endpoint {
                 op,
                 peer,
                 state: RecvState::Waiting,
+                abandoned: false,
             },
         );
         self.recv_ids.insert(op, arrival);
@@ -96,11 +100,20 @@ impl Endpoint {
         None
     }
 
-    /// The program gave up receive `op` (its exchange failed); a payload on its way to it is
-    /// discarded.
+    /// The program gave up receive `op` (its exchange failed): nothing is written into its
+    /// buffer any more and it is never reported. Its message is still taken and thrown away
+    /// when it comes (pulled if it waits in the sender's outbox), so that the sender's outbox
+    /// frees and the flow's later messages are not held up.
     pub fn abandon_recv(&mut self, op: RecvId) {
+        // A completion already queued is not reported either (its message is consumed).
+        self.actions.retain(|a| match a {
+            Action::RecvDone { op: o, .. } | Action::Failed(OpRef::Recv(o), _) => *o != op,
+            _ => true,
+        });
         if let Some(a) = self.recv_ids.remove(&op) {
-            self.posted.remove(&a);
+            if let Some(p) = self.posted.get_mut(&a) {
+                p.abandoned = true;
+            }
         }
     }
 
@@ -129,9 +142,11 @@ impl Endpoint {
             Ok(None) => self.want_get.push_back(arrival),
             Err(e) => {
                 if let Some(p) = self.posted.remove(&arrival) {
-                    self.recv_ids.remove(&p.op);
                     self.remote.remove(&arrival);
-                    self.actions.push_back(Action::Failed(OpRef::Recv(p.op), e));
+                    if !p.abandoned {
+                        self.recv_ids.remove(&p.op);
+                        self.actions.push_back(Action::Failed(OpRef::Recv(p.op), e));
+                    }
                 }
             }
         }
@@ -155,6 +170,11 @@ impl Endpoint {
 
     /// A message of `peer` waits in its outbox (ANNOUNCE, or our own REFUSE).
     pub(crate) fn on_remote(&mut self, arrival: Arrival, now: Duration) {
+        if self.finishing.as_ref().is_some_and(|f| f.done) {
+            // Nothing can be received any more (a late announcement for a receive the program
+            // gave up): not recorded.
+            return;
+        }
         self.remote.insert(arrival, false);
         if self
             .posted
@@ -194,6 +214,9 @@ impl Endpoint {
         if let Some(p) = self.posted.get_mut(&arrival) {
             if p.state != RecvState::Receiving {
                 p.state = RecvState::Receiving;
+                if p.abandoned {
+                    return Ok(Sink::Discard(len));
+                }
                 return Ok(Sink::Recv(p.op, len));
             }
         }
@@ -223,7 +246,7 @@ impl Endpoint {
         match landed {
             // A receive abandoned while its payload was read has nothing to complete.
             Landed::Direct => {
-                if let Some(p) = self.posted.remove(&arrival) {
+                if let Some(p) = self.posted.remove(&arrival).filter(|p| !p.abandoned) {
                     self.recv_ids.remove(&p.op);
                     self.actions.push_back(Action::RecvDone {
                         op: p.op,
@@ -235,7 +258,17 @@ impl Endpoint {
             // A TRY without room is refused (and pulled once its receive is posted, which may
             // have happened while the payload was read); a GET answer whose receive was
             // abandoned is consumed.
-            Landed::Discarded => refuse = h.ty == FrameType::Try,
+            Landed::Discarded => {
+                if self.posted.get(&arrival).is_some_and(|p| p.abandoned) {
+                    // Taken for a receive the program gave up: consumed, never refused.
+                    self.posted.remove(&arrival);
+                } else {
+                    refuse = h.ty == FrameType::Try;
+                }
+            }
+            Landed::Owned(_) if self.posted.get(&arrival).is_some_and(|p| p.abandoned) => {
+                self.posted.remove(&arrival);
+            }
             Landed::Owned(v) => {
                 if let Some(p) = self.posted.remove(&arrival) {
                     // Posted while the payload was on its way.
@@ -245,6 +278,8 @@ impl Endpoint {
                         data: Some(v),
                         len,
                     });
+                } else if self.finishing.as_ref().is_some_and(|f| f.done) {
+                    // Nothing can be received any more: consumed.
                 } else if h.ty == FrameType::Try {
                     match self.inbox.insert(arrival, v) {
                         Ok(()) => {}
@@ -282,7 +317,7 @@ impl Endpoint {
             serial: h.serial,
         };
         self.remote.remove(&arrival);
-        if let Some(p) = self.posted.remove(&arrival) {
+        if let Some(p) = self.posted.remove(&arrival).filter(|p| !p.abandoned) {
             self.recv_ids.remove(&p.op);
             let e = self.error(
                 ErrorKind::Protocol,

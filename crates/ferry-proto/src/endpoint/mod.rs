@@ -33,6 +33,7 @@
 //! failed is reported as "ended after rank X failed". Nothing fails because it waited long.
 
 mod conn;
+mod failure;
 mod inbox;
 mod input;
 mod outbox;
@@ -212,6 +213,12 @@ pub enum ErrorKind {
     Protocol,
     /// The program's request cannot be carried out (peer out of range, message too large).
     Invalid,
+    /// The program gave up waiting for the peer (an operation timeout): messages it did not
+    /// take are reported, not waited for.
+    Timeout,
+    /// This process is out of a local resource (descriptors) and nothing it holds can be
+    /// released to make room: back-pressure, not a failed peer.
+    Exhausted,
 }
 
 /// Static settings of an endpoint.
@@ -249,6 +256,13 @@ pub struct EndpointConfig {
     pub linger: Duration,
     /// The job secret exchanged in the handshake (T8).
     pub secret: Arc<Vec<u8>>,
+    /// Ranks this endpoint does not serve (another transport reaches them): their `Hello` is
+    /// rejected. Empty: none.
+    pub excluded: Vec<bool>,
+    /// A refused dial means the peer's process ended (its listener is gone), rather than a
+    /// peer that has not started listening yet: true where addresses come from listeners
+    /// that were bound before they were published (launcher mode).
+    pub refused_is_dead: bool,
 }
 
 impl EndpointConfig {
@@ -269,7 +283,14 @@ impl EndpointConfig {
             probe_after: Duration::from_millis(100),
             linger: Duration::from_millis(500),
             secret: Arc::new(secret.to_vec()),
+            excluded: Vec::new(),
+            refused_is_dead: false,
         }
+    }
+
+    /// Whether `peer` is served by another transport.
+    pub fn is_excluded(&self, peer: usize) -> bool {
+        self.excluded.get(peer).copied().unwrap_or(false)
     }
 }
 
@@ -396,6 +417,15 @@ pub struct Endpoint {
     pub(crate) timeout_ran: Option<Duration>,
     /// The latest time the driver told (for events that carry none).
     pub(crate) now: Duration,
+    /// The first rank seen to fail (directly, or named by a peer's goodbye): the goodbye of
+    /// this rank names it unless [`Endpoint::finish`] is told otherwise.
+    pub(crate) first_failed: Option<usize>,
+    /// Peers an operation timed out on: finish neither waits for them to take messages nor
+    /// lingers for them to close.
+    pub(crate) gave_up: Vec<bool>,
+    /// This rank survives peer failures (a fault-tolerant layer is in use): its goodbye
+    /// names no failure, since a failure is not why it ends.
+    pub(crate) tolerant: bool,
     #[doc(hidden)]
     pub mutations: Mutations,
 }
@@ -404,6 +434,7 @@ impl Endpoint {
     /// A fresh endpoint: no connections, every peer alive.
     pub fn new(cfg: EndpointConfig) -> Endpoint {
         let peers = (0..cfg.size).map(|_| conn::Peer::new()).collect();
+        let gave_up = vec![false; cfg.size];
         Endpoint {
             inbox: EarlyArrivals::new(cfg.inbox_messages, cfg.inbox_bytes),
             cfg,
@@ -430,6 +461,9 @@ impl Endpoint {
             counters: Counters::default(),
             timeout_ran: None,
             now: Duration::ZERO,
+            first_failed: None,
+            gave_up,
+            tolerant: false,
             mutations: Mutations::default(),
         }
     }
@@ -507,6 +541,57 @@ impl Endpoint {
         self.inbox.retain(|a| a.key.generation >= generation);
     }
 
+    /// Forgets the flows whose key `retired` selects (their group or container ended), like
+    /// [`Endpoint::retire_generations_before`] for an arbitrary set of flows.
+    pub fn retire_where(&mut self, retired: impl Fn(&MsgKey) -> bool) {
+        self.flows.retire_where(&retired);
+        self.overflow.retain(|a, _| !retired(&a.key));
+        self.remote.retain(|a, _| !retired(&a.key));
+        self.inbox.retain(|a| !retired(&a.key));
+    }
+
+    /// Flow counters held (bounded-state checks).
+    pub fn flow_count(&self) -> usize {
+        self.flows.len()
+    }
+
+    /// The first rank this endpoint saw fail, directly or named by a peer's goodbye.
+    pub fn first_failure(&self) -> Option<usize> {
+        self.first_failed
+    }
+
+    /// This rank survives the failure of peers (a fault-tolerant layer handles them): a
+    /// failure it saw is no longer the reason it ends, so its goodbye names none and peers do
+    /// not report "ended after rank X failed" for it.
+    pub fn tolerate_failures(&mut self) {
+        self.tolerant = true;
+    }
+
+    /// An operation of the program gave up waiting for `peer` (operation timeout): the end of
+    /// this rank neither waits for it to take its messages nor lingers for it.
+    pub fn give_up(&mut self, peer: usize) {
+        if let Some(g) = self.gave_up.get_mut(peer) {
+            *g = true;
+        }
+    }
+
+    /// Whether the endpoint still uses connection `conn` (the driver stops reading one it
+    /// was told to close or drop).
+    pub fn is_live(&self, conn: ConnId) -> bool {
+        self.conns.contains_key(&conn)
+    }
+
+    /// The only connection with `peer`, if there is exactly one and it is established: a
+    /// driver waiting for that peer alone may read its socket directly.
+    pub fn sole_conn(&self, peer: usize) -> Option<ConnId> {
+        let p = self.peers.get(peer)?;
+        if p.n_conns != 1 {
+            return None;
+        }
+        let c = p.conn?;
+        (self.conns.get(&c)?.phase == Phase::Open).then_some(c)
+    }
+
     /// The earliest time [`Endpoint::handle_timeout`] wants to run, if any.
     pub fn poll_timeout(&self) -> Option<Duration> {
         let mut t: Option<Duration> = None;
@@ -519,7 +604,7 @@ impl Endpoint {
                 _ => {}
             }
         }
-        if !self.announced.is_empty() && self.posted.is_empty() {
+        if !self.announced.is_empty() && !self.waits_for_receive() {
             let grace = self.grace();
             for id in self.announced.values() {
                 if let Some(m) = self.outbox.get(id) {
@@ -588,13 +673,22 @@ impl Endpoint {
         }
     }
 
+    /// Whether a receive the program still wants is posted (abandoned ones that only wait to
+    /// consume their message do not hold back rendezvous copies).
+    pub(crate) fn waits_for_receive(&self) -> bool {
+        !self.posted.is_empty() && self.posted.values().any(|p| !p.abandoned)
+    }
+
     /// Peers this rank waits for: sources of waiting receives, receivers of outbox messages
     /// and of sends that wait for room.
     pub(crate) fn waited_peers(&self) -> Vec<usize> {
         let mut v: Vec<usize> = self
             .posted
             .values()
-            .filter(|p| p.state == inbox::RecvState::Waiting)
+            // A GET sent on a connection that broke during its handshake is lost with it:
+            // such a receive keeps the peer watched too (re-dialled, probed), so that its
+            // death is noticed.
+            .filter(|p| p.state != inbox::RecvState::Receiving)
             .map(|p| p.peer)
             .chain(self.outbox.keys().map(|k| k.0))
             .chain(self.waiting_sends.iter().map(|w| w.peer))
@@ -604,153 +698,5 @@ impl Endpoint {
         v.sort_unstable();
         v.dedup();
         v
-    }
-
-    // ----- errors -----
-
-    pub(crate) fn error(
-        &self,
-        kind: ErrorKind,
-        op: &'static str,
-        peer: usize,
-        cause: String,
-    ) -> EndpointError {
-        EndpointError {
-            kind,
-            rank: self.cfg.rank,
-            op,
-            peer,
-            origin: peer,
-            cause,
-        }
-    }
-
-    /// The error for an operation `op` with a peer that is gone, or `None` if it is alive.
-    pub(crate) fn peer_gone(&self, op: &'static str, peer: usize) -> Option<EndpointError> {
-        let (origin, cause) = match &self.peers.get(peer)?.status {
-            PeerStatus::Alive => return None,
-            PeerStatus::Finished {
-                after_failure_of: Some(x),
-            } => (*x, format!("rank {peer} ended after rank {x} failed")),
-            PeerStatus::Finished {
-                after_failure_of: None,
-            } => (
-                peer,
-                format!("rank {peer} already finished (orderly shutdown)"),
-            ),
-            PeerStatus::Dead { cause } => (peer, format!("rank {peer} failed: {cause}")),
-        };
-        Some(EndpointError {
-            origin,
-            ..self.error(ErrorKind::PeerFailed, op, peer, cause)
-        })
-    }
-
-    pub(crate) fn check_peer(&self, peer: usize, op: &'static str) -> Result<(), EndpointError> {
-        if peer >= self.cfg.size {
-            return Err(self.error(
-                ErrorKind::Invalid,
-                op,
-                peer,
-                format!("rank {peer} does not exist ({} ranks)", self.cfg.size),
-            ));
-        }
-        Ok(())
-    }
-
-    /// Marks `peer` failed and fails every operation that waits for it.
-    pub(crate) fn mark_dead(&mut self, peer: usize, cause: String) {
-        if self.peers[peer].status == PeerStatus::Alive {
-            self.peers[peer].status = PeerStatus::Dead { cause };
-            // Whatever else it still has in flight on other connections is not taken.
-            let mut ids: Vec<ConnId> = self
-                .conns
-                .iter()
-                .filter(|(_, c)| c.peer == Some(peer))
-                .map(|(&id, _)| id)
-                .collect();
-            ids.sort_unstable();
-            for id in ids {
-                self.forget(id);
-                self.actions.push_back(Action::Drop(id));
-            }
-            self.fail_ops_with(peer);
-        }
-    }
-
-    /// Fails the operations that wait for `peer`, which is gone (dead, or finished with
-    /// nothing more to deliver).
-    pub(crate) fn fail_ops_with(&mut self, peer: usize) {
-        let Some(e) = self.peer_gone("send", peer) else {
-            return;
-        };
-        // Sends: waiting for room or for a GET from the gone peer.
-        let mut failed = Vec::new();
-        self.waiting_sends.retain(|w| {
-            let keep = w.peer != peer;
-            if !keep {
-                failed.push(w.op);
-            }
-            keep
-        });
-        let announced: Vec<SendId> = self
-            .announced
-            .iter()
-            .filter(|(_, id)| id.0 == peer)
-            .map(|(op, _)| *op)
-            .collect();
-        for op in announced {
-            if let Some(id) = self.announced.remove(&op) {
-                self.outbox.remove(&id);
-            }
-            failed.push(op);
-        }
-        // Messages the gone peer can no longer take leave the outbox (they would block its
-        // room for live peers); finish reports them lost. A peer that said goodbye on one
-        // connection may still answer on another, so its entries wait for that to close.
-        let mut lost = 0;
-        let still = self.may_still_deliver(peer);
-        let mut freed = 0;
-        self.outbox.retain(|id, m| {
-            let keep = id.0 != peer || still;
-            if !keep {
-                lost += 1;
-                if m.data.is_some() {
-                    freed += m.len;
-                }
-            }
-            keep
-        });
-        self.outbox_bytes -= freed;
-        if lost > 0 {
-            *self.lost.entry(peer).or_insert(0) += lost;
-        }
-        failed.sort_unstable();
-        for op in failed {
-            self.actions
-                .push_back(Action::Failed(OpRef::Send(op), e.clone()));
-        }
-        if still {
-            return;
-        }
-        let e = EndpointError { op: "recv", ..e };
-        let mut recvs: Vec<(Arrival, RecvId)> = self
-            .posted
-            .iter()
-            .filter(|(a, p)| a.source == peer && p.state != inbox::RecvState::Receiving)
-            .map(|(a, p)| (*a, p.op))
-            .collect();
-        recvs.sort_unstable_by_key(|r| r.1);
-        for (a, op) in recvs {
-            // A message of the gone peer that already arrived is still delivered.
-            if self.inbox.contains(&a) || self.overflow.contains_key(&a) {
-                continue;
-            }
-            self.posted.remove(&a);
-            self.recv_ids.remove(&op);
-            self.remote.remove(&a);
-            self.actions
-                .push_back(Action::Failed(OpRef::Recv(op), e.clone()));
-        }
     }
 }

@@ -191,6 +191,10 @@ impl Endpoint {
             return Ok(false);
         };
         if let Some(p) = self.posted.remove(&arrival) {
+            if p.abandoned {
+                // Consumed by the receive the program gave up.
+                return Ok(true);
+            }
             self.recv_ids.remove(&p.op);
             self.actions.push_back(Action::RecvDone {
                 op: p.op,
@@ -298,7 +302,7 @@ impl Endpoint {
     /// sends complete (blocking sends in a cycle never deadlock). Only while this rank waits
     /// for no receive of its own and the receiver is not pulling (no GET within the grace).
     pub(crate) fn rndv_copies(&mut self, now: Duration, bufs: &dyn SendBuffers) {
-        if self.announced.is_empty() || !self.posted.is_empty() {
+        if self.announced.is_empty() || self.waits_for_receive() {
             return;
         }
         let grace = self.grace();
@@ -375,6 +379,13 @@ impl Endpoint {
         self.transmit(conn, d, payload);
     }
 
+    /// Bytes of a zero-copy DATA frame moved (the receiver is pulling): the rendezvous grace
+    /// of the other announced messages starts again, so they stay in place instead of being
+    /// copied while the receiver works through them.
+    pub fn on_data_moved(&mut self, now: Duration) {
+        self.last_get = self.last_get.max(now);
+    }
+
     /// The zero-copy DATA frame of send `op` was written completely: the send is done.
     pub fn on_op_written(&mut self, op: SendId, now: Duration) {
         self.last_get = now;
@@ -386,13 +397,83 @@ impl Endpoint {
         }
     }
 
-    /// The program gave up send `op` (its exchange failed): a GET for it is answered MISS.
-    pub fn abandon_send(&mut self, op: SendId) {
-        self.waiting_sends.retain(|w| w.op != op);
+    /// The program gave up send `op` (its exchange failed) while `bufs` still holds its bytes:
+    /// from now on nothing refers to the program's buffer. A message still waiting for a GET
+    /// or for room is copied into the outbox (its serial is spent: leaving it out would hold
+    /// up every later message of the flow at a live receiver); one whose zero-copy DATA is
+    /// being written stays with the driver, which must copy that frame's payload too.
+    pub fn abandon_send(&mut self, op: SendId, bufs: &dyn SendBuffers) {
+        // A completion already queued is not reported either.
+        self.actions.retain(|a| match a {
+            Action::SendDone(o) | Action::Failed(OpRef::Send(o), _) => *o != op,
+            _ => true,
+        });
+        let bytes = bufs.bytes(op);
+        // Zero-copy DATA the driver has not taken yet goes out as a copy.
+        if let Some(b) = bytes {
+            for a in self.actions.iter_mut() {
+                if let Action::Transmit { payload, .. } = a {
+                    if matches!(payload, Payload::Op(o, len) if *o == op && *len == b.len()) {
+                        *payload = Payload::Shared(Arc::new(b.to_vec()));
+                    }
+                }
+            }
+        }
+        let waiting = self.waiting_sends.iter().position(|w| w.op == op);
+        if let Some(w) = waiting.and_then(|i| self.waiting_sends.remove(i)) {
+            if let (Some(b), true) = (bytes, w.peer == self.cfg.rank) {
+                // To itself, waiting for inbox room: kept with the never-refused arrivals.
+                let arrival = Arrival {
+                    source: w.peer,
+                    key: w.key,
+                    serial: w.serial,
+                };
+                match self.posted.remove(&arrival) {
+                    Some(p) if p.abandoned => {}
+                    Some(p) => {
+                        self.recv_ids.remove(&p.op);
+                        self.actions.push_back(Action::RecvDone {
+                            op: p.op,
+                            data: Some(b.to_vec()),
+                            len: w.len,
+                        });
+                    }
+                    None => {
+                        self.overflow.insert(arrival, b.to_vec());
+                    }
+                }
+            } else if let Some(b) = bytes {
+                let id = (w.peer, w.key, w.serial);
+                self.outbox.insert(
+                    id,
+                    OutMsg {
+                        data: Some(Arc::new(b.to_vec())),
+                        op: None,
+                        len: w.len,
+                        state: OutState::Unsent,
+                        since: self.now,
+                    },
+                );
+                self.outbox_bytes += w.len;
+                self.unsent.push_back(id);
+            }
+        }
         if let Some(id) = self.announced.remove(&op) {
-            if let Some(m) = self.outbox.get(&id) {
-                if m.state != OutState::Served {
-                    self.outbox.remove(&id);
+            if let Some(m) = self.outbox.get_mut(&id) {
+                if m.state == OutState::Served {
+                    m.op = None;
+                    return;
+                }
+                match bytes {
+                    Some(b) if b.len() == m.len => {
+                        m.data = Some(Arc::new(b.to_vec()));
+                        m.op = None;
+                        self.outbox_bytes += m.len;
+                    }
+                    _ => {
+                        // Without its bytes a GET is answered MISS.
+                        self.outbox.remove(&id);
+                    }
                 }
             }
         }

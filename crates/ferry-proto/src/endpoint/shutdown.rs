@@ -28,7 +28,7 @@ impl Endpoint {
     pub fn finish(&mut self, blame: Option<usize>, now: Duration) {
         if self.finishing.is_none() {
             self.finishing = Some(Finish {
-                blame,
+                blame: blame.or(self.first_failed).filter(|_| !self.tolerant),
                 linger_until: None,
                 result: None,
                 done: false,
@@ -53,8 +53,25 @@ impl Endpoint {
     /// Whether the outbox still holds messages that a live peer may take.
     pub fn owes_live_peers(&self) -> bool {
         self.outbox.keys().any(|&(p, _, _)| {
-            self.peers[p].status == PeerStatus::Alive || self.may_still_deliver(p)
+            !self.gave_up[p]
+                && (self.peers[p].status == PeerStatus::Alive || self.may_still_deliver(p))
         })
+    }
+
+    /// Live peers (not given up on) that still have to take messages of this rank.
+    pub fn owed_peers(&self) -> Vec<usize> {
+        let mut v: Vec<usize> = self
+            .outbox
+            .keys()
+            .map(|k| k.0)
+            .filter(|&p| {
+                !self.gave_up[p]
+                    && (self.peers[p].status == PeerStatus::Alive || self.may_still_deliver(p))
+            })
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
     }
 
     pub(crate) fn advance_finish(&mut self, now: Duration) {
@@ -82,10 +99,13 @@ impl Endpoint {
                         ..e
                     },
                     None => self.error(
-                        ErrorKind::PeerFailed,
+                        ErrorKind::Timeout,
                         "finish",
                         p,
-                        format!("rank {p} did not take {n} messages"),
+                        format!(
+                            "{n} messages to rank {p} were not taken: an operation already \
+                             timed out waiting for it (general.operation_timeout_ms)"
+                        ),
                     ),
                 }),
             };
@@ -96,6 +116,10 @@ impl Endpoint {
             }
         }
         let over = self.conns.is_empty()
+            || self
+                .conns
+                .values()
+                .all(|c| c.peer.is_some_and(|p| self.gave_up[p]))
             || self
                 .finishing
                 .as_ref()
@@ -116,6 +140,7 @@ impl Endpoint {
             self.overflow.clear();
             self.remote.clear();
             self.want_get.clear();
+            self.posted.retain(|_, p| !p.abandoned);
         }
     }
 

@@ -225,7 +225,7 @@ impl ShmTransport {
                 self.flush_abort(l);
             }
         }
-        if err.is_peer_failure() {
+        if err.is_peer_failure() && !self.tolerant {
             if let Some(peer) = err.peer().filter(|&p| p != self.rank) {
                 let _ = self.seg.blame(self.me).compare_exchange(
                     0,

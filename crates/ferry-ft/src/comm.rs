@@ -1,0 +1,488 @@
+//! The communicator: members, generation, modes, and the operations on it.
+
+use std::cell::RefCell;
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::rc::Rc;
+use std::time::Duration;
+
+use ferry_coll::{Group, ReduceOp};
+use ferry_core::{
+    Element, Error, ErrorKind, Exchange, MsgKey, MsgKind, Result, Stats, Transport, WaitPolicy,
+};
+
+use crate::engine::{Engine, Interest, FT_GENERATION_BASE, MAX_GENERATIONS};
+use crate::{FailureMode, MessageMode, Options};
+
+/// Exit status of a rank that ends the job because of a failure in ABORT mode.
+pub const ABORT_EXIT_CODE: i32 = 70;
+
+/// A fault-tolerant communicator (see the crate doc): a group of world ranks, a generation
+/// and the modes that say what happens when a member fails.
+///
+/// Every member calls the same collectives, agreements and recoveries in the same order.
+/// A communicator replaced by [`Communicator::shrink`] or [`Communicator::recover`] refuses
+/// further operations; use the new one. All communicators of a process share its transport.
+pub struct Communicator {
+    eng: Rc<RefCell<Engine>>,
+    opts: Options,
+    generation: u32,
+    /// World rank of each communicator rank (BLANK: gaps included).
+    members: Vec<usize>,
+    /// BLANK: world ranks that are gaps of this communicator.
+    gaps: BTreeSet<usize>,
+    /// The live members, for the collectives (message generation of this communicator).
+    group: Group,
+    my_index: usize,
+}
+
+/// Message generation of communicator generation `g` (control traffic uses the base itself).
+fn message_generation(g: u32) -> u32 {
+    FT_GENERATION_BASE + 1 + g
+}
+
+impl Communicator {
+    /// A communicator over every rank of the job, generation 0, taking over `transport`.
+    ///
+    /// Fails with [`ErrorKind::Unsupported`] for REBUILD (respawning ranks is issue 08; it
+    /// needs `ferry run --respawn`) and, on the mpi backend, for every mode but ABORT (Open
+    /// MPI 4 as packaged has no ULFM: a failed rank takes the MPI job down).
+    pub fn new(mut transport: Box<dyn Transport>, opts: Options) -> Result<Communicator> {
+        let me = transport.rank();
+        let size = transport.size();
+        if opts.failure == FailureMode::Rebuild {
+            return Err(Error::new(ErrorKind::Unsupported, "communicator")
+                .on_rank(me)
+                .with_detail(
+                    "failure mode REBUILD replaces dead ranks by new processes: respawn is \
+                     issue 08 and needs `ferry run --respawn`, which this build does not have; \
+                     use SHRINK or BLANK",
+                ));
+        }
+        let plain = transport.name() == "mpi";
+        if plain && opts.failure != FailureMode::Abort {
+            return Err(Error::new(ErrorKind::Unsupported, "communicator")
+                .on_rank(me)
+                .with_detail(format!(
+                    "failure mode {:?} needs ULFM, which the MPI library of the mpi backend \
+                     does not provide (Open MPI 4): only ABORT is available there; use the \
+                     tcp, shm or hybrid backend for fault-tolerant communicators",
+                    opts.failure
+                )));
+        }
+        if opts.failure != FailureMode::Abort {
+            transport.tolerate_failures();
+        }
+        let members: Vec<usize> = (0..size).collect();
+        let group = Group::new(members.clone(), message_generation(0))?;
+        let eng = Engine::new(transport, FT_GENERATION_BASE, members.clone(), plain);
+        Ok(Communicator {
+            eng: Rc::new(RefCell::new(eng)),
+            opts,
+            generation: 0,
+            members,
+            gaps: BTreeSet::new(),
+            group,
+            my_index: me,
+        })
+    }
+
+    /// This rank's rank in the communicator (changes with SHRINK).
+    pub fn rank(&self) -> usize {
+        self.my_index
+    }
+
+    /// Number of ranks of the communicator (BLANK: gaps included).
+    pub fn size(&self) -> usize {
+        self.members.len()
+    }
+
+    /// Number of members not known to be a gap or failed.
+    pub fn live_size(&self) -> usize {
+        let eng = self.eng.borrow();
+        self.members
+            .iter()
+            .filter(|r| !self.gaps.contains(r) && !eng.failed.contains(r))
+            .count()
+    }
+
+    /// This process's world rank.
+    pub fn world_rank(&self) -> usize {
+        self.members[self.my_index]
+    }
+
+    /// World rank of each communicator rank.
+    pub fn members(&self) -> &[usize] {
+        &self.members
+    }
+
+    /// World ranks of the members that are gaps (BLANK) or known to have failed.
+    pub fn failed_members(&self) -> Vec<usize> {
+        let eng = self.eng.borrow();
+        self.members
+            .iter()
+            .copied()
+            .filter(|r| self.gaps.contains(r) || eng.failed.contains(r))
+            .collect()
+    }
+
+    /// Generation: 0 for the first communicator, one more after each recovery.
+    pub fn generation(&self) -> u32 {
+        self.generation
+    }
+
+    /// The modes.
+    pub fn options(&self) -> Options {
+        self.opts
+    }
+
+    /// Switches the all-or-nothing rule for the following collectives; every member must
+    /// switch it at the same point (between the same two collectives).
+    pub fn set_all_or_nothing(&mut self, on: bool) {
+        self.opts.all_or_nothing = on;
+    }
+
+    /// Whether this communicator was revoked (by any member).
+    pub fn is_revoked(&self) -> bool {
+        self.eng.borrow().revoked.contains(&self.generation)
+    }
+
+    /// The backend's name.
+    pub fn backend(&self) -> &'static str {
+        self.eng.borrow().t.name()
+    }
+
+    /// The transport underneath, bypassing every fault-tolerance rule (measurements and
+    /// diagnostics, e.g. timing a plain collective against this communicator's in one run).
+    /// Messages sent through it must not use this family's generations
+    /// ([`crate::FT_GENERATION_BASE`] and up).
+    pub fn raw_transport(&self) -> std::cell::RefMut<'_, Box<dyn Transport>> {
+        std::cell::RefMut::map(self.eng.borrow_mut(), |e| &mut e.t)
+    }
+
+    /// Communication statistics of the transport.
+    pub fn stats(&self) -> Stats {
+        self.eng.borrow().t.stats()
+    }
+
+    /// Failure of the current operation: ABORT ends the process (the job, with the other
+    /// ranks doing the same), the other modes return the error.
+    fn fail(&self, eng: &mut Engine, e: Error) -> Error {
+        if self.opts.failure == FailureMode::Abort
+            && (e.is_peer_failure() || e.kind() == ErrorKind::Revoked)
+        {
+            eng.tell_abort(e.peer());
+            abort_job(&e);
+        }
+        e
+    }
+
+    fn check_current(&self, op: &'static str, eng: &Engine) -> Result<()> {
+        if eng.generation != self.generation {
+            return Err(Error::new(ErrorKind::Revoked, op)
+                .on_rank(eng.me)
+                .with_detail(format!(
+                    "communicator generation {} was replaced by generation {}",
+                    self.generation, eng.generation
+                )));
+        }
+        Ok(())
+    }
+
+    /// Live members other than this rank.
+    fn others(&self) -> Vec<usize> {
+        self.group
+            .members()
+            .iter()
+            .copied()
+            .filter(|&r| r != self.world_rank())
+            .collect()
+    }
+
+    fn interest(&self, op: &'static str, peers: &[usize]) -> Interest {
+        let ranks = match self.opts.message {
+            MessageMode::Cont if self.opts.failure != FailureMode::Abort => peers.to_vec(),
+            _ => self.others(),
+        };
+        Interest {
+            generation: self.generation,
+            ranks,
+            op,
+            revocable: true,
+            timeout: true,
+        }
+    }
+
+    /// World rank of communicator rank `r` for an operation `op`: out of range and BLANK gaps
+    /// are refused at once.
+    fn peer(&self, r: usize, op: &'static str) -> Result<usize> {
+        let me = self.world_rank();
+        let Some(&w) = self.members.get(r) else {
+            return Err(Error::invalid(
+                op,
+                format!("rank {r} out of range 0..{}", self.members.len()),
+            )
+            .on_rank(me));
+        };
+        if self.gaps.contains(&w) {
+            return Err(Error::invalid(
+                op,
+                format!("invalid rank: rank {r} is a gap (world rank {w} failed)"),
+            )
+            .on_rank(me)
+            .with_peer(w));
+        }
+        Ok(w)
+    }
+
+    fn key(&self, tag: u32) -> MsgKey {
+        MsgKey::new(message_generation(self.generation), MsgKind::USER, tag)
+    }
+
+    /// Runs `ex` with `peers` (world ranks) under the failure rules of this communicator.
+    fn run(&self, op: &'static str, peers: &[usize], ex: &mut Exchange<'_>) -> Result<()> {
+        let mut eng = self.eng.borrow_mut();
+        self.check_current(op, &eng)?;
+        let interest = self.interest(op, peers);
+        if let Some(e) = eng.interruption(&interest) {
+            return Err(self.fail(&mut eng, e));
+        }
+        let res = eng.drive(ex, &interest, &|_| true);
+        res.map_err(|e| self.fail(&mut eng, e.or_rank(self.world_rank())))
+    }
+
+    /// Sends `data` to communicator rank `to` with `tag` (blocks until the payload may be
+    /// reused). In CONT mode it fails only if `to` failed; in NOP mode if any member did.
+    pub fn send(&self, to: usize, tag: u32, data: &[u8]) -> Result<()> {
+        let w = self.peer(to, "send")?;
+        let mut ex = Exchange::new();
+        ex.send(w, self.key(tag), data);
+        self.run("send", &[w], &mut ex)
+    }
+
+    /// Receives the next message with `tag` from communicator rank `from` into `buf`. A
+    /// receive blocked on a rank that dies returns at once with an error naming it.
+    pub fn recv(&self, from: usize, tag: u32, buf: &mut Vec<u8>) -> Result<()> {
+        let w = self.peer(from, "recv")?;
+        let mut ex = Exchange::new();
+        ex.recv(w, self.key(tag), buf);
+        self.run("recv", &[w], &mut ex)
+    }
+
+    /// Runs a collective over the live members; with the all-or-nothing option, follows it
+    /// by an agreement on "every member succeeded" (F5).
+    fn collective<R>(
+        &self,
+        op: &'static str,
+        f: impl FnOnce(&mut dyn Transport, &Group) -> Result<R>,
+    ) -> Result<R> {
+        let mut eng = self.eng.borrow_mut();
+        self.check_current(op, &eng)?;
+        let mut interest = self.interest(op, &[]);
+        interest.ranks = self.others();
+        let early = eng.interruption(&interest);
+        let res = match early {
+            Some(e) => Err(e),
+            None => {
+                let mut link = Link {
+                    eng: &mut eng,
+                    interest,
+                };
+                f(&mut link, &self.group).map_err(|e| e.or_rank(self.world_rank()))
+            }
+        };
+        if !self.opts.all_or_nothing || self.opts.failure == FailureMode::Abort {
+            return res.map_err(|e| self.fail(&mut eng, e));
+        }
+        let d = eng.agree(u64::from(res.is_ok()))?;
+        match res {
+            Ok(r) if d.value & 1 == 1 => Ok(r),
+            Ok(_) => {
+                let failed: Vec<u32> = d.failed.iter().copied().collect();
+                let mut e = Error::new(ErrorKind::PeerFailed, op)
+                    .on_rank(self.world_rank())
+                    .with_detail(format!(
+                        "all-or-nothing: the collective failed on another member \
+                         (failed ranks {failed:?}); its result here is discarded"
+                    ));
+                if let Some(&f) = failed.first() {
+                    e = e.with_peer(f as usize);
+                } else {
+                    e = Error::new(ErrorKind::Revoked, op)
+                        .on_rank(self.world_rank())
+                        .with_detail("all-or-nothing: the collective failed on another member");
+                }
+                Err(e)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Blocks until every live member entered the barrier.
+    pub fn barrier(&self) -> Result<()> {
+        self.collective("barrier", |t, g| ferry_coll::barrier(t, g))
+    }
+
+    /// Copies communicator rank `root`'s `buf` to every live member.
+    pub fn broadcast(&self, root: usize, buf: &mut Vec<u8>) -> Result<()> {
+        let w = self.peer(root, "broadcast")?;
+        let gi = self
+            .group
+            .index_of(w)
+            .ok_or_else(|| Error::invalid("broadcast", format!("rank {root} is not live")))?;
+        self.collective("broadcast", |t, g| ferry_coll::broadcast(t, g, gi, buf))
+    }
+
+    /// Combines every live member's `data` element-wise with `op`, the result in every
+    /// member's `data`. With the all-or-nothing option, `data` holds the result only if every
+    /// surviving member succeeded; otherwise every one fails.
+    pub fn allreduce<T: Element>(&self, data: &mut [T], op: &ReduceOp<T>) -> Result<()> {
+        self.collective("allreduce", |t, g| ferry_coll::allreduce(t, g, data, op))
+    }
+
+    /// Makes every pending and future operation on this communicator fail at every member
+    /// with [`ErrorKind::Revoked`] (agreement and recovery still work). Returns once the
+    /// notice has left this rank.
+    pub fn revoke(&self) -> Result<()> {
+        let mut eng = self.eng.borrow_mut();
+        self.check_current("revoke", &eng)?;
+        eng.revoke(self.generation);
+        Ok(())
+    }
+
+    /// Fault-tolerant agreement among the live members on the AND of `value` and on the set
+    /// of failed world ranks: every survivor returns the same, even if members die during it.
+    pub fn agree(&self, value: u64) -> Result<(u64, Vec<usize>)> {
+        let mut eng = self.eng.borrow_mut();
+        self.check_current("agree", &eng)?;
+        let d = eng.agree(value)?;
+        Ok((d.value, d.failed.iter().map(|&r| r as usize).collect()))
+    }
+
+    /// The communicator over the survivors (ULFM's shrink): every survivor gets the same
+    /// members in the same relative order and generation `generation() + 1`, whatever its
+    /// own idea of who failed; messages of this generation never match on the new one.
+    pub fn shrink(&self) -> Result<Communicator> {
+        self.rebuild_as(false)
+    }
+
+    /// Recovery in the communicator's failure mode: SHRINK compacts (as
+    /// [`Communicator::shrink`]), BLANK keeps the size with the failed ranks as gaps.
+    pub fn recover(&self) -> Result<Communicator> {
+        match self.opts.failure {
+            FailureMode::Blank => self.rebuild_as(true),
+            FailureMode::Shrink => self.rebuild_as(false),
+            m => Err(Error::new(ErrorKind::Unsupported, "recover")
+                .on_rank(self.world_rank())
+                .with_detail(format!("failure mode {m:?} has no recovery"))),
+        }
+    }
+
+    fn rebuild_as(&self, keep_gaps: bool) -> Result<Communicator> {
+        let me = self.world_rank();
+        let mut eng = self.eng.borrow_mut();
+        self.check_current("shrink", &eng)?;
+        if self.generation >= MAX_GENERATIONS {
+            return Err(Error::new(ErrorKind::ResourceExhausted, "shrink")
+                .on_rank(me)
+                .with_detail("too many generations"));
+        }
+        let d = eng.agree(u64::MAX)?;
+        if d.failed.contains(&(me as u32)) {
+            return Err(Error::new(ErrorKind::PeerFailed, "shrink")
+                .on_rank(me)
+                .with_peer(me)
+                .with_detail("the survivors declared this rank failed"));
+        }
+        let dead = |r: &usize| d.failed.contains(&(*r as u32));
+        let live: Vec<usize> = self
+            .group
+            .members()
+            .iter()
+            .copied()
+            .filter(|r| !dead(r))
+            .collect();
+        let generation = self.generation + 1;
+        let (members, gaps) = if keep_gaps {
+            let mut gaps = self.gaps.clone();
+            gaps.extend(self.members.iter().copied().filter(dead));
+            (self.members.clone(), gaps)
+        } else {
+            (live.clone(), BTreeSet::new())
+        };
+        let mut sorted = live.clone();
+        sorted.sort_unstable();
+        eng.enter_generation(generation, sorted);
+        let group = Group::new(live, message_generation(generation))?;
+        let my_index = members
+            .iter()
+            .position(|&r| r == me)
+            .ok_or_else(|| Error::invalid("shrink", "this rank is not a member"))?;
+        Ok(Communicator {
+            eng: self.eng.clone(),
+            opts: self.opts,
+            generation,
+            members,
+            gaps,
+            group,
+            my_index,
+        })
+    }
+
+    /// Orderly end: the transport delivers what it still owes and shuts down (also done when
+    /// the last communicator of the process is dropped).
+    pub fn finish(self) -> Result<()> {
+        self.eng.borrow_mut().finish()
+    }
+}
+
+/// ABORT: this rank ends, naming the failure; the job ends as every rank does the same.
+fn abort_job(e: &Error) -> ! {
+    let _ = writeln!(std::io::stderr(), "ferry: ABORT: {e}");
+    let _ = std::io::stderr().flush();
+    std::process::exit(ABORT_EXIT_CODE)
+}
+
+/// The transport as the collectives see it: every exchange runs through the engine.
+struct Link<'e> {
+    eng: &'e mut Engine,
+    interest: Interest,
+}
+
+impl Transport for Link<'_> {
+    fn rank(&self) -> usize {
+        self.eng.t.rank()
+    }
+
+    fn size(&self) -> usize {
+        self.eng.t.size()
+    }
+
+    fn name(&self) -> &'static str {
+        self.eng.t.name()
+    }
+
+    fn node_of(&self, rank: usize) -> usize {
+        self.eng.t.node_of(rank)
+    }
+
+    fn progress_exchange(&mut self, ex: &mut Exchange<'_>) -> Result<bool> {
+        self.eng.t.progress_exchange(ex)
+    }
+
+    fn wait_for_input(&mut self, timeout: Duration) -> Result<()> {
+        self.eng.t.wait_for_input(timeout)
+    }
+
+    fn wait_policy(&self) -> WaitPolicy {
+        self.eng.t.wait_policy()
+    }
+
+    fn exchange(&mut self, ex: &mut Exchange<'_>) -> Result<()> {
+        self.eng.drive(ex, &self.interest, &|_| true)
+    }
+
+    fn stats(&self) -> Stats {
+        self.eng.t.stats()
+    }
+}
