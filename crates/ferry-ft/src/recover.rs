@@ -12,6 +12,15 @@
 //! which checkpoint that was; the program rolls back to it, and should take a checkpoint at
 //! once so that every part has a buddy copy again before the next failure.
 //!
+//! Agreements are matched by their order on a communicator, so every survivor must call the
+//! same sequence of them. A checkpoint ends in one (its commit): a failure error returned by
+//! [`Recoverable::checkpoint`] comes after it. A program whose operation fails anywhere else
+//! calls [`abandon`] (revoke, then join the agreement the other members are in, or will be in,
+//! with "failed"), and then, like after a failed checkpoint, shrinks; so a survivor waiting in
+//! a checkpoint's commit and one that failed in the computation meet in the same agreement.
+//! Other program-level agreements follow the same rule (decide with every member, and on a
+//! failure outside them call [`abandon`]).
+//!
 //! A part is lost only if its owner and the owner's buddy both fail between two checkpoints
 //! (two neighbours in the ring); then `restore` fails on every survivor with an error naming
 //! both. Memory: two copies of the local part (own and buddy), plus one transient copy during a
@@ -40,6 +49,15 @@ pub fn block_range(units: usize, parts: usize, index: usize) -> Range<usize> {
     let from = index * base + index.min(extra);
     let len = base + usize::from(index < extra);
     from..from + len
+}
+
+/// The way out of a failure outside an agreement point (see the module doc): revokes `comm`
+/// so that every member's pending operations fail, then joins the members' next agreement
+/// with "failed". Afterwards the program shrinks `comm` and restores.
+pub fn abandon(comm: &Communicator) -> Result<()> {
+    comm.revoke()?;
+    comm.agree(0)?;
+    Ok(())
 }
 
 /// A recovery point: the layout it was taken in and the two copies this rank holds.
@@ -168,27 +186,22 @@ impl<T: Element> Recoverable<T> {
             // Members still waiting for this rank's copy must not wait for ever.
             comm.revoke()?;
         }
+        // The commit: every survivor decides the same, so all keep the new checkpoint or
+        // all keep the previous one.
         let (all, failed) = comm.agree(u64::from(sent.is_ok()))?;
-        sent?;
         if all & 1 == 0 {
-            let mut e = Error::new(ErrorKind::Revoked, "checkpoint")
-                .on_rank(me)
-                .with_detail(format!(
-                    "recoverable `{}`: checkpoint {epoch} failed on another member \
-                     (failed ranks {failed:?}); the previous checkpoint stays",
-                    self.name
-                ));
-            if let Some(&f) = failed.first() {
-                e = Error::new(ErrorKind::PeerFailed, "checkpoint")
-                    .on_rank(me)
-                    .with_peer(f)
-                    .with_detail(format!(
-                        "recoverable `{}`: checkpoint {epoch} failed (failed ranks {failed:?}); \
-                         the previous checkpoint stays",
-                        self.name
-                    ));
+            sent?;
+            let detail = format!(
+                "recoverable `{}`: checkpoint {epoch} failed on another member (failed ranks \
+                 {failed:?}); the previous checkpoint stays",
+                self.name
+            );
+            return Err(match failed.first() {
+                Some(&f) => Error::new(ErrorKind::PeerFailed, "checkpoint").with_peer(f),
+                None => Error::new(ErrorKind::Revoked, "checkpoint"),
             }
-            return Err(e);
+            .on_rank(me)
+            .with_detail(detail));
         }
         self.ckpt = Some(Checkpoint {
             epoch,

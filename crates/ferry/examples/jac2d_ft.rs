@@ -23,6 +23,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use ferry::coll::ReduceOp;
+use ferry::ft::recover::abandon;
 use ferry::ft::{Communicator, FailureMode, MessageMode, Options, Recoverable};
 use ferry::{Error, ErrorKind};
 
@@ -156,6 +157,24 @@ fn copy_from_bytes(dst: &mut [f64], bytes: &[u8]) -> bool {
     true
 }
 
+/// An error, and whether the agreement that tells every survivor about it already happened
+/// (a checkpoint's commit or the final sum's): then the program shrinks at once, otherwise it
+/// first joins that agreement ([`abandon`]).
+struct Failure {
+    e: Error,
+    agreed: bool,
+}
+
+impl From<Error> for Failure {
+    fn from(e: Error) -> Failure {
+        Failure { e, agreed: false }
+    }
+}
+
+fn agreed(e: Error) -> Failure {
+    Failure { e, agreed: true }
+}
+
 /// Whether an error is a failure the survivors recover from.
 fn is_failure(e: &Error) -> bool {
     matches!(e.kind(), ErrorKind::PeerFailed | ErrorKind::Revoked)
@@ -233,7 +252,7 @@ fn run(o: Opts) -> ferry::Result<()> {
     let mut costs = Costs::default();
     let mut restore = false;
     let final_iter = loop {
-        let attempt = (|| -> ferry::Result<i64> {
+        let attempt = (|| -> Result<i64, Failure> {
             if restore {
                 let t0 = Instant::now();
                 let r = saved.restore(&comm)?;
@@ -270,13 +289,15 @@ fn run(o: Opts) -> ferry::Result<()> {
         })();
         match attempt {
             Ok(it) => break it,
-            Err(e) if is_failure(&e) => {
-                tracing::info!("rank {me}: {e}");
-                comm.revoke()?;
+            Err(f) if is_failure(&f.e) => {
+                tracing::info!("rank {me}: {}", f.e);
+                if !f.agreed {
+                    abandon(&comm)?;
+                }
                 comm = comm.shrink()?;
                 restore = true;
             }
-            Err(e) => return Err(e),
+            Err(f) => return Err(f.e),
         }
     };
     if o.profile {
@@ -292,7 +313,7 @@ fn iterate(
     st: &mut State,
     maxiter: i64,
     costs: &mut Costs,
-) -> ferry::Result<()> {
+) -> Result<(), Failure> {
     let size = st.grid.size;
     let owners = row_owners(size, comm.size());
     let pos = owners.iter().position(|&k| k == comm.rank());
@@ -302,7 +323,9 @@ fn iterate(
     while st.iter < maxiter {
         if st.iter % CHECKPOINT_EVERY == 0 && st.checkpointed != Some(st.iter) {
             let t0 = Instant::now();
-            saved.checkpoint(comm, st.iter as u64, st.grid.owned())?;
+            saved
+                .checkpoint(comm, st.iter as u64, st.grid.owned())
+                .map_err(agreed)?;
             st.checkpointed = Some(st.iter);
             costs.checkpoints += 1;
             costs.checkpoint_time += t0.elapsed();
@@ -333,7 +356,8 @@ fn iterate(
             if !ok {
                 return Err(Error::new(ErrorKind::Protocol, "halo exchange")
                     .on_rank(comm.world_rank())
-                    .with_detail("a halo row of the wrong length"));
+                    .with_detail("a halo row of the wrong length")
+                    .into());
             }
         }
         set_boundary(&mut g.wr, size, &g.rows);
@@ -389,55 +413,68 @@ fn iterate(
     Ok(())
 }
 
-/// `-s`: the grid gathered to the master, summed y outer / x inner as `jac2d` does; printed
-/// once every survivor agrees that the gather worked and the master lives.
-fn final_sum(comm: &Communicator, st: &State) -> ferry::Result<()> {
-    let size = st.grid.size;
-    let n = comm.size();
-    let mine = to_bytes(st.grid.owned());
-    if comm.rank() == 0 {
-        let mut bufs: Vec<Vec<u8>> = vec![Vec::new(); n];
-        let mut recvs: Vec<(usize, u32, &mut Vec<u8>)> = bufs
-            .iter_mut()
-            .enumerate()
-            .skip(1)
-            .filter(|(k, _)| !ferry::ft::recover::block_range(size, n, *k).is_empty())
-            .map(|(k, b)| (k, TAG_GATHER, b))
-            .collect();
-        let got = comm.sendrecv(&[], &mut recvs);
-        drop(recvs);
-        got?;
-        let mut s = 0.0f64;
-        for (k, b) in bufs.iter().enumerate() {
-            let rows = ferry::ft::recover::block_range(size, n, k);
-            let mut part = vec![0.0f64; rows.len() * size];
-            if k == 0 {
-                part.copy_from_slice(st.grid.owned());
-            } else if !copy_from_bytes(&mut part, b) {
-                return Err(Error::new(ErrorKind::Protocol, "gather")
-                    .on_rank(comm.world_rank())
-                    .with_peer(comm.members()[k])
-                    .with_detail(format!("{} bytes for rows {rows:?}", b.len())));
-            }
-            for v in part {
-                s += v;
-            }
-        }
-        println!("Global value sum after {} iterations: {s:.6}", st.iter);
-        let _ = std::io::stdout().flush();
-    } else if !mine.is_empty() {
-        comm.send(0, TAG_GATHER, &mine)?;
+/// `-s`: the grid gathered to the master, summed y outer / x inner as `jac2d` does; the run
+/// counts as done once every survivor agrees that the gather worked and the master lives
+/// (if the master died, the survivors roll back and the new master prints it).
+fn final_sum(comm: &Communicator, st: &State) -> Result<(), Failure> {
+    let gathered = gather_and_print(comm, st);
+    if gathered.is_err() {
+        comm.revoke().map_err(agreed)?;
     }
     let master = comm.members()[0];
-    let (ok, failed) = comm.agree(1)?;
+    let (ok, failed) = comm.agree(u64::from(gathered.is_ok())).map_err(agreed)?;
+    gathered.map_err(agreed)?;
     if ok & 1 == 0 || failed.contains(&master) {
-        return Err(Error::new(ErrorKind::PeerFailed, "final sum")
-            .on_rank(comm.world_rank())
-            .with_peer(failed.first().copied().unwrap_or(master))
-            .with_detail(format!(
-                "failed ranks {failed:?} before the sum was printed"
-            )));
+        return Err(agreed(
+            Error::new(ErrorKind::PeerFailed, "final sum")
+                .on_rank(comm.world_rank())
+                .with_peer(failed.first().copied().unwrap_or(master))
+                .with_detail(format!(
+                    "failed ranks {failed:?} before the sum was printed"
+                )),
+        ));
     }
+    Ok(())
+}
+
+fn gather_and_print(comm: &Communicator, st: &State) -> ferry::Result<()> {
+    let size = st.grid.size;
+    let n = comm.size();
+    if comm.rank() != 0 {
+        let mine = to_bytes(st.grid.owned());
+        if !mine.is_empty() {
+            comm.send(0, TAG_GATHER, &mine)?;
+        }
+        return Ok(());
+    }
+    let mut bufs: Vec<Vec<u8>> = vec![Vec::new(); n];
+    let mut recvs: Vec<(usize, u32, &mut Vec<u8>)> = bufs
+        .iter_mut()
+        .enumerate()
+        .skip(1)
+        .filter(|(k, _)| !ferry::ft::recover::block_range(size, n, *k).is_empty())
+        .map(|(k, b)| (k, TAG_GATHER, b))
+        .collect();
+    comm.sendrecv(&[], &mut recvs)?;
+    drop(recvs);
+    let mut s = 0.0f64;
+    for (k, b) in bufs.iter().enumerate() {
+        let rows = ferry::ft::recover::block_range(size, n, k);
+        let mut part = vec![0.0f64; rows.len() * size];
+        if k == 0 {
+            part.copy_from_slice(st.grid.owned());
+        } else if !copy_from_bytes(&mut part, b) {
+            return Err(Error::new(ErrorKind::Protocol, "gather")
+                .on_rank(comm.world_rank())
+                .with_peer(comm.members()[k])
+                .with_detail(format!("{} bytes for rows {rows:?}", b.len())));
+        }
+        for v in part {
+            s += v;
+        }
+    }
+    println!("Global value sum after {} iterations: {s:.6}", st.iter);
+    let _ = std::io::stdout().flush();
     Ok(())
 }
 

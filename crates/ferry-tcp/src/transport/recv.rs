@@ -237,12 +237,16 @@ impl TcpTransport {
             }
             FrameType::Miss => {
                 conn.outstanding = conn.outstanding.saturating_sub(1);
+                // Only an abandoned operation withdraws an announced message (the fault-
+                // tolerance layer gave up on it after a revoke or a failure elsewhere): the
+                // receiver's operation is interrupted the same way, not a protocol breach.
                 Err(self.err(
-                    ErrorKind::Protocol,
+                    ErrorKind::Revoked,
                     "recv",
                     p,
                     format!(
-                        "rank {p} no longer holds message {:?} serial {} it announced",
+                        "rank {p} no longer holds message {:?} serial {} it announced \
+                         (its sending operation was abandoned)",
                         h.key, h.serial
                     ),
                 ))
