@@ -152,6 +152,14 @@ impl Communicator {
         self.eng.borrow().t.name()
     }
 
+    /// The transport underneath, bypassing every fault-tolerance rule (measurements and
+    /// diagnostics, e.g. timing a plain collective against this communicator's in one run).
+    /// Messages sent through it must not use this family's generations
+    /// ([`crate::FT_GENERATION_BASE`] and up).
+    pub fn raw_transport(&self) -> std::cell::RefMut<'_, Box<dyn Transport>> {
+        std::cell::RefMut::map(self.eng.borrow_mut(), |e| &mut e.t)
+    }
+
     /// Communication statistics of the transport.
     pub fn stats(&self) -> Stats {
         self.eng.borrow().t.stats()

@@ -473,7 +473,8 @@ fn chaos_suite() {
     let script = root.join("bench/chaos.py");
     let status = Command::new("python3")
         .arg(script)
-        .args(["--runs", "5", "--rounds", "1000"])
+        .args(["--runs", "5", "--rounds", "1000", "--target"])
+        .arg(target_dir())
         .current_dir(&root)
         .status()
         .expect("python3 bench/chaos.py");

@@ -2,6 +2,7 @@
 //! The protocol and why it is safe are in the module documentation of [`super`].
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
 
 use super::tree::Live;
 use super::wire::{decode_agree, encode_agree, AgreeBody, FtDecodeError};
@@ -15,12 +16,16 @@ pub struct AgreeMutations {
     pub report_before_children: bool,
     /// Accept a decision from a message of any view, not only of the current one.
     pub accept_stale_decisions: bool,
+    /// Once decided, stay silent in later views instead of answering with the decision.
+    pub decided_silent: bool,
 }
 
 /// One instance of a fault-tolerant consensus among `members` (see the module documentation).
 pub struct Agreement {
     me: u32,
-    members: Vec<u32>,
+    /// Sorted, distinct; shared so that many instances (or a simulation of many ranks) do not
+    /// each hold a copy.
+    members: Arc<[u32]>,
     instance: u64,
     value: u64,
     /// Members known dead (never `me`). Only grows.
@@ -54,6 +59,25 @@ impl Agreement {
     ) -> Agreement {
         Self::with_mutations(
             me,
+            sorted(members),
+            instance,
+            value,
+            known_failed,
+            AgreeMutations::default(),
+        )
+    }
+
+    /// [`Agreement::new`] with the member list shared (it is sorted and deduplicated first if
+    /// it is not already).
+    pub fn new_shared(
+        me: u32,
+        members: Arc<[u32]>,
+        instance: u64,
+        value: u64,
+        known_failed: &BTreeSet<u32>,
+    ) -> Agreement {
+        Self::with_mutations(
+            me,
             members,
             instance,
             value,
@@ -66,15 +90,17 @@ impl Agreement {
     #[doc(hidden)]
     pub fn with_mutations(
         me: u32,
-        members: &[u32],
+        members: Arc<[u32]>,
         instance: u64,
         value: u64,
         known_failed: &BTreeSet<u32>,
         mutations: AgreeMutations,
     ) -> Agreement {
-        let mut members = members.to_vec();
-        members.sort_unstable();
-        members.dedup();
+        let members = if members.windows(2).all(|w| w[0] < w[1]) {
+            members
+        } else {
+            sorted(&members)
+        };
         let member = members.binary_search(&me).is_ok();
         let view = known_failed
             .iter()
@@ -245,9 +271,12 @@ impl Agreement {
         self.reports.clear();
         self.reported = false;
         if let Some(d) = self.decision.clone() {
+            if self.mutations.decided_silent {
+                return;
+            }
             // A decided rank answers in every view with its decision, so that a new root adopts
-            // it rather than creating another.
-            self.send_decision(&d, skip);
+            // it rather than creating another. `skip` is in this view but may not have decided.
+            self.send_decision(&d, None);
             return;
         }
         if announce {
@@ -302,6 +331,14 @@ impl Agreement {
         self.out
             .push_back((to, encode_agree(self.instance, &self.view, body)));
     }
+}
+
+/// `members` sorted and deduplicated, shared.
+pub(crate) fn sorted(members: &[u32]) -> Arc<[u32]> {
+    let mut m = members.to_vec();
+    m.sort_unstable();
+    m.dedup();
+    m.into()
 }
 
 #[cfg(test)]
@@ -374,6 +411,52 @@ mod tests {
             let d = a.decision().expect("decided");
             assert_eq!((d.value, d.failed.clone()), (want, dead.clone()));
         }
+    }
+
+    /// A decided rank that learns of a death from a child's report answers that child with the
+    /// decision: it ignores the report itself, so skipping the child would leave it waiting.
+    #[test]
+    fn a_decided_rank_answers_the_child_that_brought_a_new_view() {
+        let members = [0, 1, 2, 3];
+        let mut ags: Vec<Agreement> = members
+            .iter()
+            .map(|&r| Agreement::new(r, &members, 3, 1 << r, &none()))
+            .collect();
+        // Tree of view {}: 0 -> 1, 2 and 1 -> 3. Everything arrives except the decision 1 sends
+        // to 3, then 2 dies and 3 hears of it first.
+        let mut held = false;
+        loop {
+            let mut moved = false;
+            for i in 0..4 {
+                while let Some((to, bytes)) = ags[i].poll_transmit() {
+                    moved = true;
+                    if to == 3 && i == 1 {
+                        held = true;
+                        continue;
+                    }
+                    ags[to as usize].on_message(i as u32, &bytes).unwrap();
+                }
+            }
+            if !moved {
+                break;
+            }
+        }
+        assert!(held && ags[3].decision().is_none());
+        let decided = ags[0].decision().cloned().expect("decided");
+        // In view {2} (live 0, 1, 3) rank 3 is a leaf under 0.
+        ags[3].on_failure(2);
+        let (to, report) = ags[3].poll_transmit().expect("a report");
+        assert_eq!(to, 0);
+        ags[0].on_message(3, &report).unwrap();
+        let mut answered = false;
+        while let Some((to, bytes)) = ags[0].poll_transmit() {
+            if to == 3 {
+                ags[3].on_message(0, &bytes).unwrap();
+                answered = true;
+            }
+        }
+        assert!(answered, "rank 0 did not answer rank 3");
+        assert_eq!(ags[3].decision(), Some(&decided));
     }
 
     #[test]

@@ -2,7 +2,9 @@
 //! documentation of [`super`]).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
 
+use super::agree::sorted;
 use super::tree::Live;
 use super::wire::{decode_flood, encode_flood, FtDecodeError};
 
@@ -48,7 +50,8 @@ struct Relay {
 /// failure) until the object is dropped.
 pub struct Flood {
     me: u32,
-    members: Vec<u32>,
+    /// Sorted, distinct, shared.
+    members: Arc<[u32]>,
     member: bool,
     dead: BTreeSet<u32>,
     next_serial: u64,
@@ -64,9 +67,17 @@ impl Flood {
     /// A flood endpoint for `me` among `members` (sorted and deduplicated here). If `me` is not
     /// a member it neither sends nor delivers.
     pub fn new(me: u32, members: &[u32]) -> Flood {
-        let mut members = members.to_vec();
-        members.sort_unstable();
-        members.dedup();
+        Self::new_shared(me, sorted(members))
+    }
+
+    /// [`Flood::new`] with the member list shared (sorted and deduplicated first if it is not
+    /// already).
+    pub fn new_shared(me: u32, members: Arc<[u32]>) -> Flood {
+        let members = if members.windows(2).all(|w| w[0] < w[1]) {
+            members
+        } else {
+            sorted(&members)
+        };
         Flood {
             me,
             member: members.binary_search(&me).is_ok(),

@@ -46,8 +46,28 @@
 //!   each rank, so f failures cost O((f+1)N) messages. No rank talks to more than its tree
 //!   neighbours in any view: no all-to-all, no fixed coordinator.
 //!
+//! Like `MPIX_Comm_agree`, the guarantee is for the survivors: a rank that decided and then died
+//! before its decision reached anyone else may have held a decision the survivors did not adopt.
+//! A rank should therefore send what [`Agreement::poll_transmit`] returns after deciding before it
+//! exits.
+//!
 //! The decision's `failed` set contains every rank any survivor was told was dead when it created
 //! its instance, and only dead ranks; every member outside it contributed to `value`.
+//!
+//! # What the runtime must do
+//! - Give every agreement call on a communicator an instance number that all members use for
+//!   that call (a per-communicator counter), and create the instance with the members, this
+//!   rank's contribution and the members it knows dead.
+//! - Never drop a message between live ranks. A message for an instance this rank has not
+//!   created yet ([`peek_instance`] tells which) is kept and handed to it once created: peers do
+//!   not send twice, so a dropped report can stall the agreement.
+//! - Tell every instance it keeps (and the [`Flood`]) of every member's death.
+//! - Keep a decided instance running (feeding it messages and deaths, sending what it returns)
+//!   until the next agreement among the survivors has decided: a survivor that contributed to
+//!   that one had decided this one, so nobody can still need an answer. Dropping it earlier may
+//!   leave a survivor waiting for a rank that no longer answers.
+//! - Use one [`Flood`] per communicator generation: serial numbers restart with each object, so
+//!   a replacement process must not reuse its predecessor's.
 //!
 //! # Shrink
 //! A shrink needs nothing but the [`Decision`]: every survivor builds the new communicator from
@@ -86,4 +106,33 @@ pub struct Decision {
     /// The agreed set of failed members: a superset of what any survivor knew dead when it
     /// created its instance; only ranks that really died.
     pub failed: BTreeSet<u32>,
+}
+
+impl Decision {
+    /// The members of the communicator a shrink builds from this decision: `members` without
+    /// `failed`, sorted ascending (the old order), without repeats.
+    pub fn survivors(&self, members: &[u32]) -> Vec<u32> {
+        let mut out: Vec<u32> = members
+            .iter()
+            .copied()
+            .filter(|r| !self.failed.contains(r))
+            .collect();
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn survivors_keep_the_old_order_without_the_failed() {
+        let d = Decision {
+            value: 1,
+            failed: [0, 7].into(),
+        };
+        assert_eq!(d.survivors(&[9, 0, 3, 7, 5]), vec![3, 5, 9]);
+    }
 }

@@ -67,7 +67,7 @@ pub enum FtDecodeError {
     /// A message this rank can never receive from that sender in that view (a report from a rank
     /// that is not its child, a decision whose failed set is not in the sender's view, a message
     /// from itself): a corrupt or foreign message.
-    #[error("agreement message from rank {from} not expected: {why}")]
+    #[error("fault-tolerance message from rank {from} not expected: {why}")]
     Unexpected {
         /// The rank the message came from.
         from: u32,
