@@ -54,16 +54,7 @@ impl TcpTransport {
             self.wait_io(10);
         }
         if result.is_ok() {
-            // A fault-tolerant program abandons receives after a failure elsewhere: a peer that
-            // then ended in order without taking its message had given it up.
-            let lost: Vec<usize> = self
-                .outbox
-                .keys()
-                .map(|k| k.0)
-                .filter(|&p| {
-                    !(self.tolerant && matches!(self.peers[p].status, PeerStatus::Finished(_)))
-                })
-                .collect();
+            let lost: Vec<usize> = self.outbox.keys().map(|k| k.0).collect();
             if let Some(&p) = lost.first() {
                 let n = lost.iter().filter(|&&q| q == p).count();
                 result = Err(self.peer_gone("finish", p).unwrap_or_else(|| {
