@@ -292,18 +292,27 @@ fn run(o: Opts) -> ferry::Result<()> {
             Err(f) if is_failure(&f.e) => {
                 tracing::info!("rank {me}: {}", f.e);
                 if !f.agreed {
-                    abandon(&comm)?;
+                    abandon(&comm).unwrap_or_else(|e| die(&e));
                 }
-                comm = comm.shrink()?;
+                comm = comm.shrink().unwrap_or_else(|e| die(&e));
                 restore = true;
             }
-            Err(f) => return Err(f.e),
+            Err(f) => die(&f.e),
         }
     };
     if o.profile {
         write_profile(me, final_iter, start.elapsed(), &costs, &saved)?;
     }
     comm.finish()
+}
+
+/// Ends this rank on an error it cannot recover from, without the orderly end of the
+/// communicator: the other members must see it failed (and recover without it), not leave.
+fn die(e: &Error) -> ! {
+    eprintln!("jac2d_ft: error: {e}");
+    let _ = std::io::stdout().flush();
+    let _ = std::io::stderr().flush();
+    std::process::exit(1)
 }
 
 /// Iterations from `st.iter` to the end, with a checkpoint every 10 (including the first).
@@ -493,10 +502,10 @@ fn write_profile(
         .open("jac2d_ft_profiling.txt")
         .map_err(|e| ferry::Error::io("profiling file jac2d_ft_profiling.txt", e))?;
     let per = |d: Duration, n: u64| d.as_secs_f64() * 1e3 / n.max(1) as f64;
-    writeln!(
-        f,
+    // One write per line: ranks append to the same file at the same time.
+    let line = format!(
         "rank {rank}: {iters} iterations, total {:.6} s, {:.3} ms per iteration, {} checkpoints \
-         {:.3} ms each, {} recoveries {:.3} ms each, {} bytes held for recovery",
+         {:.3} ms each, {} recoveries {:.3} ms each, {} bytes held for recovery\n",
         total.as_secs_f64(),
         per(c.iteration_time, c.iterations),
         c.checkpoints,
@@ -504,6 +513,7 @@ fn write_profile(
         c.recoveries,
         per(c.restore_time, u64::from(c.recoveries)),
         saved.held_bytes()
-    )
-    .map_err(|e| ferry::Error::io("profiling file jac2d_ft_profiling.txt", e))
+    );
+    f.write_all(line.as_bytes())
+        .map_err(|e| ferry::Error::io("profiling file jac2d_ft_profiling.txt", e))
 }

@@ -405,8 +405,6 @@ fn jac2d_ft_recovers_from_two_ranks_killed_one_after_the_other() {
 }
 
 #[test]
-#[ignore = "hung once in about 8 runs on shm (survivors silent, no stacks yet): two ranks \
-            killed in the same instant; run with --include-ignored while investigating"]
 fn jac2d_ft_names_the_lost_parts_when_a_rank_and_its_buddy_die_together() {
     let test = "jac2d_ft_names_the_lost_parts_when_a_rank_and_its_buddy_die_together";
     let Some((ferry, ex)) = tools(test, &["jac2d_ft"]) else {
