@@ -456,7 +456,7 @@ fn jac2d_ft_refuses_rebuild_without_respawn() {
 }
 
 #[test]
-#[ignore = "chaos runs (about 2 minutes); the full must-show version is bench/chaos_recover.py --runs 20"]
+#[ignore = "chaos runs (about 20 s); the full must-show version is bench/chaos_recover.py --runs 20"]
 fn chaos_recover_suite() {
     let target = target_dir();
     let root = target.join("../..");

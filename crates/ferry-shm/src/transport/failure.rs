@@ -216,16 +216,6 @@ impl ShmTransport {
                 self.flush_abort(l);
             }
         }
-        // A receive given up while its message streams in fragments: the sender still sends
-        // the rest, so assemble it aside, as an early arrival that no receive of a later
-        // generation matches, instead of failing the next exchange that meets the fragments.
-        for part in self.partial.iter_mut().flatten() {
-            if matches!(part.target, Target::Op(_)) {
-                self.partial_bytes += part.total;
-                self.partial_count += 1;
-                part.target = Target::Buf(vec![0u8; part.total]);
-            }
-        }
         if err.is_peer_failure() && !self.tolerant {
             if let Some(peer) = err.peer().filter(|&p| p != self.rank) {
                 let _ = self.seg.blame(self.me).compare_exchange(
