@@ -269,6 +269,32 @@ impl Communicator {
         self.run("recv", &[w], &mut ex)
     }
 
+    /// Sends and receives several messages at once (`(communicator rank, tag, bytes)`), all
+    /// progressed together, so that no order of blocking sends can deadlock; for the data
+    /// movement of recovery and halo exchanges. Fails as [`Communicator::send`] and
+    /// [`Communicator::recv`] do, naming the failed rank.
+    pub fn sendrecv(
+        &self,
+        sends: &[(usize, u32, &[u8])],
+        recvs: &mut [(usize, u32, &mut Vec<u8>)],
+    ) -> Result<()> {
+        let mut ex = Exchange::new();
+        let mut peers = Vec::with_capacity(sends.len() + recvs.len());
+        for &(to, tag, data) in sends {
+            let w = self.peer(to, "sendrecv")?;
+            peers.push(w);
+            ex.send(w, self.key(tag), data);
+        }
+        for (from, tag, buf) in recvs.iter_mut() {
+            let w = self.peer(*from, "sendrecv")?;
+            peers.push(w);
+            ex.recv(w, self.key(*tag), buf);
+        }
+        peers.sort_unstable();
+        peers.dedup();
+        self.run("sendrecv", &peers, &mut ex)
+    }
+
     /// Runs a collective over the live members; with the all-or-nothing option, follows it
     /// by an agreement on "every member succeeded" (F5).
     fn collective<R>(

@@ -26,10 +26,12 @@
 
 mod comm;
 mod engine;
+pub mod recover;
 mod wire;
 
 pub use comm::Communicator;
 pub use engine::FT_GENERATION_BASE;
+pub use recover::{Recoverable, Restored};
 
 /// What happens to a communicator when one of its members fails (seed 002 §3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

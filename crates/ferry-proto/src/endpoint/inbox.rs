@@ -320,11 +320,12 @@ impl Endpoint {
         if let Some(p) = self.posted.remove(&arrival).filter(|p| !p.abandoned) {
             self.recv_ids.remove(&p.op);
             let e = self.error(
-                ErrorKind::Protocol,
+                ErrorKind::Withdrawn,
                 "recv",
                 peer,
                 format!(
-                    "rank {peer} no longer holds message {:?} serial {} it announced",
+                    "rank {peer} no longer holds message {:?} serial {} it announced \
+                     (its sending operation was abandoned)",
                     h.key, h.serial
                 ),
             );

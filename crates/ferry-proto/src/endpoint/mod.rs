@@ -219,6 +219,10 @@ pub enum ErrorKind {
     /// This process is out of a local resource (descriptors) and nothing it holds can be
     /// released to make room: back-pressure, not a failed peer.
     Exhausted,
+    /// The peer withdrew a message it had announced because its sending operation was
+    /// abandoned (the fault-tolerance layer gave up on it after a revoke or a failure
+    /// elsewhere): the receive is interrupted the same way, it is not a protocol breach.
+    Withdrawn,
 }
 
 /// Static settings of an endpoint.

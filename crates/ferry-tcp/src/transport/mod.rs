@@ -419,6 +419,7 @@ impl TcpTransport {
             K::Invalid => ErrorKind::InvalidArgument,
             K::Timeout => ErrorKind::Timeout,
             K::Exhausted => ErrorKind::ResourceExhausted,
+            K::Withdrawn => ErrorKind::Revoked,
         };
         Error::new(kind, e.op)
             .on_rank(e.rank)
