@@ -11,94 +11,14 @@
 mod support;
 
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use support::{run_limited, skip_or_fail, target_dir};
+use support::procs::{built_tools, job, rank_pids};
+use support::{run_limited, target_dir};
 
 const BACKENDS: &[&str] = &["tcp", "shm", "hybrid"];
-
-fn tools(test: &str, example: &str) -> Option<(PathBuf, PathBuf)> {
-    let ferry = target_dir().join("ferry");
-    let ex = target_dir().join("examples").join(example);
-    for p in [&ferry, &ex] {
-        if !p.exists() {
-            skip_or_fail(
-                test,
-                &format!(
-                    "{} not built (run `cargo build --bins --examples` first)",
-                    p.display()
-                ),
-            );
-            return None;
-        }
-    }
-    Some((ferry, ex))
-}
-
-/// `ferry run -n N --keep-going --backend B [hybrid: two nodes] EXAMPLE ARGS`.
-fn job(ferry: &PathBuf, n: usize, backend: &str, ex: &PathBuf, args: &[&str]) -> Command {
-    let mut cmd = Command::new(ferry);
-    cmd.args([
-        "run",
-        "--keep-going",
-        "-n",
-        &n.to_string(),
-        "--backend",
-        backend,
-    ]);
-    if backend == "hybrid" {
-        let half = (n / 2).max(1);
-        cmd.args([
-            "--",
-            "sh",
-            "-c",
-            &format!(r#"FERRY_NODE=n$((FERRY_RANK / {half})) exec "$0" "$@""#),
-        ]);
-    }
-    cmd.arg(ex).args(args);
-    cmd
-}
-
-/// World rank -> pid of the launcher's children (from their FERRY_RANK).
-fn rank_pids(launcher: u32) -> Vec<(usize, u32)> {
-    let mut found = Vec::new();
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return found;
-    };
-    for entry in dir.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        let ppid = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
-            .and_then(|p| p.parse::<u32>().ok());
-        if ppid != Some(launcher) {
-            continue;
-        }
-        let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else {
-            continue;
-        };
-        for kv in env.split(|&b| b == 0) {
-            if let Some(r) = kv.strip_prefix(b"FERRY_RANK=") {
-                if let Some(r) = std::str::from_utf8(r).ok().and_then(|s| s.parse().ok()) {
-                    found.push((r, pid));
-                }
-            }
-        }
-    }
-    found
-}
 
 struct KillRun {
     stdout: Vec<(Instant, String)>,
@@ -116,8 +36,8 @@ fn ft_agree_with_kills(
     victims: &[usize],
     after: &[Duration],
 ) -> Option<KillRun> {
-    let (ferry, ex) = tools(test, "ft_agree")?;
-    let mut cmd = job(&ferry, n, backend, &ex, &[&rounds.to_string()]);
+    let (ferry, ex) = built_tools(test, &["ft_agree"]).map(|(f, e)| (f, e[0].clone()))?;
+    let mut cmd = job(&ferry, n, backend, true, &ex, &[&rounds.to_string()]);
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -247,12 +167,12 @@ fn judge(backend: &str, n: usize, victims: &[usize], rounds: u64, run: &KillRun)
 #[test]
 fn ft_agree_without_failure_sums_every_round() {
     let test = "ft_agree_without_failure_sums_every_round";
-    let Some((ferry, ex)) = tools(test, "ft_agree") else {
+    let Some((ferry, ex)) = built_tools(test, &["ft_agree"]).map(|(f, e)| (f, e[0].clone())) else {
         return;
     };
     for backend in BACKENDS {
         let (out, _) = run_limited(
-            &mut job(&ferry, 4, backend, &ex, &["300"]),
+            &mut job(&ferry, 4, backend, true, &ex, &["300"]),
             Duration::from_secs(60),
         );
         let stdout = String::from_utf8_lossy(&out.stdout);
@@ -293,9 +213,9 @@ fn ft_agree_survivors_agree_after_one_and_two_kills() {
 }
 
 fn t_ft(test: &str, backend: &str, scenario: &str) -> Option<(std::process::Output, Duration)> {
-    let (ferry, ex) = tools(test, "t_ft")?;
+    let (ferry, ex) = built_tools(test, &["t_ft"]).map(|(f, e)| (f, e[0].clone()))?;
     Some(run_limited(
-        &mut job(&ferry, 4, backend, &ex, &[scenario]),
+        &mut job(&ferry, 4, backend, true, &ex, &[scenario]),
         Duration::from_secs(60),
     ))
 }

@@ -8,34 +8,11 @@
 
 mod support;
 
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use support::{run_limited, skip_or_fail, target_dir};
-
-fn tools(test: &str, examples: &[&str]) -> Option<(PathBuf, Vec<PathBuf>)> {
-    let ferry = target_dir().join("ferry");
-    let ex: Vec<PathBuf> = examples
-        .iter()
-        .map(|e| target_dir().join("examples").join(e))
-        .collect();
-    if let Some(missing) = std::iter::once(&ferry).chain(&ex).find(|p| !p.exists()) {
-        skip_or_fail(
-            test,
-            &format!(
-                "{} not built (run `cargo build --release --bins --examples`)",
-                missing.display()
-            ),
-        );
-        return None;
-    }
-    Some((ferry, ex))
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+use support::procs::{built_tools, text};
+use support::{run_limited, skip_or_fail};
 
 fn has(out: &str, line: &str) -> bool {
     out.lines().any(|l| l == line)
@@ -43,7 +20,7 @@ fn has(out: &str, line: &str) -> bool {
 
 #[test]
 fn sessions_sets_and_isolation() {
-    let Some((ferry, ex)) = tools("sessions_sets_and_isolation", &["t_sessions"]) else {
+    let Some((ferry, ex)) = built_tools("sessions_sets_and_isolation", &["t_sessions"]) else {
         return;
     };
     for b in ["tcp", "shm"] {
@@ -88,7 +65,7 @@ fn sessions_sets_and_isolation() {
 
 #[test]
 fn mpmd_launch_of_two_programs_each_sees_its_set_and_the_world() {
-    let Some((ferry, ex)) = tools(
+    let Some((ferry, ex)) = built_tools(
         "mpmd_launch_of_two_programs_each_sees_its_set_and_the_world",
         &["t_sessions", "t_mpmd_peer"],
     ) else {
@@ -145,7 +122,7 @@ fn mpmd_launch_of_two_programs_each_sees_its_set_and_the_world() {
 
 #[test]
 fn bad_pset_syntax_and_bad_mpmd_counts_are_usage_errors() {
-    let Some((ferry, _)) = tools("bad_pset_syntax_and_bad_mpmd_counts_are_usage_errors", &[])
+    let Some((ferry, _)) = built_tools("bad_pset_syntax_and_bad_mpmd_counts_are_usage_errors", &[])
     else {
         return;
     };
@@ -186,7 +163,7 @@ fn bad_pset_syntax_and_bad_mpmd_counts_are_usage_errors() {
 #[test]
 fn mpirun_mpmd_launch_derives_the_application_sets() {
     let test = "mpirun_mpmd_launch_derives_the_application_sets";
-    let Some((_, ex)) = tools(test, &["t_sessions", "t_mpmd_peer"]) else {
+    let Some((_, ex)) = built_tools(test, &["t_sessions", "t_mpmd_peer"]) else {
         return;
     };
     let mpirun = ["mpirun.openmpi", "mpirun"].into_iter().find(|m| {

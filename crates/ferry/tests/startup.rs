@@ -8,34 +8,11 @@
 
 mod support;
 
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use support::{run_limited, skip_or_fail, target_dir};
-
-fn tools(test: &str, examples: &[&str]) -> Option<(PathBuf, Vec<PathBuf>)> {
-    let ferry = target_dir().join("ferry");
-    let ex: Vec<PathBuf> = examples
-        .iter()
-        .map(|e| target_dir().join("examples").join(e))
-        .collect();
-    if let Some(missing) = std::iter::once(&ferry).chain(&ex).find(|p| !p.exists()) {
-        skip_or_fail(
-            test,
-            &format!(
-                "{} not built (run `cargo build --release --bins --examples`)",
-                missing.display()
-            ),
-        );
-        return None;
-    }
-    Some((ferry, ex))
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+use support::procs::{built_tools, text};
+use support::run_limited;
 
 /// Every rank's value of the `FERRY_STATS` counter `name` ("ferry stats rank R NAME: V").
 fn stat_per_rank(stderr: &str, name: &str, size: usize) -> Vec<Option<u64>> {
@@ -60,7 +37,7 @@ fn stat_per_rank(stderr: &str, name: &str, size: usize) -> Vec<Option<u64>> {
 }
 
 fn start_256(runs: usize) {
-    let Some((ferry, ex)) = tools("start_256", &["t_startup"]) else {
+    let Some((ferry, ex)) = built_tools("start_256", &["t_startup"]) else {
         return;
     };
     for b in ["tcp", "shm"] {
@@ -101,7 +78,8 @@ fn two_hundred_fifty_six_ranks_start_ten_times_each() {
 /// none of them.
 #[test]
 fn a_halo_exchange_connects_only_neighbours() {
-    let Some((ferry, ex)) = tools("a_halo_exchange_connects_only_neighbours", &["t_halo"]) else {
+    let Some((ferry, ex)) = built_tools("a_halo_exchange_connects_only_neighbours", &["t_halo"])
+    else {
         return;
     };
     let n = 64;
@@ -140,7 +118,8 @@ fn a_halo_exchange_connects_only_neighbours() {
 /// exist is still reported with the exit status 127.
 #[test]
 fn ranks_start_prepared_without_a_fork_of_the_launcher() {
-    let Some((ferry, _)) = tools("ranks_start_prepared_without_a_fork_of_the_launcher", &[]) else {
+    let Some((ferry, _)) = built_tools("ranks_start_prepared_without_a_fork_of_the_launcher", &[])
+    else {
         return;
     };
     let (out, _) = run_limited(

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod cases;
+pub mod procs;
 
 use std::io::Read;
 use std::path::PathBuf;
