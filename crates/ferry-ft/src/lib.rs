@@ -3,20 +3,26 @@
 //! CONT), with ULFM's revoke, agreement and shrink as the consistency tools, and an optional
 //! all-or-nothing rule for collectives.
 //!
-//! ```no_run
+//! ```
 //! use ferry_ft::{Communicator, FailureMode, MessageMode, Options};
-//! # fn main() -> ferry_core::Result<()> {
-//! # let transport: Box<dyn ferry_core::Transport> = unimplemented!();
-//! let opts = Options::new(FailureMode::Shrink, MessageMode::Cont).all_or_nothing(true);
-//! let mut comm = Communicator::new(transport, opts)?;
-//! let mut sum = [comm.world_rank() as i64];
-//! while let Err(e) = comm.allreduce(&mut sum, &ferry_coll::ReduceOp::Sum) {
-//!     eprintln!("{e}");
-//!     comm.revoke()?;
-//!     comm = comm.shrink()?;
-//!     sum = [comm.world_rank() as i64];
+//! // Four ranks as threads over the in-memory backend; a real job passes the transport of
+//! // `ferry::init()?.into_transport()`.
+//! let sums = ferry_core::mem::MemTransport::run(4, |transport| {
+//!     let opts = Options::new(FailureMode::Shrink, MessageMode::Cont).all_or_nothing(true);
+//!     let mut comm = Communicator::new(Box::new(transport), opts)?;
+//!     let mut sum = [comm.world_rank() as i64];
+//!     while let Err(e) = comm.allreduce(&mut sum, &ferry_coll::ReduceOp::Sum) {
+//!         eprintln!("{e}");
+//!         comm.revoke()?;
+//!         comm = comm.shrink()?;
+//!         sum = [comm.world_rank() as i64];
+//!     }
+//!     comm.finish()?;
+//!     Ok::<i64, ferry_core::Error>(sum[0])
+//! });
+//! for s in sums {
+//!     assert_eq!(s.unwrap(), 6);
 //! }
-//! # Ok(()) }
 //! ```
 //!
 //! Failure detection has no central manager: each backend reports the peers it finds dead
