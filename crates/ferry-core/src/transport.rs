@@ -419,9 +419,9 @@ pub trait Transport: Send {
     /// by a revoke or by a failure elsewhere, `why`): afterwards no peer reads from or writes
     /// into the buffers of its operations, so the caller may reuse or free them. Backends that
     /// expose a caller's buffer to peers (single-copy descriptors) withdraw or settle it here.
-    /// Operations left incomplete are never resumed. The default does nothing: for backends
-    /// that copy every payload, or that find out an exchange is gone by themselves (tcp: an
-    /// announced zero-copy message whose operation is gone is answered as missing).
+    /// Operations left incomplete are never resumed (tcp copies what it still owes a peer,
+    /// and throws away what it would have received). The default does nothing: for backends
+    /// that copy every payload.
     fn abandon_exchange(&mut self, ex: &mut Exchange<'_>, why: &Error) {
         let _ = (ex, why);
     }

@@ -201,6 +201,10 @@ impl HybridTransport {
         );
         fill(&mut ex);
         let result = drive_exchange(self, &mut ex);
+        if result.is_err() {
+            // The operations' buffers are the caller's again once this returns.
+            self.tcp.abandon_ops(&mut ex);
+        }
         (self.spare_sends, self.spare_recvs) = ex.into_parts();
         result
     }
@@ -287,8 +291,11 @@ impl Transport for HybridTransport {
 
     fn exchange(&mut self, ex: &mut Exchange<'_>) -> Result<()> {
         self.calls += 1;
-        // No node-local peer may still read the caller's buffers (no use after failure).
-        drive_exchange(self, ex).inspect_err(|e| self.shm.settle_failed(ex, e))
+        // No peer may still read or write the caller's buffers (no use after failure).
+        drive_exchange(self, ex).inspect_err(|e| {
+            self.shm.settle_failed(ex, e);
+            self.tcp.abandon_ops(ex);
+        })
     }
 
     fn send(&mut self, peer: usize, key: MsgKey, data: &[u8]) -> Result<()> {
@@ -375,8 +382,9 @@ impl Transport for HybridTransport {
 
     fn abandon_exchange(&mut self, ex: &mut Exchange<'_>, why: &Error) {
         // Node-local peers may hold single-copy descriptors into the caller's buffers; TCP
-        // answers an abandoned zero-copy announcement as missing by itself.
+        // copies what it still owes other nodes and drops what it would have received.
         self.shm.settle_failed(ex, why);
+        self.tcp.abandon_ops(ex);
     }
 
     fn tolerate_failures(&mut self) {

@@ -17,11 +17,14 @@
 //! - T8: a per-job secret in the connection handshake; strangers, garbage and truncated frames
 //!   cost the offending connection only.
 //!
-//! The wire format lives in `ferry_proto::frame` and `ferry_proto::handshake` (sans-I/O,
-//! property-tested and fuzzable). This crate never panics on input from peers or the network.
+//! The protocol itself is `ferry_proto::endpoint`, a sans-I/O state machine that a seeded
+//! simulation drives through drops, kills and full inboxes; this crate is its I/O driver
+//! (sockets, epoll, clock, the program's buffers). The wire format lives in
+//! `ferry_proto::frame` and `ferry_proto::handshake` (property-tested and fuzzable). This crate
+//! never panics on input from peers or the network.
 
-mod conn;
 mod limits;
+mod link;
 mod poller;
 mod transport;
 

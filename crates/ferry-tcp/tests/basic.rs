@@ -186,3 +186,43 @@ fn thousands_of_tiny_messages_in_one_exchange() {
         t.finish().unwrap();
     });
 }
+
+#[test]
+fn pending_operations_carried_into_a_rebuilt_exchange_complete() {
+    // A layer above (fault tolerance) rebuilds its exchange each round and carries pending
+    // operations over, with their state, at other positions: they must still complete, with
+    // their payloads in the right buffers.
+    let large: Vec<u8> = (0..200_000u32).map(|i| (i % 253) as u8).collect();
+    common::run(2, common::config(), |mut t| {
+        let me = t.rank();
+        let other = 1 - me;
+        if me == 0 {
+            // Rank 1 posts first and rebuilds before these arrive.
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            t.send(other, MsgKey::user(8), b"small").unwrap();
+            t.send(other, MsgKey::user(9), &large).unwrap();
+        } else {
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            let mut states = {
+                let mut ex = Exchange::new();
+                ex.recv(other, MsgKey::user(8), &mut a);
+                ex.recv(other, MsgKey::user(9), &mut b);
+                assert!(!t.progress_exchange(&mut ex).unwrap());
+                [ex.recvs[0].state, ex.recvs[1].state]
+            };
+            // Rebuilt in the other order.
+            let mut ex = Exchange::new();
+            ex.recv(other, MsgKey::user(9), &mut b);
+            ex.recv(other, MsgKey::user(8), &mut a);
+            ex.recvs[0].state = states[1];
+            ex.recvs[1].state = states[0];
+            t.exchange(&mut ex).unwrap();
+            states = [ex.recvs[1].state, ex.recvs[0].state];
+            drop(ex);
+            assert!(states.iter().all(|s| *s == ferry_core::OpState::Done));
+            assert_eq!(a, b"small");
+            assert!(b == large, "large message corrupted");
+        }
+        t.finish().unwrap();
+    });
+}

@@ -1,38 +1,32 @@
-//! The TCP transport: ADD/TRY/GET over a capped connection cache (000 §4.4, §4.5; T1-T5, T7, T8).
+//! The TCP transport: the I/O driver around `ferry_proto::endpoint::Endpoint` (000 §4.4, §4.5;
+//! T1-T5, T7, T8).
 //!
-//! # Protocol
-//! Every message gets a flow serial (M2). Small messages (`tcp.eager_bytes`) are copied into
-//! the bounded outbox (the send is then complete) and travel at once as TRY with their payload;
-//! the receiver answers ACCEPT (matched to a posted receive and read straight into its buffer,
-//! or kept in the bounded inbox) or REFUSE (inbox full: 000 §4.4.2). Large messages are
-//! ANNOUNCEd without payload and stay in the program's buffer: when the receiver's receive is
-//! posted it pulls them with GET and the DATA answer is written from the sender's buffer and
-//! read into the receiver's (no copy in user space, T4). An announced message whose GET does not
-//! come in time while nothing else of the exchange is pending is copied into the outbox and its
-//! send completes, so blocking sends in both directions (or around a ring) never deadlock: in
-//! time is 1 ms when this rank itself holds messages waiting to be pulled (it may be part of
-//! such a cycle), 20 ms otherwise (the receiver is merely late). A refused message
-//! is pulled the same way (000 §4.4.3). ACCEPT (also sent for DATA) frees the outbox entry.
-//! Control messages (kind CONTROL, at most 4 KiB) use ADD, which the receiver never refuses
-//! (000 §4.4.1).
+//! The protocol (ADD/TRY/GET over a bounded inbox and outbox, the rendezvous of large
+//! messages, the capped connection cache with its CLOSE handshake, the handshake secret, the
+//! goodbye naming the rank whose failure ended this one, liveness probes, what a lost
+//! connection means) is the endpoint's, a sans-I/O state machine that the seeded simulation in
+//! `ferry-proto/tests/sim.rs` drives through drops, kills and full inboxes. This driver owns
+//! what the endpoint must not: sockets, the epoll set, the clock and the program's buffers.
+//! It feeds the endpoint events (frames read, connections accepted, connected, refused or
+//! lost, time) and carries out its actions (dial, write a frame, shut down, close, complete or
+//! fail an operation). Split by concern:
+//! - `cache`: dialling (non-blocking connect, what a failed connect means), accepting,
+//!   closing and dropping sockets, descriptor exhaustion, address reloads in file mode;
+//! - `service`: the level-triggered epoll pass over ready sockets with bounded work per
+//!   socket (T3), reading frames (large payloads straight into the receive's buffer) and
+//!   writing queued frames many per `writev` (T4);
+//! - `ops`: the exchange's operations as endpoint operations (rendezvous and zero-copy: a
+//!   send's buffer is written from where it is, a receive's buffer read into), completions
+//!   and failures, and abandoning a failed exchange so that nothing refers to its buffers;
+//! - `progress`: the polling loop, timers, the corked ACCEPTs;
+//! - `shutdown`: the end of a rank.
 //!
+//! # Writing
 //! ACCEPTs are corked: reading a frame never writes an ACCEPT by itself. It leaves with the next
 //! frame written to that peer (a ping-pong's answer carries the ACCEPT of the ping in the same
 //! `writev`, so a message costs one write system call), as soon as an exchange of this rank has
-//! to wait, before it blocks, and at the latest after 8 progress calls or once 32 answers are
-//! queued. The delay only postpones when a sender may free an outbox entry, never whether.
-//!
-//! # Shutdown
-//! [`Transport::finish`] serves peers until every message of the outbox was ACCEPTed by a live
-//! peer (so no rank exits while a peer still needs one of its messages, the purpose of 000's
-//! "shutdown OK?" exchange): as long as they are alive, however long that takes, unless
-//! `general.operation_timeout_ms` bounds it. Dead peers are skipped at once, and so are peers an
-//! operation already timed out on (reported once, never after a second wait). Then it says BYE
-//! on every connection and waits at most 2 s (less with a shorter operation timeout; not at all
-//! for peers given up on) for the peers to close, so that its BYE is not destroyed by a reset.
-//! The BYE names the rank whose failure this rank saw first, if any, so that peers report
-//! "rank 2 ended after rank 1 failed". A connection that ends without BYE means the peer died
-//! (T5).
+//! to wait, before it blocks, and at the latest after 8 progress calls or once 32 connections
+//! hold some. The delay only postpones when a sender may free an outbox entry, never whether.
 //!
 //! # Liveness
 //! A waiting operation fails because its peer is dead or unreachable, never because it waited
@@ -40,18 +34,8 @@
 //! `TCP_USER_TIMEOUT` and keepalive derived from `general.failure_timeout_ms`, so the kernel
 //! reports a cut-off host within that time even while this rank computes; and a receive that
 //! waits 100 ms for a peer this rank has no connection with dials it (a refusal in launcher
-//! mode means the peer's process ended).
-//!
-//! # Connections
-//! Connections are opened lazily on first use with a non-blocking connect; the dialler sends
-//! HELLO (secret) and may queue frames right behind it, the acceptor answers HELLO_ACK, so
-//! simultaneous connects never deadlock. A pair may end up with two connections; serials make
-//! that harmless. Beyond `tcp.connection_cap` the least recently used *quiescent* connection
-//! (nothing outstanding either way) is closed with a CLOSE_REQ/CLOSE_ACK handshake, so eviction
-//! never loses a frame in flight; a busy peer answers CLOSE_NAK and the connection stays.
-//! Incoming connections are always accepted (a peer stuck in our backlog could be waiting for
-//! us while we wait for it), so the cap can be exceeded briefly until idle connections close.
-//! A peer that refuses connections for `tcp.connect_timeout_ms` is declared failed.
+//! mode means the peer's process ended). A failed peer fails only the operations that involve
+//! it: the transport goes on serving the others.
 //!
 //! # Waiting
 //! Readiness comes from a level-triggered epoll set; each pass serves the ready sockets in
@@ -63,237 +47,99 @@
 //! a wake-up from sleep costs ~25 us on the target VMs, a message ~4 us.
 //! A composite backend can add [`TcpTransport::poll_fd`] to its own poll set.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::io;
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
 use std::os::fd::{AsRawFd, BorrowedFd};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ferry_core::config::ConfigWatcher;
 use ferry_core::transport::check_peer;
-use ferry_core::{
-    Config, Error, ErrorKind, Exchange, MsgKey, OpState, RecvBuf, Result, SendOp, Stats, Store,
-    Transport, WaitPolicy,
-};
-use ferry_proto::frame::{FrameType, Header, HEADER_LEN};
-use ferry_proto::{handshake, tcp_protocol};
-use ferry_proto::{Arrival, EarlyArrivals, FlowTable, MatchError};
+use ferry_core::{Config, Error, ErrorKind, Exchange, Result, Stats, Store, Transport, WaitPolicy};
+use ferry_proto::endpoint::{ConnId, Endpoint, EndpointConfig, EndpointError, SendId};
 
-use crate::conn::{
-    Conn, Flushed, OutFrame, Payload, Phase, ReadState, Target, SEND_ANNOUNCED, SEND_STREAMING,
-};
+use crate::link::Link;
 use crate::poller::{Poller, Ready, LISTENER};
 
 mod cache;
+mod ops;
 mod progress;
-mod recv;
-mod send;
 mod service;
 mod shutdown;
 
 const NAME: &str = "tcp";
-/// Bytes read from one socket per pass before the next ready socket gets its turn (T3).
-const READ_BUDGET: usize = 256 << 10;
-/// Frames parsed from one socket per pass.
-const FRAME_BUDGET: usize = 256;
-/// Connections accepted per pass.
-const ACCEPT_BUDGET: usize = 16;
-/// Payload remainders at least this large are read straight into their destination.
-const DIRECT_READ_MIN: usize = 8 << 10;
-/// Outbox buffers at least this large are recycled (smaller ones are cheap to allocate).
-const SPARE_MIN: usize = 64 << 10;
-/// Bound on recycled buffers kept.
-const SPARE_MAX_BUFFERS: usize = 128;
-/// Bound on recycled bytes kept.
-const SPARE_MAX_BYTES: usize = 128 << 20;
 /// How long an announced message waits for its GET before it is copied into the outbox so
 /// that its send can complete (at least the spin time), when this rank holds messages that
 /// wait to be pulled itself: it may be one of a cycle of ranks blocked in sends to each other,
 /// which only copies can break.
-/// While GETs keep coming or zero-copy DATA keeps leaving (the receiver is pulling a window of
-/// messages) the wait goes on.
 const RNDV_GRACE: Duration = Duration::from_millis(1);
-/// The same wait when nothing waits to be pulled from this rank's peers: no cycle of blocked
-/// senders runs through this rank, so the receiver is only late (descheduled on a loaded host,
-/// computing) and the copy (1 MiB: a memcpy and 256 page faults) is usually wasted. Measured at
-/// load 3 on 2 cores: 1 ms copied up to a quarter of a 1 MiB osu_bw window.
+/// The same wait when nothing waits to be pulled from this rank's peers: the receiver is only
+/// late (descheduled on a loaded host, computing) and the copy (1 MiB: a memcpy and 256 page
+/// faults) is usually wasted. Measured at load 3 on 2 cores: 1 ms copied up to a quarter of a
+/// 1 MiB osu_bw window.
 const RNDV_GRACE_IDLE: Duration = Duration::from_millis(20);
-/// Progress calls a corked ACCEPT may wait for a frame to travel with (bounded delay).
-const CORK_CALLS: u64 = 8;
-/// A receive that waits this long for a peer this rank has no connection with dials it: a
-/// peer that died without ever talking to us is then noticed (its listener refuses, or its
-/// host does not answer within the failure timeout) instead of being waited for forever.
+/// A receive that waits this long for a peer this rank has no connection with dials it.
 const PROBE_AFTER: Duration = Duration::from_millis(100);
-/// Recv op progress values (OpState::Active::progress).
-const WAITING: usize = 0;
-const GET_SENT: usize = 1;
-const RECEIVING: usize = 2;
+/// Longest wait for the peers to close after the goodbye.
+const LINGER: Duration = Duration::from_secs(2);
 
-/// (peer, key, serial): a message in the outbox.
-type MsgId = (usize, MsgKey, u64);
-
-#[derive(Debug, Clone)]
-enum PeerStatus {
-    Alive,
-    /// Said BYE: finished in order; after the failure of the rank it names, if any (the BYE's
-    /// serial carries that rank plus one, so errors name the rank that originally failed).
-    Finished(Option<usize>),
-    /// Gone without BYE, or unreachable; the cause.
-    Dead(String),
-}
-
-#[derive(Debug)]
-struct Peer {
-    addr: Option<SocketAddr>,
-    status: PeerStatus,
-    /// Connection used to send to this peer.
-    conn: Option<usize>,
-    retry_at: Option<Instant>,
-    first_failure: Option<Instant>,
-    backoff: Duration,
-    /// Connections with this peer (two when both dialled at once).
-    n_conns: usize,
-    /// Since when a receive has waited for this peer without any connection with it (the
-    /// liveness probe dials it after [`PROBE_AFTER`]).
-    silent_since: Option<Instant>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum OutState {
-    /// Waiting for a connection.
-    Unsent,
-    /// TRY/ADD written, or ANNOUNCE written and waiting for GET.
-    Sent,
-    /// Refused; waiting for GET.
-    Refused,
-    /// DATA written in answer to GET; waiting for its ACCEPT.
-    Served,
-}
-
-struct OutMsg {
-    /// The payload, or `None` while it is still borrowed from the announcing send op.
-    data: Option<Arc<Vec<u8>>>,
-    len: usize,
-    state: OutState,
-    /// When the message was announced (zero-copy grace period).
-    since: Instant,
-}
-
-#[derive(Debug, Default, Clone, Copy)]
-struct Counters {
-    opened: u64,
-    accepted: u64,
-    evictions: u64,
-    refusals_sent: u64,
-    refusals_received: u64,
-    gets_sent: u64,
-    gets_served: u64,
-    strangers: u64,
-    announced: u64,
-    rndv_copies: u64,
-    duplicates_closed: u64,
-}
-
+/// Driver settings that the endpoint does not need.
 #[derive(Debug, Clone, Copy)]
 struct Settings {
-    cap: usize,
-    outbox_cap: usize,
-    eager: usize,
-    max_msg: u64,
-    connect_timeout: Duration,
     failure_timeout: Duration,
-    /// A refused connection means the peer's process ended (launcher mode: addresses come from
-    /// bound listeners), rather than a peer that has not started yet (file mode).
-    refused_is_dead: bool,
     policy: WaitPolicy,
-}
-
-/// What happens to a connection after it was served.
-enum Verdict {
-    Keep,
-    /// Close in order (nothing lost).
-    Close,
-    /// Drop because of a fault; `peer_failed` marks an authenticated peer as dead.
-    Fault {
-        cause: String,
-        peer_failed: bool,
-    },
 }
 
 /// One rank's TCP backend (seed 000; T1-T5, T7, T8). See the module documentation.
 pub struct TcpTransport {
     rank: usize,
     size: usize,
-    secret: Arc<Vec<u8>>,
     set: Settings,
+    ep: Endpoint,
+    /// Origin of the endpoint's clock.
+    epoch: Instant,
+    /// The clock, read once per pass (a read per event cost ~6 % of a 1 MiB stream).
+    clock: Duration,
     listener: TcpListener,
     listener_paused: bool,
-    /// Connections open when the listener was paused; it resumes below that.
+    /// Links open when the listener was paused; it resumes below that.
     paused_at: usize,
     local_addr: SocketAddr,
+    addrs: Vec<Option<SocketAddr>>,
+    excluded: Vec<bool>,
+    watcher: Option<ConfigWatcher>,
     poller: Poller,
     ready: Vec<Ready>,
     rr: usize,
-    conns: Vec<Option<Conn>>,
-    n_conns: usize,
-    peers: Vec<Peer>,
-    excluded: Vec<bool>,
-    watcher: Option<ConfigWatcher>,
-    flows: FlowTable,
-    inbox: EarlyArrivals,
-    /// ADD messages and GET answers whose receive is gone: never refused, bounded by what this
-    /// rank asked for (GET) or by the senders' small control traffic (ADD).
-    overflow: HashMap<Arrival, Vec<u8>>,
-    outbox: HashMap<MsgId, OutMsg>,
-    outbox_bytes: usize,
-    unsent: VecDeque<MsgId>,
-    /// Messages known to wait in a sender's outbox (refused or announced): whether GET was sent.
-    remote: HashMap<Arrival, bool>,
-    dirty: Vec<usize>,
-    /// Connections with requests queued in the current pass (flushed at its end, so a window
-    /// of messages leaves in one `writev` instead of one per message).
-    batch: Vec<usize>,
-    /// Progress call (`tick`) at which `dirty` was first seen non-empty (cork age).
+    links: HashMap<ConnId, Link>,
+    /// Links with frames queued in the current pass (flushed at its end, so a window of
+    /// messages leaves in one `writev` instead of one per message).
+    batch: Vec<ConnId>,
+    /// Links holding corked ACCEPTs only.
+    dirty: Vec<ConnId>,
+    /// Progress call at which `dirty` was first seen non-empty (cork age).
     dirty_since: Option<u64>,
+    /// Links with zero-copy DATA queued (written only when the exchange is at hand).
+    borrowing: Vec<ConnId>,
+    /// Links that stopped at their per-pass budget with whole frames still buffered.
+    rescan: Vec<ConnId>,
+    /// Sends whose zero-copy frames a flush just completed (reported to the endpoint).
+    written: Vec<SendId>,
     tick: u64,
-    stats: Stats,
-    count: Counters,
-    pending_error: Option<Error>,
-    /// The first rank this rank saw fail (directly, or named by a peer's goodbye).
-    blame: Option<usize>,
-    /// Survives peer failures (fault-tolerant communicator): the goodbye names no failure.
-    tolerant: bool,
-    /// Peers an operation already timed out on (`general.operation_timeout_ms`): finish
-    /// neither waits for them to take messages nor lingers for them to close.
-    gave_up: Vec<bool>,
-    finished: bool,
-    /// Recycled outbox buffers: a fresh large allocation per message costs page faults that
-    /// dominate a copy (measured: ~30% of a 1 MiB stream), so buffers are reused.
-    spare: Vec<Vec<u8>>,
-    spare_bytes: usize,
-    /// Connections with zero-copy DATA frames queued.
-    borrowing: Vec<usize>,
-    /// When the last GET was served or zero-copy DATA last made progress on a socket: a
-    /// receiver that is pulling keeps the remaining announced messages borrowed (no copy).
-    last_get: Instant,
-    /// Connections with whole frames buffered but not parsed yet (stopped at their budget).
-    rescan: Vec<usize>,
-    /// Bumped whenever something a waiting receive may match was stored (inbox, overflow,
-    /// known remote messages); `seen_epoch` is the value the last matching pass saw.
-    stored_epoch: u64,
-    seen_epoch: u64,
-    /// Some peer may have two connections with us (see `close_duplicates`).
-    dup_pending: bool,
-    /// Bumped on every read or write that moved bytes: the exchange driver keeps polling while
-    /// it changes (see [`TcpTransport::drive`]).
+    /// Exchange generation: operation ids are `generation << 32 | index`.
+    op_gen: u64,
+    /// When the endpoint's timers run next (cached `poll_timeout`).
+    next_timer: Option<Duration>,
+    /// Bumped whenever bytes move (the exchange driver keeps polling while it changes).
     moved: u64,
+    stats: Stats,
+    pending_error: Option<Error>,
+    finished: bool,
 }
 
 impl TcpTransport {
-    /// Launcher mode (R1): binds an ephemeral port on `tcp.bind` (`FERRY_TCP_BIND`), publishes
-    /// `tcp/addr/<rank>` in `store` and reads every other rank's address from it. No fixed
-    /// ports, so two jobs on one host never collide.
+    /// Launcher mode: publishes this rank's listening address in the store and reads every
+    /// peer's (`tcp/addr/<rank>`), waiting up to `general.startup_timeout_ms` for each.
     pub fn from_store(
         rank: usize,
         size: usize,
@@ -304,11 +150,9 @@ impl TcpTransport {
         TcpTransport::from_store_excluding(rank, size, store, config, secret, &[])
     }
 
-    /// Like [`TcpTransport::from_store`], but the ranks in `excluded` are served by another
-    /// transport over the same [`Exchange`] (the hybrid backend: shared memory on the node,
-    /// TCP between nodes). Their addresses are not read, operations with them are skipped by
-    /// [`Transport::progress_exchange`], which still returns `ex.is_complete()`, so the hybrid
-    /// can drive both transports over one exchange.
+    /// Like [`TcpTransport::from_store`], for a composite backend that reaches the ranks in
+    /// `excluded` by other means: their addresses are not awaited, operations with them are
+    /// left to the other transport, and their connections are rejected.
     pub fn from_store_excluding(
         rank: usize,
         size: usize,
@@ -451,76 +295,62 @@ impl TcpTransport {
             .add(listener.as_raw_fd(), LISTENER, false)
             .map_err(init_err)?;
         let t = &config.tcp;
-        let set = Settings {
-            cap: crate::limits::connection_cap(t.connection_cap, crate::limits::open_file_limit()),
-            outbox_cap: if t.outbox_bytes == 0 {
-                usize::MAX
-            } else {
-                t.outbox_bytes
-            },
-            eager: t.eager_bytes,
-            max_msg: t.max_message_bytes,
-            connect_timeout: Duration::from_millis(t.connect_timeout_ms.max(1)),
-            failure_timeout: config.failure_timeout(),
-            refused_is_dead: watcher.is_none(),
-            policy: config.wait_policy(ferry_core::config::local_ranks_hint(size)),
+        let policy = config.wait_policy(ferry_core::config::local_ranks_hint(size));
+        let mut cfg = EndpointConfig::new(rank, size, secret);
+        cfg.eager_bytes = t.eager_bytes;
+        cfg.inbox_messages = t.inbox_messages;
+        cfg.inbox_bytes = t.inbox_bytes;
+        cfg.outbox_bytes = if t.outbox_bytes == 0 {
+            usize::MAX
+        } else {
+            t.outbox_bytes
         };
+        cfg.max_message_bytes = t.max_message_bytes;
+        cfg.connection_cap =
+            crate::limits::connection_cap(t.connection_cap, crate::limits::open_file_limit());
+        cfg.connect_timeout = Duration::from_millis(t.connect_timeout_ms.max(1));
+        cfg.rndv_grace = policy.spin.max(RNDV_GRACE);
+        cfg.rndv_grace_idle = policy.spin.max(RNDV_GRACE_IDLE);
+        cfg.probe_after = PROBE_AFTER;
+        cfg.linger = policy.timeout.map_or(LINGER, |t| t.min(LINGER));
+        cfg.excluded = excluded.clone();
+        // Launcher mode: every address in the store was published by a bound listener, which
+        // lives as long as its rank; a refusal means the rank's process is gone.
+        cfg.refused_is_dead = watcher.is_none();
         tracing::debug!("rank {rank}: tcp backend listening on {local_addr}, {size} ranks");
         Ok(TcpTransport {
             rank,
             size,
-            secret: Arc::new(secret.to_vec()),
-            spare: Vec::new(),
-            spare_bytes: 0,
-            borrowing: Vec::new(),
-            last_get: Instant::now(),
-            rescan: Vec::new(),
-            stored_epoch: 1,
-            seen_epoch: 0,
-            dup_pending: false,
-            moved: 0,
-            set,
+            set: Settings {
+                failure_timeout: config.failure_timeout(),
+                policy,
+            },
+            ep: Endpoint::new(cfg),
+            epoch: Instant::now(),
+            clock: Duration::ZERO,
             listener,
             listener_paused: false,
             paused_at: 0,
             local_addr,
+            addrs,
+            excluded,
+            watcher,
             poller,
             ready: Vec::with_capacity(64),
             rr: 0,
-            conns: Vec::new(),
-            n_conns: 0,
-            peers: addrs
-                .into_iter()
-                .map(|addr| Peer {
-                    addr,
-                    status: PeerStatus::Alive,
-                    conn: None,
-                    retry_at: None,
-                    first_failure: None,
-                    backoff: Duration::from_millis(5),
-                    n_conns: 0,
-                    silent_since: None,
-                })
-                .collect(),
-            excluded,
-            watcher,
-            flows: FlowTable::new(),
-            inbox: EarlyArrivals::new(t.inbox_messages, t.inbox_bytes),
-            overflow: HashMap::new(),
-            outbox: HashMap::new(),
-            outbox_bytes: 0,
-            unsent: VecDeque::new(),
-            remote: HashMap::new(),
-            dirty: Vec::new(),
+            links: HashMap::new(),
             batch: Vec::new(),
+            dirty: Vec::new(),
             dirty_since: None,
+            borrowing: Vec::new(),
+            rescan: Vec::new(),
+            written: Vec::new(),
             tick: 0,
+            op_gen: 0,
+            next_timer: None,
+            moved: 0,
             stats: Stats::new(rank, size, NAME),
-            count: Counters::default(),
             pending_error: None,
-            blame: None,
-            tolerant: false,
-            gave_up: vec![false; size],
             finished: false,
         })
     }
@@ -541,18 +371,14 @@ impl TcpTransport {
     /// Forgets the flows of communicator generations before `generation` (their groups ended):
     /// serial counters, early arrivals nobody can receive any more and pull bookkeeping, so a run
     /// that keeps creating groups stays bounded. Outbox entries stay until their receivers take
-    /// them or fail. Not yet reachable through `dyn Transport`: the data layer needs a trait hook
-    /// to call it when a generation ends.
+    /// them or fail.
     pub fn retire_generations_before(&mut self, generation: u32) {
-        self.flows.retire_generations_before(generation);
-        self.inbox.retain(|a| a.key.generation >= generation);
-        self.overflow.retain(|a, _| a.key.generation >= generation);
-        self.remote.retain(|a, _| a.key.generation >= generation);
+        self.ep.retire_generations_before(generation);
     }
 
     /// Number of open connections (for tests of the connection cap, T2).
     pub fn open_connections(&self) -> usize {
-        self.n_conns
+        self.links.len()
     }
 
     /// Serves the peers once without waiting, for a rank whose current operation involves no
@@ -564,52 +390,41 @@ impl TcpTransport {
     /// they surface in the next operation that involves them.
     pub fn serve_peers(&mut self) -> Result<()> {
         self.tick += 1;
+        self.advance_clock();
         let mut idle = Exchange::new();
-        self.poll_io(&mut idle, 0)?;
-        self.maintain()?;
+        let res = self.poll_io(&mut idle, 0);
+        // No operation of this rank waits on TCP now: there is nothing to fail.
+        let _ = self.housekeeping(&mut idle, true);
         self.flush_dirty();
-        Ok(())
+        res
     }
 
-    // ----- errors -----
-
-    fn err(&self, kind: ErrorKind, op: &'static str, peer: usize, detail: String) -> Error {
-        Error::new(kind, op)
-            .on_rank(self.rank)
-            .with_peer(peer)
-            .with_detail(detail)
+    /// The endpoint's clock as of this pass: time since this transport was built.
+    fn now(&self) -> Duration {
+        self.clock
     }
 
-    fn peer_gone(&self, op: &'static str, peer: usize) -> Option<Error> {
-        match &self.peers[peer].status {
-            PeerStatus::Alive => None,
-            PeerStatus::Finished(None) => Some(self.err(
-                ErrorKind::PeerFailed,
-                op,
-                peer,
-                format!("rank {peer} already finished (orderly shutdown)"),
-            )),
-            PeerStatus::Finished(Some(x)) => Some(self.err(
-                ErrorKind::PeerFailed,
-                op,
-                peer,
-                format!("rank {peer} ended after rank {x} failed"),
-            )),
-            PeerStatus::Dead(cause) => Some(self.err(
-                ErrorKind::PeerFailed,
-                op,
-                peer,
-                format!("rank {peer} failed: {cause}"),
-            )),
-        }
+    /// Reads the clock (at the start of a pass, after waiting).
+    fn advance_clock(&mut self) -> Duration {
+        self.clock = self.epoch.elapsed();
+        self.clock
     }
 
-    fn mark_dead(&mut self, peer: usize, cause: String) {
-        if matches!(self.peers[peer].status, PeerStatus::Alive) {
-            tracing::warn!("rank {}: rank {peer} failed: {cause}", self.rank);
-            self.peers[peer].status = PeerStatus::Dead(cause);
-            self.blame.get_or_insert(peer);
-        }
+    /// The program's error for an endpoint error.
+    fn error(&self, e: EndpointError) -> Error {
+        use ferry_proto::endpoint::ErrorKind as K;
+        let kind = match e.kind {
+            K::PeerFailed => ErrorKind::PeerFailed,
+            K::Protocol => ErrorKind::Protocol,
+            K::Invalid => ErrorKind::InvalidArgument,
+            K::Timeout => ErrorKind::Timeout,
+            K::Exhausted => ErrorKind::ResourceExhausted,
+            K::Withdrawn => ErrorKind::Revoked,
+        };
+        Error::new(kind, e.op)
+            .on_rank(e.rank)
+            .with_peer(e.peer)
+            .with_detail(e.cause)
     }
 }
 
@@ -645,53 +460,9 @@ impl Transport for TcpTransport {
     }
 
     fn progress_exchange(&mut self, ex: &mut Exchange<'_>) -> Result<bool> {
-        if let Some(e) = self.pending_error.take() {
-            return Err(e);
-        }
-        self.tick += 1;
-        self.start_sends(ex)?;
-        self.match_recvs(ex)?;
-        if !self.own_part_complete(ex) || self.tick & 15 == 0 {
-            let polled = match self.hot_conn(ex) {
-                // Waiting for one peer only: read its socket directly instead of asking epoll
-                // first (one system call per poll instead of two); every 16th pass still
-                // serves everything (listener, other connections) for fairness (T3).
-                Some(c) if self.tick & 15 != 0 => {
-                    let r = Ready {
-                        token: c as u64,
-                        readable: true,
-                        writable: false,
-                        hangup: false,
-                    };
-                    self.service(c, r, ex)
-                }
-                _ => self.poll_io(ex, 0),
-            };
-            self.flush_borrowed(ex);
-            polled?;
-            if let Some(e) = self.pending_error.take() {
-                return Err(e);
-            }
-            self.match_recvs(ex)?;
-            self.maintain()?;
-            // Corked ACCEPTs must not wait forever on a rank whose receives all complete
-            // without blocking (from the inbox): senders free their outboxes on them. They
-            // leave after CORK_CALLS progress calls at the latest, or when 32 are queued.
-            if self.dirty.is_empty() {
-                self.dirty_since = None;
-            } else {
-                let since = *self.dirty_since.get_or_insert(self.tick);
-                if self.dirty.len() >= 32 || self.tick.wrapping_sub(since) >= CORK_CALLS {
-                    self.flush_dirty();
-                }
-            }
-            if !self.own_part_complete(ex) {
-                self.start_sends(ex)?;
-                self.flush_dirty();
-                self.check_failures(ex)?;
-            }
-        }
-        Ok(ex.is_complete())
+        // An error fails one operation; the others stay live (a fault-tolerant caller goes
+        // on with them). A caller that gives the exchange up abandons it.
+        self.progress_inner(ex)
     }
 
     fn wait_for_input(&mut self, timeout: Duration) -> Result<()> {
@@ -700,6 +471,10 @@ impl Transport for TcpTransport {
             // Buffered input is waiting to be parsed: do not sleep.
             return Ok(());
         }
+        let timeout = match self.ep.poll_timeout() {
+            Some(t) => timeout.min(t.saturating_sub(self.advance_clock())),
+            None => timeout,
+        };
         let ms = timeout.as_millis().clamp(0, i32::MAX as u128) as i32;
         self.ready.clear();
         self.poller
@@ -714,24 +489,29 @@ impl Transport for TcpTransport {
 
     fn exchange(&mut self, ex: &mut Exchange<'_>) -> Result<()> {
         self.stats.calls += 1;
-        self.drive(ex)
+        // The exchange fails as a whole: nothing may refer to its buffers afterwards.
+        self.drive(ex).inspect_err(|_| self.abandon_ops(ex))
+    }
+
+    fn abandon_exchange(&mut self, ex: &mut Exchange<'_>, _why: &Error) {
+        self.abandon_ops(ex);
     }
 
     fn tolerate_failures(&mut self) {
-        self.tolerant = true;
+        self.ep.tolerate_failures();
     }
 
     fn retire_flows(&mut self, flows: ferry_core::RetiredFlows) {
-        self.flows.retire_where(|k| flows.contains(k));
+        self.ep.retire_where(|k| flows.contains(k));
     }
 
     fn flow_count(&self) -> Option<usize> {
-        Some(self.flows.len())
+        Some(self.ep.flow_count())
     }
 
     fn stats(&self) -> Stats {
         let mut s = self.stats.clone();
-        let c = self.count;
+        let c = self.ep.counters();
         for (name, v) in [
             ("tcp connections opened", c.opened),
             ("tcp connections accepted", c.accepted),

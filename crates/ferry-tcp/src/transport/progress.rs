@@ -1,102 +1,98 @@
-//! Driving an exchange: the polling loop (spin budget counted from the last byte moved),
-//! housekeeping, liveness probes and failure checks.
+//! Driving an exchange: one progress pass (post, serve sockets, run the endpoint's timers,
+//! write), the corked ACCEPTs, reading a single peer's socket directly, and the polling loop
+//! whose spin budget counts from the last byte moved.
 
+use super::ops::ExBufs;
 use super::*;
 
+/// Progress calls a corked ACCEPT may wait for a frame to travel with (bounded delay).
+const CORK_CALLS: u64 = 8;
+
 impl TcpTransport {
-    pub(super) fn maintain(&mut self) -> Result<()> {
-        let res = self.maintain_inner();
-        self.flush_batch();
-        res
-    }
-
-    pub(super) fn maintain_inner(&mut self) -> Result<()> {
-        for _ in 0..self.unsent.len() {
-            let Some(id) = self.unsent.pop_front() else {
-                break;
+    pub(super) fn progress_inner(&mut self, ex: &mut Exchange<'_>) -> Result<bool> {
+        if let Some(e) = self.pending_error.take() {
+            return Err(e);
+        }
+        self.tick += 1;
+        self.advance_clock();
+        // Failures are reported once the pass is over: the other operations still progress.
+        let mut first = self.post_new(ex).err();
+        if let Err(e) = self.apply_actions(ex) {
+            first.get_or_insert(e);
+        }
+        if !self.own_part_complete(ex) || self.tick & 15 == 0 {
+            let polled = match self.hot_link(ex) {
+                // Waiting for one peer only: read its socket directly instead of asking epoll
+                // first (one system call per poll instead of two); every 16th pass still
+                // serves everything (listener, other connections) for fairness (T3).
+                Some(c) if self.tick & 15 != 0 => {
+                    let r = Ready {
+                        token: c.0,
+                        readable: true,
+                        writable: false,
+                        hangup: false,
+                    };
+                    self.service(c, r, ex);
+                    self.apply_actions(ex)
+                }
+                _ => self.poll_io(ex, 0),
             };
-            if !self.outbox.contains_key(&id) {
-                continue;
+            if let Err(e) = polled {
+                first.get_or_insert(e);
             }
-            if !matches!(self.peers[id.0].status, PeerStatus::Alive) {
-                self.unsent.push_back(id);
-                continue;
+            self.flush_borrowed(ex);
+            if let Err(e) = self.housekeeping(ex, false) {
+                first.get_or_insert(e);
             }
-            match self.transmit(id) {
-                Ok(true) => {}
-                Ok(false) => self.unsent.push_back(id),
-                Err(e) => {
-                    self.unsent.push_back(id);
-                    return Err(e);
-                }
-            }
-        }
-        if self.listener_paused {
-            if self.n_conns < self.paused_at {
-                if self
-                    .poller
-                    .add(self.listener.as_raw_fd(), LISTENER, false)
-                    .is_ok()
-                {
-                    self.listener_paused = false;
-                }
+            // Corked ACCEPTs must not wait forever on a rank whose receives all complete
+            // without blocking (from the inbox): senders free their outboxes on them. They
+            // leave after CORK_CALLS progress calls at the latest, or when 32 links hold some.
+            if self.dirty.is_empty() {
+                self.dirty_since = None;
             } else {
-                self.evict_one();
+                let since = *self.dirty_since.get_or_insert(self.tick);
+                if self.dirty.len() >= 32 || self.tick.wrapping_sub(since) >= CORK_CALLS {
+                    self.flush_dirty();
+                }
+            }
+            if !self.own_part_complete(ex) {
+                self.flush_dirty();
             }
         }
-        if self.tick & 63 == 0 {
-            self.expire_handshakes();
+        self.flush_batch(Some(ex));
+        if let Some(e) = first.or_else(|| self.pending_error.take()) {
+            return Err(e);
         }
-        if self.dup_pending {
-            self.close_duplicates();
-        }
-        Ok(())
+        Ok(ex.is_complete())
     }
 
-    /// Fails pending operations with a dead or finished peer (T5).
-    pub(super) fn check_failures(&mut self, ex: &Exchange<'_>) -> Result<()> {
-        for s in ex.sends.iter().filter(|s| s.state != OpState::Done) {
-            if s.peer < self.size && !self.excluded[s.peer] {
-                if let Some(e) = self.peer_gone("send", s.peer) {
-                    return Err(e);
-                }
-            }
+    /// The endpoint's timers (when due, or `force`), its retries, the listener; then what it
+    /// asked for.
+    pub(super) fn housekeeping(&mut self, ex: &mut Exchange<'_>, force: bool) -> Result<()> {
+        let now = self.now();
+        let due = self.next_timer.is_some_and(|t| now >= t);
+        if force || due || self.tick & 15 == 0 {
+            self.ep.handle_timeout(now, &ExBufs(&ex.sends));
+            self.next_timer = self.ep.poll_timeout();
+        } else {
+            self.ep.progress(now, &ExBufs(&ex.sends));
         }
-        let mut now = None;
-        for r in ex.recvs.iter().filter(|r| r.state != OpState::Done) {
-            if r.peer < self.size
-                && !self.excluded[r.peer]
-                && r.peer != self.rank
-                && !self.may_still_deliver(r.peer)
-            {
-                if let Some(e) = self.peer_gone("recv", r.peer) {
-                    return Err(e);
-                }
-                // Liveness probe: nothing would ever tell us that a peer we have no
-                // connection with died, so dial it.
-                let p = &mut self.peers[r.peer];
-                if p.n_conns > 0 {
-                    p.silent_since = None;
-                } else {
-                    let now = *now.get_or_insert_with(Instant::now);
-                    let since = *p.silent_since.get_or_insert(now);
-                    if now.duration_since(since) >= PROBE_AFTER {
-                        self.get_conn(r.peer, "recv")?;
-                    }
-                }
-            }
-        }
-        Ok(())
+        self.maybe_resume_listener();
+        self.apply_actions(ex)
     }
 
-    /// The connection to poll directly when all this rank waits for is input from one peer
-    /// over an idle connection (no pending sends, nothing queued to write, nothing buffered).
-    pub(super) fn hot_conn(&self, ex: &Exchange<'_>) -> Option<usize> {
-        if !self.rescan.is_empty() || !self.unsent.is_empty() {
+    /// The link to read directly when all this rank waits for is input from one peer over an
+    /// idle connection (no pending sends, nothing queued to write, nothing buffered).
+    fn hot_link(&self, ex: &Exchange<'_>) -> Option<ConnId> {
+        if !self.rescan.is_empty() || !self.batch.is_empty() {
             return None;
         }
         let mut peer = None;
-        for r in ex.recvs.iter().filter(|r| r.state != OpState::Done) {
+        for r in ex
+            .recvs
+            .iter()
+            .filter(|r| r.state != ferry_core::OpState::Done)
+        {
             if r.peer >= self.size || self.excluded[r.peer] {
                 continue;
             }
@@ -105,38 +101,15 @@ impl TcpTransport {
             }
             peer = Some(r.peer);
         }
-        let busy_send = ex
-            .sends
-            .iter()
-            .any(|s| s.state != OpState::Done && s.peer < self.size && !self.excluded[s.peer]);
+        let busy_send = ex.sends.iter().any(|s| {
+            s.state != ferry_core::OpState::Done && s.peer < self.size && !self.excluded[s.peer]
+        });
         if busy_send {
             return None;
         }
-        let peer = peer?;
-        if self.peers[peer].n_conns != 1 {
-            // Its messages may come on either of two connections.
-            return None;
-        }
-        let c = self.peers[peer].conn?;
-        let conn = self.conns.get(c)?.as_ref()?;
-        (conn.phase == Phase::Open && !conn.want_write && conn.wq.is_empty()).then_some(c)
-    }
-
-    /// A peer that said BYE on one connection may still have frames in flight on another
-    /// (two ranks that dialled each other at once): it is only done once all are closed.
-    pub(super) fn may_still_deliver(&self, peer: usize) -> bool {
-        matches!(self.peers[peer].status, PeerStatus::Finished(_))
-            && self.conns.iter().flatten().any(|c| c.peer == Some(peer))
-    }
-
-    pub(super) fn own_part_complete(&self, ex: &Exchange<'_>) -> bool {
-        ex.sends
-            .iter()
-            .all(|s| s.state == OpState::Done || s.peer >= self.size || self.excluded[s.peer])
-            && ex
-                .recvs
-                .iter()
-                .all(|r| r.state == OpState::Done || r.peer >= self.size || self.excluded[r.peer])
+        let c = self.ep.sole_conn(peer?)?;
+        let l = self.links.get(&c)?;
+        (!l.connecting && !l.want_write && l.wq.is_empty()).then_some(c)
     }
 
     /// Runs `ex` to completion like `ferry_core::transport::drive_exchange`, except that the
@@ -145,7 +118,8 @@ impl TcpTransport {
     /// momentarily full or empty) all through a window of many milliseconds; blocking in epoll
     /// in each gap cost a wake-up (~25 us on the target VMs) every few hundred kilobytes: at
     /// 1 MiB osu_bw both ranks slept 1300-2100 times a second and used 25-30 % of a core.
-    /// Idle polls yield as the policy says (every poll on oversubscribed hosts).
+    /// Idle polls yield as the policy says (every poll on oversubscribed hosts). An operation
+    /// timeout (`general.operation_timeout_ms`) gives up on the peers it waited for.
     pub(super) fn drive(&mut self, ex: &mut Exchange<'_>) -> Result<()> {
         if self.progress_exchange(ex)? {
             return Ok(());
@@ -169,9 +143,7 @@ impl TcpTransport {
             if let Some(limit) = policy.timeout.filter(|&limit| elapsed >= limit) {
                 // Reported once: finish does not wait for these peers a second time.
                 for p in ex.pending_peers() {
-                    if let Some(g) = self.gave_up.get_mut(p) {
-                        *g = true;
-                    }
+                    self.ep.give_up(p);
                 }
                 return Err(ferry_core::transport::operation_timeout_error(
                     self.rank, ex, limit,

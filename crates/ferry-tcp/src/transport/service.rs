@@ -1,31 +1,47 @@
 //! Socket service (T3, T4): the level-triggered epoll pass over ready sockets, reading frames
-//! with bounded work per socket (large payloads straight into the receive buffer), writing
-//! queued frames (zero-copy payloads from the exchange), and what a broken stream means.
+//! with bounded work per socket and handing them to the endpoint (payloads land where it says:
+//! large ones straight into the receive's buffer), and writing the frames it queued (zero-copy
+//! payloads from the exchange's buffers).
 
-use super::recv::direct_valid;
+use std::io::Read;
+use std::net::Shutdown;
+
+use ferry_core::RecvBuf;
+use ferry_proto::endpoint::{Landed, Lost, Sink};
+use ferry_proto::frame::{Header, HEADER_LEN};
+
+use super::ops::{recv_index, ExBufs};
 use super::*;
+use crate::link::{After, Dest, Flushed, ReadState};
+
+/// Bytes read from one socket per pass before the next ready socket gets its turn (T3).
+const READ_BUDGET: usize = 256 << 10;
+/// Frames parsed from one socket per pass.
+const FRAME_BUDGET: usize = 256;
+/// Payload remainders at least this large are read straight into their destination.
+const DIRECT_READ_MIN: usize = 8 << 10;
 
 impl TcpTransport {
-    /// Writes what the connection's queue holds; a write error is a connection fault.
-    pub(super) fn flush_conn(&mut self, id: usize) {
-        self.flush_conn_with(id, None);
-    }
-
-    /// Like [`Self::flush_conn`], also writing payloads borrowed from `sends`.
-    pub(super) fn flush_conn_with(&mut self, id: usize, sends: Option<&mut [SendOp<'_>]>) {
-        let Some(conn) = self.conns.get_mut(id).and_then(Option::as_mut) else {
+    /// Writes what link `id` has queued; zero-copy payloads only when `ex` is given. A write
+    /// error means the connection is lost; a link the endpoint closed goes once it is written.
+    pub(super) fn flush_link(&mut self, id: ConnId, ex: Option<&Exchange<'_>>) {
+        let Some(l) = self.links.get_mut(&id) else {
             return;
         };
-        if matches!(conn.phase, Phase::Connecting(_)) {
+        if l.connecting {
             return;
         }
-        let res = conn.flush(sends);
-        if std::mem::take(&mut conn.streamed) {
-            self.last_get = Instant::now();
-        }
-        if std::mem::take(&mut conn.wrote) {
+        let bufs = ex.map(|e| ExBufs(&e.sends));
+        let res = l.flush(
+            bufs.as_ref()
+                .map(|b| b as &dyn ferry_proto::endpoint::SendBuffers),
+            &mut self.written,
+        );
+        let streamed = std::mem::take(&mut l.streamed);
+        if std::mem::take(&mut l.wrote) {
             self.moved = self.moved.wrapping_add(1);
         }
+        let mut gone = None;
         match res {
             Ok(state) => {
                 // Only a full socket needs a wake-up for room. A queue whose head waits for
@@ -34,39 +50,46 @@ impl TcpTransport {
                 let want = match state {
                     Flushed::WouldBlock => true,
                     Flushed::Empty => false,
-                    Flushed::NeedsExchange => conn.want_write,
+                    Flushed::NeedsExchange => l.want_write,
                 };
-                if want != conn.want_write {
-                    conn.want_write = want;
-                    let _ = self.poller.modify(conn.sock.as_raw_fd(), id as u64, want);
+                if want != l.want_write {
+                    l.want_write = want;
+                    let _ = self.poller.modify(l.sock.as_raw_fd(), id.0, want);
                 }
-                if state == Flushed::Empty && conn.phase == Phase::Closing {
-                    if let Some(conn) = self.conns[id].take() {
-                        self.drop_conn(id, conn);
+                if state == Flushed::Empty {
+                    match l.after {
+                        After::Close => gone = Some(None),
+                        After::ShutdownWrite if !l.write_shut => {
+                            l.write_shut = true;
+                            let _ = l.sock.shutdown(Shutdown::Write);
+                        }
+                        _ => {}
                     }
                 }
             }
-            Err(e) => {
-                if let Some(conn) = self.conns[id].take() {
-                    let v = self.io_fault(&conn, e);
-                    self.apply_verdict(id, conn, v);
-                }
-            }
+            Err(e) => gone = Some(Some(Lost::Error(e.to_string()))),
+        }
+        let now = self.now();
+        if streamed {
+            self.ep.on_data_moved(now);
+        }
+        for op in std::mem::take(&mut self.written) {
+            self.ep.on_op_written(op, now);
+        }
+        match gone {
+            None => {}
+            Some(None) => self.remove_link(id),
+            Some(Some(how)) => self.link_lost(id, how),
         }
     }
 
     /// Writes the zero-copy DATA frames, which need the exchange that owns their payloads.
-    pub(super) fn flush_borrowed(&mut self, ex: &mut Exchange<'_>) {
+    pub(super) fn flush_borrowed(&mut self, ex: &Exchange<'_>) {
         let mut i = 0;
         while i < self.borrowing.len() {
             let id = self.borrowing[i];
-            self.flush_conn_with(id, Some(&mut ex.sends));
-            let still = self
-                .conns
-                .get(id)
-                .and_then(Option::as_ref)
-                .is_some_and(|c| c.borrowed > 0);
-            if still {
+            self.flush_link(id, Some(ex));
+            if self.links.get(&id).is_some_and(|l| l.borrowed > 0) {
                 i += 1;
             } else {
                 self.borrowing.swap_remove(i);
@@ -74,22 +97,17 @@ impl TcpTransport {
         }
     }
 
-    /// Marks connection `c` to be flushed at the end of the current pass.
-    pub(super) fn batch_push(&mut self, c: usize) {
-        if !self.batch.contains(&c) {
-            self.batch.push(c);
-        }
-    }
-
-    pub(super) fn flush_batch(&mut self) {
+    /// Writes the links that got frames in this pass (one `writev` each).
+    pub(super) fn flush_batch(&mut self, ex: Option<&Exchange<'_>>) {
         while let Some(id) = self.batch.pop() {
-            self.flush_conn(id);
+            self.flush_link(id, ex);
         }
     }
 
+    /// Writes the corked ACCEPTs.
     pub(super) fn flush_dirty(&mut self) {
         while let Some(id) = self.dirty.pop() {
-            self.flush_conn(id);
+            self.flush_link(id, None);
         }
         self.dirty_since = None;
     }
@@ -98,17 +116,16 @@ impl TcpTransport {
     pub(super) fn poll_io(&mut self, ex: &mut Exchange<'_>, timeout_ms: i32) -> Result<()> {
         self.ready.clear();
         let mut ready = std::mem::take(&mut self.ready);
-        let res = self.poller.wait(&mut ready, timeout_ms);
-        if let Err(e) = res {
+        if let Err(e) = self.poller.wait(&mut ready, timeout_ms) {
             self.ready = ready;
             return Err(Error::io("poll", e).on_rank(self.rank));
         }
-        // Connections that stopped at their per-pass budget with whole frames still buffered:
-        // their socket may be drained, so epoll would not report them again.
+        // Links that stopped at their per-pass budget with whole frames still buffered: their
+        // socket may be drained, so epoll would not report them again.
         for id in std::mem::take(&mut self.rescan) {
-            if !ready.iter().any(|r| r.token == id as u64) {
+            if !ready.iter().any(|r| r.token == id.0) {
                 ready.push(Ready {
-                    token: id as u64,
+                    token: id.0,
                     readable: true,
                     writable: false,
                     hangup: false,
@@ -123,239 +140,178 @@ impl TcpTransport {
             let r = ready[(start + k) % n];
             if r.token == LISTENER {
                 self.accept_some();
-            } else if let Err(e) = self.service(r.token as usize, r, ex) {
-                result = Err(e);
-                break;
+            } else {
+                self.service(ConnId(r.token), r, ex);
+            }
+            if let Err(e) = self.apply_actions(ex) {
+                if result.is_ok() {
+                    result = Err(e);
+                }
             }
         }
         self.ready = ready;
         result
     }
 
-    pub(super) fn service(&mut self, id: usize, r: Ready, ex: &mut Exchange<'_>) -> Result<()> {
-        let Some(mut conn) = self.conns.get_mut(id).and_then(Option::take) else {
-            return Ok(());
+    /// Serves one ready link: completes its connect, writes, reads.
+    pub(super) fn service(&mut self, id: ConnId, r: Ready, ex: &mut Exchange<'_>) {
+        let Some(l) = self.links.get(&id) else {
+            return;
         };
-        if r.readable {
-            // Receiving counts as use: an incoming flow keeps its connection out of eviction.
-            conn.last_used = self.tick;
+        if l.connecting {
+            if r.writable || r.hangup {
+                self.finish_connect(id);
+            }
+            return;
         }
-        let verdict = if let Phase::Connecting(_) = conn.phase {
-            self.finish_connect(&mut conn)
-        } else {
-            let mut v = Verdict::Keep;
-            if r.writable {
-                let res = conn.flush(Some(&mut ex.sends));
-                if std::mem::take(&mut conn.streamed) {
-                    self.last_get = Instant::now();
-                }
-                if std::mem::take(&mut conn.wrote) {
-                    self.moved = self.moved.wrapping_add(1);
-                }
-                if let Err(e) = res {
-                    v = self.io_fault(&conn, e);
-                }
-            }
-            if matches!(v, Verdict::Keep) && (r.readable || r.hangup) {
-                match self.read_frames(id, &mut conn, ex) {
-                    Ok(verdict) => v = verdict,
-                    Err(e) => {
-                        if conn.buffered() >= HEADER_LEN && !self.rescan.contains(&id) {
-                            self.rescan.push(id);
-                        }
-                        self.conns[id] = Some(conn);
-                        self.dirty.push(id);
-                        return Err(e);
-                    }
-                }
-            }
-            v
-        };
-        self.apply_verdict(id, conn, verdict);
-        Ok(())
-    }
-
-    pub(super) fn apply_verdict(&mut self, id: usize, conn: Conn, v: Verdict) {
-        match v {
-            Verdict::Keep => {
-                if conn.buffered() >= HEADER_LEN && !self.rescan.contains(&id) {
-                    self.rescan.push(id);
-                }
-                let urgent = conn.urgent();
-                self.conns[id] = Some(conn);
-                if urgent {
-                    self.flush_conn(id);
-                }
-            }
-            Verdict::Close => {
-                let mut conn = conn;
-                let _ = conn.flush(None);
-                self.drop_conn(id, conn);
-            }
-            Verdict::Fault { cause, peer_failed } => {
-                if let Some(p) = conn.peer {
-                    if peer_failed {
-                        self.mark_dead(p, cause);
-                    } else if matches!(conn.phase, Phase::Connecting(_)) {
-                        // A failed attempt; connect_failed decides about retries.
-                        tracing::debug!("rank {}: connection to rank {p}: {cause}", self.rank);
-                    } else {
-                        tracing::warn!(
-                            "rank {}: dropped connection with rank {p}: {cause}",
-                            self.rank
-                        );
-                    }
-                } else {
-                    tracing::warn!(
-                        "rank {}: dropped connection from stranger {:?}: {cause}",
-                        self.rank,
-                        conn.sock.peer_addr().ok()
-                    );
-                }
-                self.drop_conn(id, conn);
+        if r.writable {
+            self.flush_link(id, Some(ex));
+        }
+        if r.readable || r.hangup {
+            self.read_frames(id, ex);
+        }
+        if let Some(l) = self.links.get(&id) {
+            let parsable = match l.rstate {
+                ReadState::Header => l.buffered() >= HEADER_LEN,
+                ReadState::Payload { .. } => l.buffered() > 0,
+            };
+            if parsable && !self.rescan.contains(&id) {
+                self.rescan.push(id);
             }
         }
     }
 
-    pub(super) fn io_fault(&self, conn: &Conn, e: io::Error) -> Verdict {
-        self.eof_verdict(conn, Some(e))
-    }
-
-    /// What a closed or broken stream means in the connection's phase.
-    pub(super) fn eof_verdict(&self, conn: &Conn, e: Option<io::Error>) -> Verdict {
-        let what = match &e {
-            Some(e) => format!("connection error: {e}"),
-            None => "connection closed by the peer without an orderly shutdown".to_string(),
-        };
-        match conn.phase {
-            Phase::ClosingSent | Phase::Closing | Phase::ByeSent => Verdict::Close,
-            Phase::AwaitHello(_) => Verdict::Fault {
-                cause: format!("{what} before the handshake"),
-                peer_failed: false,
-            },
-            Phase::Connecting(_) => Verdict::Fault {
-                cause: what,
-                peer_failed: false,
-            },
-            Phase::AwaitHelloAck => Verdict::Fault {
-                cause: format!(
-                    "{what} during the handshake (the peer ended, or its job secret differs)"
-                ),
-                peer_failed: true,
-            },
-            Phase::Open => {
-                let finished = conn
-                    .peer
-                    .is_some_and(|p| matches!(self.peers[p].status, PeerStatus::Finished(_)));
-                if finished {
-                    Verdict::Close
-                } else {
-                    Verdict::Fault {
-                        cause: what,
-                        peer_failed: true,
-                    }
-                }
+    /// The connection of link `id` ended or broke: the endpoint decides what that means.
+    pub(super) fn link_lost(&mut self, id: ConnId, how: Lost) {
+        if self.ep.is_live(id) {
+            if let (Some(p), Lost::Error(e)) = (self.links.get(&id).and_then(|l| l.peer), &how) {
+                tracing::debug!("rank {}: connection with rank {p}: {e}", self.rank);
             }
+            self.ep.on_conn_lost(id, how);
         }
+        self.remove_link(id);
     }
 
-    pub(super) fn read_frames(
-        &mut self,
-        id: usize,
-        conn: &mut Conn,
-        ex: &mut Exchange<'_>,
-    ) -> Result<Verdict> {
+    /// A fault of link `id` that is not the peer's death (garbage, a frame that cannot be
+    /// allocated): the endpoint drops the connection.
+    fn link_fault(&mut self, id: ConnId, cause: String) {
+        tracing::warn!("rank {}: dropped a connection: {cause}", self.rank);
+        if self.ep.is_live(id) {
+            self.ep.on_conn_fault(id, cause);
+        }
+        self.remove_link(id);
+    }
+
+    /// Reads frames from link `id` within the per-pass budget and hands them to the endpoint.
+    pub(super) fn read_frames(&mut self, id: ConnId, ex: &mut Exchange<'_>) {
+        let now = self.now();
+        let max = self.ep.config().max_message_bytes;
         let mut budget = READ_BUDGET;
         let mut frames = 0;
         // Set after a short read: the socket has nothing more right now, so the next read
         // would only return EAGAIN; level-triggered epoll reports it again when data comes.
         let mut drained = false;
         loop {
-            let state = std::mem::replace(&mut conn.rstate, ReadState::Header);
-            match state {
+            let Some(l) = self.links.get_mut(&id) else {
+                return;
+            };
+            match std::mem::replace(&mut l.rstate, ReadState::Header) {
                 ReadState::Header => {
-                    if conn.buffered() >= HEADER_LEN {
-                        let bytes = &conn.rbuf[conn.rpos..conn.rpos + HEADER_LEN];
-                        let h = match Header::decode(bytes, self.set.max_msg) {
+                    if l.buffered() >= HEADER_LEN {
+                        let h = match Header::decode(&l.rbuf[l.rpos..l.rpos + HEADER_LEN], max) {
                             Ok(h) => h,
-                            Err(e) => {
-                                return Ok(Verdict::Fault {
-                                    cause: format!("malformed frame: {e}"),
-                                    peer_failed: false,
-                                })
-                            }
+                            Err(e) => return self.link_fault(id, format!("malformed frame: {e}")),
                         };
-                        conn.rpos += HEADER_LEN;
+                        l.rpos += HEADER_LEN;
                         frames += 1;
-                        match self.on_header(id, conn, h, ex)? {
-                            Verdict::Keep => {}
-                            other => return Ok(other),
+                        let dest = match self.ep.on_header(id, h, now) {
+                            Sink::Done => None,
+                            Sink::Recv(op, len) => {
+                                Some(self.recv_dest(op, len, h.source as usize, ex))
+                            }
+                            Sink::Owned(len) => match alloc_zeroed(len) {
+                                Some(v) => Some(Dest::Owned(v)),
+                                None => {
+                                    return self.link_fault(
+                                        id,
+                                        format!(
+                                            "cannot allocate {len} bytes for a {:?} frame",
+                                            h.ty
+                                        ),
+                                    )
+                                }
+                            },
+                            Sink::Discard(_) => Some(Dest::Discard),
+                        };
+                        if let (Some(dest), Some(l)) = (dest, self.links.get_mut(&id)) {
+                            l.rstate = ReadState::Payload {
+                                header: h,
+                                dest,
+                                done: 0,
+                            };
                         }
-                        if frames >= FRAME_BUDGET {
-                            return Ok(Verdict::Keep);
+                        if !self.ep.is_live(id) || frames >= FRAME_BUDGET {
+                            return;
                         }
                         continue;
                     }
                     if budget == 0 || drained {
-                        return Ok(Verdict::Keep);
+                        return;
                     }
-                    match conn.fill() {
-                        Ok((0, _)) => return Ok(self.eof_verdict(conn, None)),
+                    match l.fill() {
+                        Ok((0, _)) => return self.link_lost(id, Lost::Eof),
                         Ok((n, short)) => {
                             self.moved = self.moved.wrapping_add(1);
                             budget = budget.saturating_sub(n);
                             drained = short;
                         }
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                            return Ok(Verdict::Keep)
-                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                         Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                        Err(e) => return Ok(self.io_fault(conn, e)),
+                        Err(e) => return self.link_lost(id, Lost::Error(e.to_string())),
                     }
                 }
                 ReadState::Payload {
                     header,
-                    mut target,
+                    mut dest,
                     mut done,
                 } => {
-                    let total = header.len as usize;
-                    let take = conn.buffered().min(total - done);
+                    let total = header.payload_len() as usize;
+                    let take = l.buffered().min(total - done);
                     if take > 0 {
-                        let src = &conn.rbuf[conn.rpos..conn.rpos + take];
-                        if let Some(dst) = target_slice(&mut target, ex, &header) {
-                            dst[done..done + take].copy_from_slice(src);
+                        if let Some(dst) = dest_slice(&mut dest, ex, total) {
+                            dst[done..done + take].copy_from_slice(&l.rbuf[l.rpos..l.rpos + take]);
                         }
-                        conn.rpos += take;
+                        l.rpos += take;
                         done += take;
                     }
                     if done == total {
-                        match self.on_payload(id, conn, header, target, ex)? {
-                            Verdict::Keep => {}
-                            other => return Ok(other),
+                        let landed = match dest {
+                            Dest::Recv(_) => Landed::Direct,
+                            Dest::Owned(v) => Landed::Owned(v),
+                            Dest::Discard => Landed::Discarded,
+                        };
+                        self.ep.on_payload(id, landed, now);
+                        if !self.ep.is_live(id) {
+                            return;
                         }
                         continue;
                     }
                     if budget == 0 || drained {
-                        conn.rstate = ReadState::Payload {
-                            header,
-                            target,
-                            done,
-                        };
-                        return Ok(Verdict::Keep);
+                        l.rstate = ReadState::Payload { header, dest, done };
+                        return;
                     }
                     let direct = total - done >= DIRECT_READ_MIN;
-                    let res = match (direct, target_slice(&mut target, ex, &header)) {
+                    let res = match (direct, dest_slice(&mut dest, ex, total)) {
                         (true, Some(dst)) => {
-                            use std::io::Read;
                             let want = total - done;
-                            conn.sock
+                            l.sock
                                 .read(&mut dst[done..total])
                                 .map(|n| (n, true, n < want))
                         }
-                        _ => conn.fill().map(|(n, short)| (n, false, short)),
+                        _ => l.fill().map(|(n, short)| (n, false, short)),
                     };
                     match res {
-                        Ok((0, _, _)) => return Ok(self.eof_verdict(conn, None)),
+                        Ok((0, _, _)) => return self.link_lost(id, Lost::Eof),
                         Ok((n, was_direct, short)) => {
                             self.moved = self.moved.wrapping_add(1);
                             budget = budget.saturating_sub(n);
@@ -364,27 +320,20 @@ impl TcpTransport {
                                 done += n;
                             }
                         }
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                            conn.rstate = ReadState::Payload {
-                                header,
-                                target,
-                                done,
-                            };
-                            return Ok(Verdict::Keep);
-                        }
+                        // Nothing more now: the next turn of the loop keeps the frame and stops.
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => drained = true,
                         Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                        Err(e) => return Ok(self.io_fault(conn, e)),
+                        Err(e) => return self.link_lost(id, Lost::Error(e.to_string())),
                     }
-                    conn.rstate = ReadState::Payload {
-                        header,
-                        target,
-                        done,
-                    };
+                    if let Some(l) = self.links.get_mut(&id) {
+                        l.rstate = ReadState::Payload { header, dest, done };
+                    }
                 }
             }
         }
     }
 
+    /// Waits up to `timeout_ms` for any socket, without serving it (the next pass does).
     pub(super) fn wait_io(&mut self, timeout_ms: i32) {
         self.flush_dirty();
         self.ready.clear();
@@ -393,25 +342,36 @@ impl TcpTransport {
     }
 }
 
-/// The bytes a payload is read into, or `None` to discard. A direct target whose receive is no
-/// longer in the exchange (abandoned after an error) degrades to discarding.
-fn target_slice<'b>(
-    target: &'b mut Target,
+/// The bytes a payload is read into, or `None` to discard. A receive that is no longer in the
+/// exchange (abandoned) degrades to discarding.
+fn dest_slice<'b>(
+    dest: &'b mut Dest,
     ex: &'b mut Exchange<'_>,
-    h: &Header,
+    total: usize,
 ) -> Option<&'b mut [u8]> {
-    match target {
-        Target::Owned(v) => Some(&mut v[..]),
-        Target::Discard => None,
-        Target::Direct(i) => {
-            if !direct_valid(ex, *i, h) {
-                *target = Target::Discard;
-                return None;
-            }
-            match &mut ex.recvs[*i].buf {
-                RecvBuf::Vec(v) => Some(&mut v[..]),
-                RecvBuf::Slice(s) => Some(&mut s[..]),
-            }
-        }
+    let op = match dest {
+        Dest::Owned(v) => return Some(&mut v[..]),
+        Dest::Discard => return None,
+        Dest::Recv(op) => *op,
+    };
+    let fits = recv_index(ex, op).filter(|&i| match &ex.recvs[i].buf {
+        RecvBuf::Vec(v) => v.len() == total,
+        RecvBuf::Slice(s) => s.len() == total,
+    });
+    let Some(i) = fits else {
+        *dest = Dest::Discard;
+        return None;
+    };
+    match &mut ex.recvs[i].buf {
+        RecvBuf::Vec(v) => Some(&mut v[..]),
+        RecvBuf::Slice(s) => Some(&mut s[..]),
     }
+}
+
+/// `len` zero bytes, or `None` when memory cannot hold them (never an abort).
+fn alloc_zeroed(len: usize) -> Option<Vec<u8>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(len).ok()?;
+    v.resize(len, 0);
+    Some(v)
 }
