@@ -3,7 +3,9 @@
 //! interleavings across connections (each connection stays in order, like TCP), dials that are
 //! refused and retried, simultaneous dials, a connection cap that forces the close handshake
 //! and re-dials, tiny inboxes and outboxes (refuse, then pull with GET), rendezvous and
-//! zero-copy payloads, and a kill of one endpoint at a random step.
+//! zero-copy payloads, and a kill of one endpoint at a random step. Like the driver, a node
+//! writes the frames its endpoint queued only after it has carried out the actions (sometimes
+//! after reading more input first): a connection it drops meanwhile loses them.
 //!
 //! Checked for every schedule:
 //! - every message to a live receiver is delivered exactly once, in flow order, with its bytes;
@@ -147,6 +149,8 @@ enum Ev {
         conn: ConnId,
     },
     Kill(usize),
+    /// Node `n` writes the frames it queued.
+    Flush(usize),
     /// A stranger with the job secret claims to be rank `claims`, which another transport
     /// serves, and dials `node`.
     Ghost {
@@ -165,6 +169,10 @@ struct Sim {
     pipes: Vec<Pipe>,
     /// (node, conn) -> outgoing pipe index.
     out: HashMap<(usize, ConnId), usize>,
+    /// Segments a node queued during the actions being carried out, written when they are
+    /// done (as the driver writes a pass's frames at its end): a connection dropped meanwhile
+    /// loses what it had queued, as the driver's dropped socket does.
+    queued: Vec<(usize, ConnId, usize, Seg)>,
     eager: usize,
     killed: Option<usize>,
     /// Ranks that abandoned a receive: their senders may see messages not taken.
@@ -262,28 +270,29 @@ impl Sim {
                         ));
                     }
                     match self.out.get(&(n, conn)) {
-                        Some(&p) => self.send_seg(p, Seg::Frame(header, bytes)),
+                        Some(&p) => self.queued.push((n, conn, p, Seg::Frame(header, bytes))),
                         None => self.violation(format!(
                             "rank {n}: {:?} frame on connection {conn:?} that is not open",
                             header.ty
                         )),
                     }
                 }
-                Action::ShutdownWrite(conn) => {
+                Action::ShutdownWrite(conn) | Action::Close(conn) => {
+                    // After what is queued.
                     if let Some(p) = self.out.remove(&(n, conn)) {
-                        self.send_seg(p, Seg::Fin);
+                        self.queued.push((n, conn, p, Seg::Fin));
+                    }
+                    if matches!(a, Action::Close(_)) {
+                        self.close_reading(n, conn);
                     }
                 }
-                Action::Close(conn) | Action::Drop(conn) => {
+                Action::Drop(conn) => {
+                    // At once: what is queued is never written.
+                    self.queued.retain(|q| (q.0, q.1) != (n, conn));
                     if let Some(p) = self.out.remove(&(n, conn)) {
                         self.send_seg(p, Seg::Fin);
                     }
-                    // Our receiving side is gone too.
-                    for pipe in self.pipes.iter_mut() {
-                        if pipe.to == (n, Some(conn)) {
-                            pipe.closed = true;
-                        }
-                    }
+                    self.close_reading(n, conn);
                 }
                 Action::SendDone(op) => self.complete_send(n, op, true, None),
                 Action::RecvDone { op, data, len } => {
@@ -303,7 +312,43 @@ impl Sim {
                 Action::Failed(OpRef::Recv(op), e) => self.complete_recv(n, op, None, Some(e)),
             }
         }
+        if self.queued.iter().any(|q| q.0 == n) {
+            // Half the time the frames leave at once; otherwise later, so that the node may
+            // read more input first (the driver serves every ready socket of a pass before it
+            // writes what the pass queued).
+            if self.rng.chance(50) {
+                self.flush(n);
+            } else {
+                let at = self.now + self.rng.below(30);
+                self.schedule(at, Ev::Flush(n));
+            }
+        }
         self.arm_timer(n);
+    }
+
+    /// Writes what node `n` queued.
+    fn flush(&mut self, n: usize) {
+        let mut mine = Vec::new();
+        self.queued.retain_mut(|q| {
+            if q.0 == n {
+                mine.push((q.2, std::mem::replace(&mut q.3, Seg::Fin)));
+                false
+            } else {
+                true
+            }
+        });
+        for (p, seg) in mine {
+            self.send_seg(p, seg);
+        }
+    }
+
+    /// Our receiving side of `conn` is gone (closed or dropped).
+    fn close_reading(&mut self, n: usize, conn: ConnId) {
+        for pipe in self.pipes.iter_mut() {
+            if pipe.to == (n, Some(conn)) {
+                pipe.closed = true;
+            }
+        }
     }
 
     /// Checks that a failure of rank `n`'s operation names the killed rank. `sending`: a send
@@ -695,6 +740,15 @@ impl Sim {
         }
         self.nodes[k].alive = false;
         self.killed = Some(k);
+        // What it had queued is never written, but its sockets end all the same (also those
+        // whose end it had only queued).
+        let mut ended: Vec<usize> = Vec::new();
+        self.queued.retain(|q| {
+            if q.0 == k {
+                ended.push(q.2);
+            }
+            q.0 != k
+        });
         // Every connection of k ends: its peers read the end of the stream (after what was in
         // flight, as a kernel that closes a dead process's sockets sends FIN; unread input
         // makes it a reset, which the receiver reports the same way).
@@ -702,8 +756,13 @@ impl Sim {
             self.out.keys().filter(|(n, _)| *n == k).copied().collect();
         for key in mine {
             if let Some(p) = self.out.remove(&key) {
-                self.send_seg(p, Seg::Fin);
+                ended.push(p);
             }
+        }
+        ended.sort_unstable();
+        ended.dedup();
+        for p in ended {
+            self.send_seg(p, Seg::Fin);
         }
         for pipe in self.pipes.iter_mut() {
             if pipe.to.0 == k {
@@ -759,12 +818,13 @@ impl Sim {
                         } else {
                             ConnectFailure::Unreachable("connection timed out".into())
                         };
+                        // A dial the endpoint already gave up (its rank began to end) tells
+                        // it nothing.
+                        let known = self.nodes[node].ep.is_live(conn);
                         let _ = self.nodes[node]
                             .ep
                             .on_connect_failed(conn, why, d(self.now));
-                        // (A rank that has finished no longer cares about its dials.)
-                        let over = self.nodes[node].ep.finished().is_some();
-                        if dead && self.refused_is_dead && !over {
+                        if dead && self.refused_is_dead && known {
                             let st = self.nodes[node].ep.peer_status(peer);
                             if !matches!(st, Some(ferry_proto::endpoint::PeerStatus::Dead { .. })) {
                                 self.violation(format!(
@@ -789,6 +849,11 @@ impl Sim {
                     }
                 }
                 Ev::Kill(k) => self.kill(k),
+                Ev::Flush(n) => {
+                    if self.nodes[n].alive {
+                        self.flush(n);
+                    }
+                }
                 Ev::Ghost { node, claims } => self.ghost(node, claims),
             }
         }
@@ -897,6 +962,7 @@ fn run_schedule(seed: u64, mutate: &dyn Fn(&mut Endpoint)) -> Vec<String> {
         nodes,
         pipes: Vec::new(),
         out: HashMap::new(),
+        queued: Vec::new(),
         eager,
         killed: None,
         abandoned_recv: Default::default(),

@@ -546,6 +546,11 @@ impl Endpoint {
                         p.first_failure = None;
                         p.retry_at = None;
                         p.backoff = FIRST_BACKOFF;
+                        if self.said_goodbye() {
+                            // Dialled before this rank began to end: the goodbye waited for
+                            // the handshake to complete.
+                            self.goodbye_on(conn, peer);
+                        }
                     }
                     Err(e) => {
                         self.forget(conn);

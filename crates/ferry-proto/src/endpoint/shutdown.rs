@@ -180,12 +180,14 @@ impl Endpoint {
                 continue;
             };
             match (c.phase, c.peer) {
-                (Phase::Open | Phase::ClosingSent | Phase::AwaitHelloAck, Some(p)) => {
-                    self.goodbye_on(id, p)
-                }
-                // A stranger may be a peer whose Hello is still on its way: it gets the
-                // goodbye right after its handshake (within the linger).
-                (Phase::AwaitHello { .. }, _) => {}
+                (Phase::Open | Phase::ClosingSent, Some(p)) => self.goodbye_on(id, p),
+                // A stranger may be a peer whose Hello is still on its way, and a dialled
+                // connection waits for the peer's HelloAck (which a goodbye said now would
+                // turn into a frame on an established connection, a protocol violation that
+                // fails the peer and drops its other connection with the goodbye still
+                // queued): both get the goodbye right after their handshake (within the
+                // linger).
+                (Phase::AwaitHello { .. } | Phase::AwaitHelloAck, _) => {}
                 _ => {
                     self.forget(id);
                     self.actions.push_back(Action::Drop(id));
