@@ -17,7 +17,11 @@
 //!   never read again, yet an abandoned send's message is still delivered, and an abandoned
 //!   receive's message is consumed so that the flow's later messages arrive in order;
 //! - a dial refused by a dead peer's host declares it dead at once where refusals mean that
-//!   (launcher mode), and a stranger claiming a rank served by another transport is dropped.
+//!   (launcher mode), and a stranger claiming a rank served by another transport is dropped;
+//! - a rank whose operation times out gives up on peers and ends early: its finish neither
+//!   waits for them nor lingers for them, and reports only a timeout; its peers' operations
+//!   with it fail naming it, and nothing hangs. Idle connections closed at random times (the
+//!   driver short of descriptors) change nothing but the connection count.
 //!
 //! `FERRY_SIM_SEEDS` sets the number of schedules (default 20000), `FERRY_SIM_SEED` replays one.
 
@@ -101,6 +105,12 @@ struct Node {
     quit: bool,
     /// Survives failures (fault-tolerant layer): never quits, its goodbye blames nobody.
     tolerant: bool,
+    /// An operation of it failed because its peer had an operation timeout and ended.
+    lost_to_time_out: bool,
+    /// Peers it gave up on after an operation timeout.
+    gave_up_on: Vec<usize>,
+    /// It sent a goodbye.
+    said_bye: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -151,6 +161,12 @@ enum Ev {
     Kill(usize),
     /// Node `n` writes the frames it queued.
     Flush(usize),
+    /// Node `n`'s driver is short of descriptors: the endpoint closes its least recently used
+    /// idle connection.
+    Evict(usize),
+    /// An operation of node `n` times out (`general.operation_timeout_ms`): the driver gives
+    /// up on the peers it waited for, the program gets the error and ends.
+    TimeOut(usize),
     /// A stranger with the job secret claims to be rank `claims`, which another transport
     /// serves, and dials `node`.
     Ghost {
@@ -177,6 +193,9 @@ struct Sim {
     killed: Option<usize>,
     /// Ranks that abandoned a receive: their senders may see messages not taken.
     abandoned_recv: std::collections::HashSet<usize>,
+    /// Ranks whose operation timed out: they gave up on peers and ended early, so their
+    /// peers' operations with them may fail, naming them.
+    timed_out: std::collections::HashSet<usize>,
     /// Whether refused dials mean a dead peer (launcher mode).
     refused_is_dead: bool,
     violations: Vec<String>,
@@ -261,6 +280,19 @@ impl Sim {
                         self.violation(format!(
                             "rank {n} tolerates failures but its goodbye blames rank {}",
                             header.serial - 1
+                        ));
+                    }
+                    use ferry_proto::frame::FrameType as F;
+                    let node = &mut self.nodes[n];
+                    if header.ty == F::Bye {
+                        node.said_bye = true;
+                    } else if node.said_bye
+                        && node.gave_up_on.contains(&(header.dest as usize))
+                        && matches!(header.ty, F::Try | F::Add | F::Announce | F::Data)
+                    {
+                        self.violation(format!(
+                            "rank {n}: {:?} to rank {} after its goodbye, which gave up on it",
+                            header.ty, header.dest
                         ));
                     }
                     if bytes.len() as u64 != header.payload_len() {
@@ -362,6 +394,13 @@ impl Sim {
     ) {
         if sending && self.abandoned_recv.contains(&e.peer) {
             // The peer gave a receive up and may have finished without taking its message.
+            return;
+        }
+        if self.timed_out.contains(&e.peer) || self.timed_out.contains(&e.origin) {
+            // The peer gave up and ended early (its program had an operation timeout). What
+            // it had sent on a connection this rank accepts only after its goodbye on another
+            // one may then still arrive, and stay stored: nobody receives it any more.
+            self.nodes[n].lost_to_time_out = true;
             return;
         }
         match self.killed {
@@ -481,7 +520,7 @@ impl Sim {
             let t = node.ep.table_sizes();
             // An abandoned receive stays posted until its message comes (to consume it).
             let gave_up = self.abandoned_recv.contains(&n);
-            let quit = node.quit;
+            let quit = node.quit || node.lost_to_time_out;
             if !quit && (t.inbox > 0 || t.overflow > 0 || (t.posted > 0 && !gave_up)) {
                 self.violation(format!(
                     "rank {n}: state left after its last receive: {t:?}"
@@ -586,6 +625,27 @@ impl Sim {
             }
         }
         self.drain(n);
+    }
+
+    /// An operation of rank `n` times out: the driver gives up on (some of) its peers and the
+    /// program, having got the error, abandons the rest of its work and ends. Its finish must
+    /// neither wait for those peers to take its messages nor linger for them.
+    fn time_out(&mut self, n: usize) {
+        let node = &self.nodes[n];
+        if !node.alive || node.finish_called {
+            return;
+        }
+        let peers: Vec<usize> = (0..self.nodes.len()).filter(|&p| p != n).collect();
+        let first = self.rng.below(peers.len() as u64) as usize;
+        for (i, &p) in peers.iter().enumerate() {
+            if i == first || self.rng.chance(50) {
+                self.nodes[n].ep.give_up(p);
+                self.nodes[n].gave_up_on.push(p);
+            }
+        }
+        self.timed_out.insert(n);
+        self.quit(n);
+        self.progress(n);
     }
 
     /// The program of rank `n` gives up one of its pending operations (its exchange failed).
@@ -854,6 +914,13 @@ impl Sim {
                         self.flush(n);
                     }
                 }
+                Ev::Evict(n) => {
+                    if self.nodes[n].alive {
+                        self.nodes[n].ep.evict_idle();
+                        self.drain(n);
+                    }
+                }
+                Ev::TimeOut(n) => self.time_out(n),
                 Ev::Ghost { node, claims } => self.ghost(node, claims),
             }
         }
@@ -905,6 +972,9 @@ fn run_schedule(seed: u64, mutate: &dyn Fn(&mut Endpoint)) -> Vec<String> {
             quits: rng.chance(50),
             quit: false,
             tolerant: false,
+            lost_to_time_out: false,
+            gave_up_on: Vec::new(),
+            said_bye: false,
         });
     }
     // Workload: a few flows, each a few messages; every rank's script interleaves its sends and
@@ -966,6 +1036,7 @@ fn run_schedule(seed: u64, mutate: &dyn Fn(&mut Endpoint)) -> Vec<String> {
         eager,
         killed: None,
         abandoned_recv: Default::default(),
+        timed_out: Default::default(),
         refused_is_dead,
         violations: Vec::new(),
         trace: std::env::var_os("FERRY_SIM_TRACE").is_some(),
@@ -984,9 +1055,30 @@ fn run_schedule(seed: u64, mutate: &dyn Fn(&mut Endpoint)) -> Vec<String> {
         let at = sim.rng.below(3_000);
         sim.schedule(at, Ev::Kill(k));
     }
+    if sim.rng.chance(10) {
+        let r = sim.rng.below(n as u64) as usize;
+        let at = sim.rng.below(3_000);
+        sim.schedule(at, Ev::TimeOut(r));
+    }
+    if sim.rng.chance(30) {
+        for _ in 0..1 + sim.rng.below(3) {
+            let r = sim.rng.below(n as u64) as usize;
+            let at = sim.rng.below(4_000);
+            sim.schedule(at, Ev::Evict(r));
+        }
+    }
     sim.run(600_000_000);
     check_end(&mut sim);
     sim.violations
+}
+
+/// Whether rank `r`'s finish may fail with `e`: it names the killed rank, a peer that gave a
+/// receive up or timed out, or `r` timed out itself and reports that.
+fn finish_error_expected(sim: &Sim, r: usize, e: &ferry_proto::endpoint::EndpointError) -> bool {
+    sim.killed.is_some_and(|k| e.origin == k || e.peer == k)
+        || sim.abandoned_recv.contains(&e.peer)
+        || sim.timed_out.contains(&e.peer)
+        || (sim.timed_out.contains(&r) && e.kind == ferry_proto::endpoint::ErrorKind::Timeout)
 }
 
 fn check_end(sim: &mut Sim) {
@@ -1030,10 +1122,7 @@ fn check_end(sim: &mut Sim) {
         }
         match node.ep.finished() {
             None => v.push(format!("rank {r}: finish never completed")),
-            Some(Err(e))
-                if killed.is_none_or(|k| e.origin != k && e.peer != k)
-                    && !sim.abandoned_recv.contains(&e.peer) =>
-            {
+            Some(Err(e)) if !finish_error_expected(sim, r, &e) => {
                 v.push(format!("rank {r}: finish failed: {e}"))
             }
             _ => {}

@@ -110,6 +110,19 @@ impl Endpoint {
                 }),
             };
             self.say_goodbye();
+            // Messages for peers an operation gave up on are reported above, never delivered
+            // after the goodbye (nor dialled for): such a peer's receives fail once it has the
+            // goodbye, so a late message would only sit in its inbox.
+            let (gave_up, mut freed) = (&self.gave_up, 0);
+            self.outbox.retain(|id, m| {
+                let keep = !gave_up[id.0];
+                if !keep && m.data.is_some() {
+                    freed += m.len;
+                }
+                keep
+            });
+            self.outbox_bytes = self.outbox_bytes.saturating_sub(freed);
+            self.unsent.retain(|id| !gave_up[id.0]);
             if let Some(f) = self.finishing.as_mut() {
                 f.result = Some(result);
                 f.linger_until = Some(now + self.cfg.linger);
