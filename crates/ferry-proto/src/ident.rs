@@ -5,7 +5,7 @@
 //! n-th receive of a flow takes the n-th message of that flow whatever order the network delivers
 //! them in (for example after a connection was evicted and re-opened).
 
-use std::collections::HashMap;
+use crate::fasthash::FastMap;
 
 /// What layer a message belongs to. Keeps user traffic, collectives and control traffic of the
 /// same communicator from ever matching each other.
@@ -60,8 +60,8 @@ impl MsgKey {
 /// next serial to expect on each incoming flow.
 #[derive(Debug, Default, Clone)]
 pub struct FlowTable {
-    next_send: HashMap<(usize, MsgKey), u64>,
-    next_recv: HashMap<(usize, MsgKey), u64>,
+    next_send: FastMap<(usize, MsgKey), u64>,
+    next_recv: FastMap<(usize, MsgKey), u64>,
 }
 
 impl FlowTable {

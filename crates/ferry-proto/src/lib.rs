@@ -16,6 +16,7 @@
 //!   broadcast (revoke, failure notices), with a seeded simulation in `tests/ft_sim.rs`.
 
 pub mod endpoint;
+pub mod fasthash;
 pub mod frame;
 pub mod ft;
 pub mod handshake;

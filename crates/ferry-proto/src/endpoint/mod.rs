@@ -39,10 +39,11 @@ mod input;
 mod outbox;
 mod shutdown;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::fasthash::FastMap;
 use crate::frame::Header;
 use crate::ident::{FlowTable, MsgKey};
 use crate::matching::{Arrival, EarlyArrivals};
@@ -387,28 +388,28 @@ pub struct Endpoint {
     pub(crate) actions: VecDeque<Action>,
     pub(crate) flows: FlowTable,
     pub(crate) peers: Vec<conn::Peer>,
-    pub(crate) conns: HashMap<ConnId, conn::Conn>,
+    pub(crate) conns: FastMap<ConnId, conn::Conn>,
     pub(crate) next_conn: u64,
     pub(crate) tick: u64,
     pub(crate) dup_pending: bool,
     // ----- send side -----
-    pub(crate) outbox: HashMap<MsgId, outbox::OutMsg>,
+    pub(crate) outbox: FastMap<MsgId, outbox::OutMsg>,
     pub(crate) outbox_bytes: usize,
     /// Outbox messages waiting for a connection.
     pub(crate) unsent: VecDeque<MsgId>,
     /// Sends that wait for room (outbox, or this rank's own inbox for sends to itself).
     pub(crate) waiting_sends: VecDeque<outbox::WaitingSend>,
     /// Announced sends whose payload is still the program's: send -> message.
-    pub(crate) announced: HashMap<SendId, MsgId>,
+    pub(crate) announced: FastMap<SendId, MsgId>,
     /// When the last GET was served or zero-copy data moved (rendezvous grace).
     pub(crate) last_get: Duration,
     // ----- receive side -----
     pub(crate) inbox: EarlyArrivals,
-    pub(crate) overflow: HashMap<Arrival, Vec<u8>>,
+    pub(crate) overflow: FastMap<Arrival, Vec<u8>>,
     /// Messages known to wait in a sender's outbox: whether GET was sent.
-    pub(crate) remote: HashMap<Arrival, bool>,
-    pub(crate) posted: HashMap<Arrival, inbox::Posted>,
-    pub(crate) recv_ids: HashMap<RecvId, Arrival>,
+    pub(crate) remote: FastMap<Arrival, bool>,
+    pub(crate) posted: FastMap<Arrival, inbox::Posted>,
+    pub(crate) recv_ids: FastMap<RecvId, Arrival>,
     /// Posted receives that want to GET but had no connection.
     pub(crate) want_get: VecDeque<Arrival>,
     // ----- end -----
@@ -445,20 +446,20 @@ impl Endpoint {
             actions: VecDeque::new(),
             flows: FlowTable::new(),
             peers,
-            conns: HashMap::new(),
+            conns: FastMap::default(),
             next_conn: 0,
             tick: 0,
             dup_pending: false,
-            outbox: HashMap::new(),
+            outbox: FastMap::default(),
             outbox_bytes: 0,
             unsent: VecDeque::new(),
             waiting_sends: VecDeque::new(),
-            announced: HashMap::new(),
+            announced: FastMap::default(),
             last_get: Duration::ZERO,
-            overflow: HashMap::new(),
-            remote: HashMap::new(),
-            posted: HashMap::new(),
-            recv_ids: HashMap::new(),
+            overflow: FastMap::default(),
+            remote: FastMap::default(),
+            posted: FastMap::default(),
+            recv_ids: FastMap::default(),
             want_get: VecDeque::new(),
             finishing: None,
             lost: Default::default(),

@@ -47,7 +47,6 @@
 //! a wake-up from sleep costs ~25 us on the target VMs, a message ~4 us.
 //! A composite backend can add [`TcpTransport::poll_fd`] to its own poll set.
 
-use std::collections::HashMap;
 use std::io;
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
 use std::os::fd::{AsRawFd, BorrowedFd};
@@ -57,6 +56,7 @@ use ferry_core::config::ConfigWatcher;
 use ferry_core::transport::check_peer;
 use ferry_core::{Config, Error, ErrorKind, Exchange, Result, Stats, Store, Transport, WaitPolicy};
 use ferry_proto::endpoint::{ConnId, Endpoint, EndpointConfig, EndpointError, SendId};
+use ferry_proto::fasthash::FastMap;
 
 use crate::link::Link;
 use crate::poller::{Poller, Ready, LISTENER};
@@ -111,7 +111,7 @@ pub struct TcpTransport {
     poller: Poller,
     ready: Vec<Ready>,
     rr: usize,
-    links: HashMap<ConnId, Link>,
+    links: FastMap<ConnId, Link>,
     /// Links with frames queued in the current pass (flushed at its end, so a window of
     /// messages leaves in one `writev` instead of one per message).
     batch: Vec<ConnId>,
@@ -338,7 +338,7 @@ impl TcpTransport {
             poller,
             ready: Vec::with_capacity(64),
             rr: 0,
-            links: HashMap::new(),
+            links: FastMap::default(),
             batch: Vec::new(),
             dirty: Vec::new(),
             dirty_since: None,
