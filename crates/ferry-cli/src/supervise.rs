@@ -135,8 +135,11 @@ pub(crate) fn supervise(
     let mut exit: Option<u8> = None;
     // Failures seen before the blame was decided, and until when to keep collecting them.
     let mut pending: Vec<Failure> = Vec::new();
-    // Failures after the blame was decided (--keep-going), reported at the end.
-    let mut later: Vec<Failure> = Vec::new();
+    // Failures reported once the blame was decided (with --keep-going, later ones join
+    // them), merged at the end so that equal failures of many ranks give one line however
+    // far apart in time they came; `reported_at` is where in `messages` they go.
+    let mut reported: Vec<Failure> = Vec::new();
+    let mut reported_at: Option<usize> = None;
     let mut settle_until: Option<Instant> = None;
     // When the job is being ended: since when, and whether SIGKILL went out already.
     let mut ending: Option<(Instant, bool)> = None;
@@ -178,7 +181,7 @@ pub(crate) fn supervise(
                             code,
                         };
                         if exit.is_some() {
-                            later.push(f); // blame already decided (--keep-going)
+                            reported.push(f); // blame already decided (--keep-going)
                         } else {
                             settle_until.get_or_insert(Instant::now() + SETTLE);
                             pending.push(f);
@@ -204,7 +207,8 @@ pub(crate) fn supervise(
             // an error about it): it is named first and gives the exit status.
             pending.sort_by_key(|f| !f.signaled);
             exit = pending.first().map(|f| f.code);
-            messages.extend(merge(&mut pending));
+            reported_at.get_or_insert(messages.len());
+            reported.append(&mut pending);
         }
         if running == 0 {
             break;
@@ -217,7 +221,8 @@ pub(crate) fn supervise(
                     if running == 1 { "" } else { "s" }
                 ));
                 // Failures still settling are reported; the interrupt gives the status.
-                messages.extend(merge(&mut pending));
+                reported_at.get_or_insert(messages.len());
+                reported.append(&mut pending);
                 exit.get_or_insert((128 + sig).clamp(1, 255) as u8);
                 ending = Some((Instant::now(), false));
                 ranks.iter().for_each(|r| r.signal(libc::SIGTERM));
@@ -260,7 +265,8 @@ pub(crate) fn supervise(
             signals::Event::Child | signals::Event::Timeout => {}
         }
     }
-    messages.extend(merge(&mut later));
+    let at = reported_at.unwrap_or(messages.len());
+    messages.splice(at..at, merge(&mut reported));
     if ended_by_us > 0 {
         messages.push(format!(
             "ended {ended_by_us} remaining rank{}",

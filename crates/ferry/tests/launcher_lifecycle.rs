@@ -421,3 +421,29 @@ fn a_bad_environment_value_names_its_variable() {
     );
     assert!(!stderr.contains("defaults"), "{stderr}");
 }
+
+/// With --keep-going, ranks that fail the same way a second apart (after the blame was
+/// decided) still give one line: `ranks 0-2 exited with code 3`, not one line per batch.
+#[test]
+fn equal_exits_far_apart_in_time_are_reported_once() {
+    let Some(ferry) = ferry() else { return };
+    let (out, _) = run_limited(
+        Command::new(&ferry).args([
+            "run",
+            "-n",
+            "3",
+            "--keep-going",
+            "sh",
+            "-c",
+            r#"[ "$FERRY_RANK" = 0 ] || sleep 1; exit 3"#,
+        ]),
+        Duration::from_secs(60),
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    let exits: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("exited with"))
+        .collect();
+    assert_eq!(exits, ["ferry: ranks 0-2 exited with code 3"], "{stderr}");
+}
