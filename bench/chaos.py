@@ -61,6 +61,13 @@ def shm_objects():
         return set()
 
 
+def job_objects(names, launcher_pid):
+    """The names among `names` that the job of launcher `launcher_pid` made: the launcher
+    names its job `f<pid>-<hex>` and segment names carry `-j<job>`. Other jobs on the machine
+    (other users' tests) make names of their own during a run; they are not this job's."""
+    return {n for n in names if f"-jf{launcher_pid}-" in n}
+
+
 def one_run(args, backend, n, kills, rng, run_index):
     cmd = [os.path.join(args.target, "ferry"), "run", "-n", str(n), "--keep-going",
            "--backend", backend]
@@ -127,7 +134,7 @@ def one_run(args, backend, n, kills, rng, run_index):
     time.sleep(0.05)
     left_procs = [r for r, pid in pids.items() if os.path.exists(f"/proc/{pid}")
                   and not open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"]
-    left_shm = shm_objects() - shm_before
+    left_shm = job_objects(shm_objects() - shm_before, p.pid)
     # Verdicts.
     done_by, shrink_by = {}, {}
     for t, line in lines:

@@ -33,7 +33,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from chaos import rank_pids, shm_objects  # noqa: E402
+from chaos import job_objects, rank_pids, shm_objects  # noqa: E402
 
 N = 4
 RECOVERED = re.compile(r"^jac2d_ft: rank (\d+): recovered on generation (\d+)")
@@ -129,7 +129,7 @@ def one_run(args, backend, kills, ref, span, rng, run_index):
     time.sleep(0.05)
     left_procs = [r for r, pid in pids.items() if os.path.exists(f"/proc/{pid}")
                   and open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"]
-    left_shm = shm_objects() - shm_before
+    left_shm = job_objects(shm_objects() - shm_before, p.pid)
     problems = []
     if hang:
         problems.append("hang")
