@@ -3,9 +3,9 @@
 
 Each run starts `ferry run -n N --keep-going --backend B ft_agree ROUNDS` and SIGKILLs K random
 ranks, each at its own random time within the first 80 % of the run's expected length (rank 0
-is among the victims of every other run with K >= 2, and by chance otherwise; on hybrid the
-time counts from when every rank has joined its node's segment, as a death during start-up is
-not one the communicator can survive). It checks:
+is among the victims of every other run with K >= 2, and by chance otherwise; the time counts
+from when every rank has made its communicator, as a death during start-up is not one the
+communicator can survive: the ranks run with FERRY_LOG=ferry_ft=info). It checks:
 - no hang (the run ends within --timeout seconds);
 - every survivor printed one `done` line and all are identical after the `rank W:` prefix;
 - every survivor printed the same `shrink` lines (same generations, same lists);
@@ -63,16 +63,6 @@ def shm_objects():
         return set()
 
 
-def node_segment_mapped(pid):
-    """Whether rank `pid` has mapped its hybrid node's shared segment (named ferry-...-n<k>
-    while its node gathers): it is past the start-up exchange through the job's store."""
-    try:
-        with open(f"/proc/{pid}/maps") as f:
-            return any("/dev/shm/ferry-" in line for line in f)
-    except OSError:
-        return True
-
-
 def job_objects(names, launcher_pid):
     """The names among `names` that the job of launcher `launcher_pid` made: the launcher
     names its job `f<pid>-<hex>` and segment names carry `-j<job>`. Other jobs on the machine
@@ -90,8 +80,9 @@ def one_run(args, backend, n, kills, rng, run_index):
     cmd += [os.path.join(args.target, "examples", "ft_agree"), str(args.rounds)]
     shm_before = shm_objects()
     start = time.monotonic()
+    env = dict(os.environ, FERRY_LOG="ferry_ft=info")
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         start_new_session=True)
+                         start_new_session=True, env=env)
     lines = []  # (time, line)
     err = []
 
@@ -113,12 +104,12 @@ def one_run(args, backend, n, kills, rng, run_index):
         if len(pids) == n:
             break
         time.sleep(0.01)
-    # A hybrid rank killed during ferry::init leaves its node mates waiting for its start-up
-    # keys until general.startup_timeout_ms: a start-up failure, which the fault-tolerant
-    # communicator (made after init) cannot survive. Kill times count from when every rank
-    # has joined its node's segment.
-    while backend == "hybrid" and time.monotonic() - start < 20 and p.poll() is None:
-        if all(node_segment_mapped(pid) for pid in pids.values()):
+    # A rank killed during ferry::init leaves the others waiting for its start-up keys until
+    # general.startup_timeout_ms: a start-up failure, which the fault-tolerant communicator
+    # (made after init) cannot survive. Kill times count from when every rank has made it
+    # (its `ft: communicator ready` log line).
+    while time.monotonic() - start < 20 and p.poll() is None:
+        if sum("ft: communicator ready" in line for line in list(err)) >= n:
             break
         time.sleep(0.002)
     victims = rng.sample(range(n), kills)
