@@ -512,6 +512,12 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
         ));
     }
     finish(&mut ranks, &output, &tracker, guardian.pid());
+    if !is_remote {
+        // Every rank has ended: a name a rank made in /dev/shm (a hybrid node's segment) is
+        // removed by the node's last rank to attach, so it stays only if ranks died while the
+        // node was still gathering; nothing of the job can need it any more (S4).
+        ferry_shm::remove_job_segments(&job_id);
+    }
     guardian.dismiss();
     for line in &code.messages {
         output.message(&format!("ferry: {line}"));

@@ -76,6 +76,9 @@ impl Communicator {
         let members: Vec<usize> = (0..size).collect();
         let group = Group::new(members.clone(), message_generation(0))?;
         let eng = Engine::new(transport, FT_GENERATION_BASE, members.clone(), plain);
+        // From here on this rank's death is a failure the members survive (chaos tests wait
+        // for this line before they kill: a death during start-up is not).
+        tracing::info!(rank = me, members = size, "ft: communicator ready");
         Ok(Communicator {
             eng: Rc::new(RefCell::new(eng)),
             opts,

@@ -200,7 +200,10 @@ impl HybridTransport {
             std::mem::take(&mut self.spare_recvs),
         );
         fill(&mut ex);
-        let result = drive_exchange(self, &mut ex);
+        // A failed operation is over: its node-local part is settled and given up, or a
+        // fragmented send left open would hold its ring's stream (and a receive's remaining
+        // fragments would meet the next exchange).
+        let result = drive_exchange(self, &mut ex).inspect_err(|e| self.shm.abandon(&mut ex, e));
         (self.spare_sends, self.spare_recvs) = ex.into_parts();
         result
     }
@@ -288,7 +291,7 @@ impl Transport for HybridTransport {
     fn exchange(&mut self, ex: &mut Exchange<'_>) -> Result<()> {
         self.calls += 1;
         // No node-local peer may still read the caller's buffers (no use after failure).
-        drive_exchange(self, ex).inspect_err(|e| self.shm.settle_failed(ex, e))
+        drive_exchange(self, ex).inspect_err(|e| self.shm.abandon(ex, e))
     }
 
     fn send(&mut self, peer: usize, key: MsgKey, data: &[u8]) -> Result<()> {
@@ -374,9 +377,10 @@ impl Transport for HybridTransport {
     }
 
     fn abandon_exchange(&mut self, ex: &mut Exchange<'_>, why: &Error) {
-        // Node-local peers may hold single-copy descriptors into the caller's buffers; TCP
-        // answers an abandoned zero-copy announcement as missing by itself.
-        self.shm.settle_failed(ex, why);
+        // Node-local peers may hold single-copy descriptors into the caller's buffers, and
+        // fragments of a given-up receive must be dropped when they come; TCP answers an
+        // abandoned zero-copy announcement as missing by itself.
+        self.shm.abandon(ex, why);
     }
 
     fn tolerate_failures(&mut self) {
