@@ -384,6 +384,16 @@ impl Transport for Monitored {
         self.inner.flow_count()
     }
 
+    fn abandon_exchange(&mut self, ex: &mut Exchange<'_>, why: &Error) {
+        // The exchange did not complete: nothing to note, but the backend must learn that its
+        // buffers are gone (a zero-copy backend would otherwise still read them).
+        self.inner.abandon_exchange(ex, why)
+    }
+
+    fn tolerate_failures(&mut self) {
+        self.inner.tolerate_failures()
+    }
+
     fn finish(&mut self) -> Result<()> {
         let inner = self.inner.finish();
         let monitor = self.finish_monitor();

@@ -165,3 +165,65 @@ fn a_missing_recording_is_a_configuration_error_naming_the_file() {
         "{e}"
     );
 }
+
+/// Counts the calls a decorator must pass on although they carry no message.
+struct Spy {
+    inner: MemTransport,
+    seen: Arc<Mutex<Vec<&'static str>>>,
+}
+
+impl Transport for Spy {
+    fn rank(&self) -> usize {
+        self.inner.rank()
+    }
+    fn size(&self) -> usize {
+        self.inner.size()
+    }
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+    fn progress_exchange(&mut self, ex: &mut Exchange<'_>) -> ferry_core::Result<bool> {
+        self.inner.progress_exchange(ex)
+    }
+    fn wait_for_input(&mut self, timeout: std::time::Duration) -> ferry_core::Result<()> {
+        self.inner.wait_for_input(timeout)
+    }
+    fn stats(&self) -> ferry_core::stats::Stats {
+        self.inner.stats()
+    }
+    fn abandon_exchange(&mut self, ex: &mut Exchange<'_>, why: &ferry_core::Error) {
+        self.seen.lock().unwrap().push("abandon_exchange");
+        self.inner.abandon_exchange(ex, why)
+    }
+    fn tolerate_failures(&mut self) {
+        self.seen.lock().unwrap().push("tolerate_failures");
+        self.inner.tolerate_failures()
+    }
+}
+
+#[test]
+fn calls_without_a_message_reach_the_backend() {
+    let dir = scratch("forward");
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let spy_seen = seen.clone();
+    MemTransport::run(1, move |t| {
+        let spy = Spy {
+            inner: t,
+            seen: spy_seen.clone(),
+        };
+        let mut m = Monitored::new(Box::new(spy), &Mode::Record(dir.clone())).expect("monitor");
+        m.tolerate_failures();
+        let mut buf = Vec::new();
+        let mut ex = Exchange::new();
+        ex.recv(0, MsgKey::user(9), &mut buf);
+        let why = ferry_core::Error::config("test");
+        m.abandon_exchange(&mut ex, &why);
+        drop(ex);
+        m.finish().expect("finish");
+        let _ = std::fs::remove_dir_all(&dir);
+    });
+    assert_eq!(
+        *seen.lock().unwrap(),
+        vec!["tolerate_failures", "abandon_exchange"]
+    );
+}
