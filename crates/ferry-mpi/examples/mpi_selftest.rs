@@ -139,6 +139,25 @@ fn check(t: &mut MpiTransport) -> Result<(), String> {
             other => return Err(format!("length mismatch gave {other:?}")),
         }
     }
+    // ... also when the message is shorter than the fixed-length receive (a posted MPI_Irecv
+    // accepts it; the backend must compare the lengths), and the flow stays usable.
+    {
+        t.send(right, MsgKey::user(5), &[9]).map_err(e)?;
+        let mut two = [0u8; 2];
+        let mut ex = Exchange::new();
+        ex.recv_into(left, MsgKey::user(5), &mut two);
+        match t.exchange(&mut ex) {
+            Err(err) if err.kind() == ErrorKind::Protocol => {}
+            other => return Err(format!("short message gave {other:?}")),
+        }
+        t.send(right, MsgKey::user(5), &[7, 8]).map_err(e)?;
+        let mut ex = Exchange::new();
+        ex.recv_into(left, MsgKey::user(5), &mut two);
+        t.exchange(&mut ex).map_err(e)?;
+        if two != [7, 8] {
+            return Err(format!("flow after a short message gave {two:?}"));
+        }
+    }
     println!("ok length-mismatch");
 
     // A peer out of range is an invalid argument.

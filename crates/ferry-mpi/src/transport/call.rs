@@ -160,3 +160,67 @@ pub(super) fn test(req: &mut ffi::MPI_Request) -> std::result::Result<bool, c_in
     }
     Ok(flag != 0)
 }
+
+/// Posts a receive of exactly `len` bytes from `peer` with `tag` into `ptr`.
+///
+/// # Safety
+/// `ptr` must be valid for writes of `len` bytes until the returned request completes, and
+/// nothing else may access that memory meanwhile.
+pub(super) unsafe fn irecv(
+    comm: ffi::MPI_Comm,
+    ptr: *mut u8,
+    len: usize,
+    peer: usize,
+    tag: i32,
+    rank: usize,
+) -> Result<ffi::MPI_Request> {
+    // SAFETY: a null request is a valid value for MPI to overwrite.
+    let mut req = unsafe { ffi::RSMPI_REQUEST_NULL };
+    // SAFETY: the caller guarantees the buffer; callers checked that `len` fits a C int.
+    let rc = unsafe {
+        ffi::MPI_Irecv(
+            ptr.cast::<c_void>(),
+            len as c_int,
+            ffi::RSMPI_UINT8_T,
+            peer as c_int,
+            tag,
+            comm,
+            &mut req,
+        )
+    };
+    if rc != ffi::MPI_SUCCESS as c_int {
+        return Err(mpi_error(rank, "recv (MPI_Irecv)", rc).with_peer(peer));
+    }
+    Ok(req)
+}
+
+/// Tests a posted receive: `Ok(Some(bytes received))` once it completed, `Err` with the MPI
+/// return code if it failed (complete too; see [`is_truncation`]).
+pub(super) fn test_count(req: &mut ffi::MPI_Request) -> std::result::Result<Option<usize>, c_int> {
+    let mut flag: c_int = 0;
+    // SAFETY: MPI_Status is a plain C struct; zeroed is a valid value to be overwritten.
+    let mut status: ffi::MPI_Status = unsafe { std::mem::zeroed() };
+    // SAFETY: the request is live; the status is a local.
+    let rc = unsafe { ffi::MPI_Test(req, &mut flag, &mut status) };
+    if rc != ffi::MPI_SUCCESS as c_int {
+        return Err(rc);
+    }
+    if flag == 0 {
+        return Ok(None);
+    }
+    let mut count: c_int = 0;
+    // SAFETY: status was filled by MPI_Test for a completed receive.
+    let rc = unsafe { ffi::MPI_Get_count(&status, ffi::RSMPI_UINT8_T, &mut count) };
+    if rc != ffi::MPI_SUCCESS as c_int {
+        return Err(rc);
+    }
+    Ok(Some(count.max(0) as usize))
+}
+
+/// Whether an MPI error code says a message was longer than its receive buffer.
+pub(super) fn is_truncation(rc: c_int) -> bool {
+    let mut class: c_int = 0;
+    // SAFETY: out-pointer to a local.
+    let ok = unsafe { ffi::MPI_Error_class(rc, &mut class) } == ffi::MPI_SUCCESS as c_int;
+    ok && class == ffi::MPI_ERR_TRUNCATE as c_int
+}

@@ -58,12 +58,29 @@ const SETTLE_WARN_AFTER: Duration = Duration::from_secs(10);
 /// (the other active receives hold a backend slot and use serial 0).
 const BORROWED: u64 = u64::MAX;
 
+/// `OpState::Active::progress` of a borrowed receive posted with `MPI_Irecv` (not known to be
+/// matched yet; a matched one, `MPI_Imrecv`, has progress 0).
+const POSTED: usize = 1;
+
 /// An MPI request on memory of the exchange being run by [`Transport::exchange`]: the index of
 /// its operation, which completes when the request does.
 #[derive(Debug, Clone, Copy)]
 enum Borrowed {
-    Send { op: usize },
-    Recv { op: usize, peer: usize, len: usize },
+    Send {
+        op: usize,
+    },
+    /// A matched message being received (`MPI_Imrecv`).
+    Recv {
+        op: usize,
+        peer: usize,
+        len: usize,
+    },
+    /// A receive of exactly `len` bytes posted before its message was there (`MPI_Irecv`).
+    Posted {
+        op: usize,
+        peer: usize,
+        len: usize,
+    },
 }
 
 /// A receive whose message MPI has matched (`MPI_Improbe`) and is filling (`MPI_Imrecv`) into a

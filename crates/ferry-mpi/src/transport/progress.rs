@@ -11,6 +11,7 @@ use mpi::ffi;
 use super::call::{self, check, mpi_error, Matched};
 use super::{
     Borrowed, Drained, MpiTransport, RecvSlot, BORROWED, DRAIN_BATCH, MAX_INFLIGHT_SEND_BYTES,
+    POSTED,
 };
 use crate::tags::{decode_header, encode_header, HEADER_LEN};
 
@@ -221,6 +222,77 @@ impl MpiTransport {
         Ok(true)
     }
 
+    /// Posts `MPI_Irecv` of exactly the length of the caller's slice of receive `op` (index `i`);
+    /// only inside `exchange`.
+    fn post_in_place(&mut self, op: &mut RecvOp<'_>, i: usize) -> Result<()> {
+        let RecvBuf::Slice(s) = &mut op.buf else {
+            return Ok(());
+        };
+        let (ptr, len) = (s.as_mut_ptr(), s.len());
+        if len > i32::MAX as usize {
+            return Err(Error::new(ErrorKind::Unsupported, "recv")
+                .on_rank(self.rank)
+                .with_peer(op.peer)
+                .with_detail(format!(
+                    "receive of {len} bytes: the MPI backend moves at most {} bytes per message",
+                    i32::MAX
+                )));
+        }
+        let wire = self.tags.wire(op.key);
+        // SAFETY: the slice is borrowed by the exchange, which `exchange` does not release
+        // before this request completed (`settle_borrowed`); MPI writes at most `len` bytes.
+        let mut req = unsafe { call::irecv(self.comm, ptr, len, op.peer, wire.tag, self.rank)? };
+        self.zero_copy_messages += 1;
+        match call::test_count(&mut req) {
+            Ok(Some(got)) => self.complete_posted(op, op.peer, len, Ok(got)),
+            Ok(None) => {
+                self.borrowed_reqs.push(req);
+                self.borrowed_ops.push(Borrowed::Posted {
+                    op: i,
+                    peer: op.peer,
+                    len,
+                });
+                op.state = OpState::Active {
+                    serial: BORROWED,
+                    progress: POSTED,
+                };
+                Ok(())
+            }
+            Err(rc) => self.complete_posted(op, op.peer, len, Err(rc)),
+        }
+    }
+
+    /// Completes a posted receive of `len` bytes that ended with `outcome` (bytes received, or
+    /// an MPI error code): a message of another length is a protocol error, as on every
+    /// backend.
+    fn complete_posted(
+        &mut self,
+        op: &mut RecvOp<'_>,
+        peer: usize,
+        len: usize,
+        outcome: std::result::Result<usize, c_int>,
+    ) -> Result<()> {
+        op.state = OpState::Done;
+        let mismatch = |what: String| {
+            Error::new(ErrorKind::Protocol, "recv")
+                .on_rank(self.rank)
+                .with_peer(peer)
+                .with_detail(format!(
+                    "message {:?} has {what} bytes, the receive expects {len}",
+                    op.key
+                ))
+        };
+        match outcome {
+            Ok(got) if got == len => {
+                self.stats.record_recv(peer, len);
+                Ok(())
+            }
+            Ok(got) => Err(mismatch(got.to_string())),
+            Err(rc) if call::is_truncation(rc) => Err(mismatch("more than".into())),
+            Err(rc) => Err(mpi_error(self.rank, "recv (MPI_Test)", rc).with_peer(peer)),
+        }
+    }
+
     /// Marks a receive into the caller's memory complete: MPI wrote `len` bytes into it.
     fn complete_in_place(&mut self, op: &mut RecvOp<'_>, peer: usize, len: usize) {
         if let RecvBuf::Vec(v) = &mut op.buf {
@@ -292,6 +364,13 @@ impl MpiTransport {
                     }
                     if !self.drained.is_empty() && self.drain_pending(op.peer, wire.tag) {
                         self.blocked.push(flow);
+                        continue;
+                    }
+                    // A fixed-length receive needs no probe: posted now, MPI matches the
+                    // message as it arrives, straight into the caller's slice (later receives
+                    // of the flow match later messages: MPI matches posted receives in order).
+                    if zero_copy && !wire.hashed && matches!(op.buf, RecvBuf::Slice(_)) {
+                        self.post_in_place(op, i)?;
                         continue;
                     }
                     let Some(mut m) =
@@ -383,19 +462,38 @@ impl MpiTransport {
         let mut first_err = None;
         let mut i = 0;
         while i < self.borrowed_reqs.len() {
-            let outcome = call::test(&mut self.borrowed_reqs[i]);
-            if outcome == Ok(false) {
+            let op = self.borrowed_ops[i];
+            // Ok(bytes received, for posted receives) once complete; Err(MPI code) on failure.
+            let outcome = match op {
+                Borrowed::Posted { .. } => match call::test_count(&mut self.borrowed_reqs[i]) {
+                    Ok(None) => None,
+                    Ok(Some(got)) => Some(Ok(got)),
+                    Err(rc) => Some(Err(rc)),
+                },
+                _ => match call::test(&mut self.borrowed_reqs[i]) {
+                    Ok(false) => None,
+                    Ok(true) => Some(Ok(0)),
+                    Err(rc) => Some(Err(rc)),
+                },
+            };
+            let Some(outcome) = outcome else {
                 i += 1;
                 continue;
-            }
+            };
             self.borrowed_reqs.swap_remove(i);
-            let done = self.borrowed_ops.swap_remove(i);
-            let peer = match done {
+            self.borrowed_ops.swap_remove(i);
+            let result = match op {
                 Borrowed::Send { op } => {
                     if let Some(o) = ex.sends.get_mut(op) {
                         o.state = OpState::Done;
                     }
-                    None
+                    outcome.map(|_| ()).map_err(|rc| {
+                        let mut e = mpi_error(self.rank, "send (MPI_Test)", rc);
+                        if let Some(o) = ex.sends.get(op) {
+                            e = e.with_peer(o.peer);
+                        }
+                        e
+                    })
                 }
                 Borrowed::Recv { op, peer, len } => {
                     if let Some(o) = ex.recvs.get_mut(op) {
@@ -405,14 +503,16 @@ impl MpiTransport {
                             o.state = OpState::Done;
                         }
                     }
-                    Some(peer)
+                    outcome
+                        .map(|_| ())
+                        .map_err(|rc| mpi_error(self.rank, "recv (MPI_Test)", rc).with_peer(peer))
                 }
+                Borrowed::Posted { op, peer, len } => match ex.recvs.get_mut(op) {
+                    Some(o) => self.complete_posted(o, peer, len, outcome),
+                    None => Ok(()),
+                },
             };
-            if let (Err(rc), None) = (outcome, &first_err) {
-                let mut e = mpi_error(self.rank, "exchange (MPI_Test)", rc);
-                if let Some(p) = peer {
-                    e = e.with_peer(p);
-                }
+            if let (Err(e), None) = (result, &first_err) {
                 first_err = Some(e);
             }
         }

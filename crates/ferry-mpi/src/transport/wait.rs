@@ -10,7 +10,7 @@ use ferry_core::{MsgKey, Transport};
 use mpi::ffi;
 
 use super::call::{self, mpi_error};
-use super::{Borrowed, MpiTransport, BORROWED, NAP, SETTLE_WARN_AFTER, YIELD_FOR};
+use super::{Borrowed, MpiTransport, BORROWED, NAP, POSTED, SETTLE_WARN_AFTER, YIELD_FOR};
 
 impl MpiTransport {
     /// Runs `ex` to completion or failure: busy polling (MPI needs calls to make progress),
@@ -45,10 +45,12 @@ impl MpiTransport {
                 std::hint::spin_loop();
                 continue;
             }
-            let receiving = ex
-                .recvs
-                .iter()
-                .any(|r| matches!(r.state, OpState::Active { .. }));
+            // A receive whose message is matched finishes without any other rank's help;
+            // a posted one may wait for anything, so it does not stop the draining.
+            let receiving = ex.recvs.iter().any(|r| {
+                matches!(r.state, OpState::Active { serial, progress }
+                    if serial != BORROWED || progress != POSTED)
+            });
             if !receiving {
                 self.drain()?;
             }
