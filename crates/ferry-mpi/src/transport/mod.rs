@@ -158,6 +158,8 @@ pub struct MpiTransport {
     kept_aside_total: u64,
     drained_total: u64,
     zero_copy_messages: u64,
+    /// Operations completed so far; the exchange driver drains only once this stops moving.
+    completions: u64,
     universe: Option<Universe>,
     finished: bool,
 }
@@ -224,6 +226,7 @@ impl MpiTransport {
             kept_aside_total: 0,
             drained_total: 0,
             zero_copy_messages: 0,
+            completions: 0,
             universe,
             finished: false,
         };

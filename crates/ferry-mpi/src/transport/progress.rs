@@ -273,6 +273,7 @@ impl MpiTransport {
         outcome: std::result::Result<usize, c_int>,
     ) -> Result<()> {
         op.state = OpState::Done;
+        self.completions += 1;
         let mismatch = |what: String| {
             Error::new(ErrorKind::Protocol, "recv")
                 .on_rank(self.rank)
@@ -301,6 +302,7 @@ impl MpiTransport {
             unsafe { v.set_len(len) };
         }
         self.stats.record_recv(peer, len);
+        self.completions += 1;
         op.state = OpState::Done;
     }
 
@@ -329,6 +331,7 @@ impl MpiTransport {
             }
         }
         self.stats.record_recv(op.peer, len);
+        self.completions += 1;
         op.state = OpState::Done;
         Ok(())
     }
@@ -484,6 +487,7 @@ impl MpiTransport {
             self.borrowed_ops.swap_remove(i);
             let result = match op {
                 Borrowed::Send { op } => {
+                    self.completions += 1;
                     if let Some(o) = ex.sends.get_mut(op) {
                         o.state = OpState::Done;
                     }

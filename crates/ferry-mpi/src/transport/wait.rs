@@ -26,6 +26,8 @@ impl MpiTransport {
         let start = Instant::now();
         let mut polls: u32 = 0;
         let mut elapsed = Duration::ZERO;
+        // When an operation last completed: the exchange stalls only once that stops.
+        let (mut seen, mut moved_at) = (self.completions, Duration::ZERO);
         loop {
             if self.progress(ex, true)? {
                 return Ok(());
@@ -41,17 +43,22 @@ impl MpiTransport {
                     self.rank, ex, limit,
                 ));
             }
+            if self.completions != seen {
+                (seen, moved_at) = (self.completions, elapsed);
+            }
             if elapsed < self.policy.spin {
                 std::hint::spin_loop();
                 continue;
             }
-            // A receive whose message is matched finishes without any other rank's help;
-            // a posted one may wait for anything, so it does not stop the draining.
+            // Drain only when stalled: nothing completed for the spin time (a streaming
+            // exchange keeps completing and receives its later messages in place), and no
+            // matched receive under way (it finishes without any other rank's help; a posted
+            // one may wait for anything, so it does not stop the draining).
             let receiving = ex.recvs.iter().any(|r| {
                 matches!(r.state, OpState::Active { serial, progress }
                     if serial != BORROWED || progress != POSTED)
             });
-            if !receiving {
+            if !receiving && elapsed - moved_at >= self.policy.spin {
                 self.drain()?;
             }
             if elapsed < self.policy.spin + YIELD_FOR {
