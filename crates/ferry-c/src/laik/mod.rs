@@ -13,6 +13,7 @@ mod data;
 mod kvs;
 mod part;
 mod plan;
+mod query;
 mod spaces;
 
 use std::io::Write;
