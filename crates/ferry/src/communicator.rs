@@ -5,7 +5,7 @@
 //! (the world, or a group of it, with the data layer), [`crate::session::SessionComm`]
 //! (made from a process set of a session, X3) and [`crate::ft::Communicator`] (fault
 //! tolerant: failure modes, revoke, agreement, shrink). They keep their own extra methods;
-//! this trait is their common part, with [`Comm`](crate::Comm)'s signatures: typed
+//! this trait is their common part, with [`crate::Comm`]'s signatures: typed
 //! point-to-point, barrier, broadcast and all-reduce, ranks being indices in the
 //! communicator.
 //!
