@@ -4,7 +4,9 @@
 //! 2. makes a communicator over `ferry://world` (tag `world`) and allreduces the world ranks;
 //! 3. under an MPMD launch (`ferry run`'s or mpirun's), makes one over its application's set
 //!    `ferry://app/K`, allreduces there and shows that the first rank of the next application
-//!    cannot be reached through it (an error, not a hang);
+//!    cannot be reached through it (an error, not a hang); over its application (or the
+//!    world) it runs a ring shift, a broadcast and a sum through the generic
+//!    `ferry::Communicator` trait;
 //! 4. within its application (or the world), makes communicators of two sessions with the same
 //!    tag and one with another tag, and shows that their messages never match each other's;
 //! 5. finalizes the first session (its communicators fail, the second's still work), then the
@@ -24,6 +26,16 @@ fn check(cond: bool, what: String) -> ferry::Result<()> {
     } else {
         Err(ferry::Error::new(ferry::ErrorKind::Protocol, "t_sessions").with_detail(what))
     }
+}
+
+/// A ring shift, a broadcast and a sum written once for every communicator type.
+fn ring<C: ferry::Communicator>(c: &mut C) -> ferry::Result<(u64, f64)> {
+    let (me, n) = (c.rank(), c.size());
+    c.send(&[me as u64, 1], (me + 1) % n, 11)?;
+    let mut got = [0u64; 2];
+    c.recv_into(&mut got, (me + n - 1) % n, 11)?;
+    let b = c.broadcast_value(if me == 0 { 2.5f64 } else { 0.0 }, 0)?;
+    Ok((got[0] + got[1] - 1, c.allreduce_value(b, ReduceOp::Sum)?))
 }
 
 fn run() -> ferry::Result<()> {
@@ -56,7 +68,6 @@ fn run() -> ferry::Result<()> {
     if w == 0 {
         println!("world: {} ranks, sum of ranks {}", world.size(), sum[0]);
     }
-
     // 3. The own application's set.
     let mine = s1.app_pset().unwrap_or_else(|| "ferry://world".to_string());
     let app = s1.group_from_pset(&mine)?;
@@ -79,6 +90,15 @@ fn run() -> ferry::Result<()> {
             }
         }
     }
+
+    let mut cr = s1.comm_from_group(&app, "ring")?;
+    let (left, total) = ring(&mut cr)?;
+    if cr.rank() == 0 {
+        println!(
+            "{mine} through the Communicator trait: left neighbour {left}, broadcast sum {total}"
+        );
+    }
+    drop(cr);
 
     // 4. Isolation between sessions and tags, within the application.
     let mut s2 = Session::init()?;
