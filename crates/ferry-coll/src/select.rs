@@ -60,6 +60,13 @@ pub const HALVING_MIN_BYTES: usize = 128 * 1024;
 pub const PIPELINE_MIN_BYTES: usize = 64 * 1024;
 /// Broadcast of a slice from this many bytes up (and more than 2 members): pipelined chain.
 pub const BCAST_PIPELINE_MIN_BYTES: usize = 256 * 1024;
+/// Barrier: dissemination up to this many members, the binomial tree beyond. Dissemination
+/// has half the depth (`log2 p` rounds against `2 log2 p`) but `p log2 p` messages, and every
+/// round needs every member scheduled: with more ranks than cores (this 2-core machine at 8
+/// ranks and up) it lost by 5-15x (tcp 8 ranks: 2.0-2.5 ms against 0.33-0.37 ms; shm 32:
+/// 5.7-11.7 ms against 0.6-0.8 ms; shm 256: 113-130 ms against 6-21 ms;
+/// `bcast_gather barrier`, docs/PERFORMANCE.md), and tied at 4.
+pub const BARRIER_DISSEMINATION_MAX_P: usize = 4;
 /// Gather/scatter/allgather: linear/direct up to this many members, trees beyond.
 pub const LINEAR_MAX_P: usize = 4;
 
@@ -139,13 +146,15 @@ fn node_plan<T: Element>(
     }
 }
 
-/// Barrier: dissemination by default.
+/// Barrier: dissemination up to [`BARRIER_DISSEMINATION_MAX_P`] members, binomial tree
+/// (gather to member 0, release) beyond.
 pub(crate) fn barrier(t: &mut dyn Transport, c: &Ctx<'_>, opts: &CollOptions) -> Result<()> {
     if on_chain(c, opts) {
         return chain::barrier(t, c);
     }
     match opts.algorithm {
         Algorithm::Chain => chain::barrier(t, c),
+        Algorithm::Auto if c.size() > BARRIER_DISSEMINATION_MAX_P => tree::barrier(t, c),
         Algorithm::Auto | Algorithm::RecursiveDoubling => rdouble::barrier(t, c),
         Algorithm::Linear => linear::barrier(t, c),
         Algorithm::BinomialTree => tree::barrier(t, c),

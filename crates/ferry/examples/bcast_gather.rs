@@ -1,6 +1,6 @@
 //! bcast_gather: seed 004's collective experiment (§4.2.2) on ferry. Usage:
 //! `bcast_gather OP ALG INTS CONN [ITERS [WARMUP]]`
-//! - OP: `bcast` or `gather` (root 0), or `allreduce` (sum);
+//! - OP: `bcast` or `gather` (root 0), `allreduce` (sum) or `barrier` (INTS unused);
 //! - ALG: `linear`, `chain` (004's "ring": each rank talks to its rank neighbours only),
 //!   `binomial` or `auto` (the flat automatic choice), forced for every call;
 //! - INTS: elements (i32) per rank;
@@ -25,7 +25,7 @@ use ferry::coll::{self, Algorithm, CollOptions, Group, ReduceOp};
 fn bad(what: &str) -> ferry::Error {
     ferry::Error::invalid(
         "bcast_gather",
-        format!("{what}; usage: bcast_gather bcast|gather|allreduce linear|chain|binomial|auto INTS lazy|mesh [ITERS [WARMUP]]"),
+        format!("{what}; usage: bcast_gather bcast|gather|allreduce|barrier linear|chain|binomial|rdouble|auto INTS lazy|mesh [ITERS [WARMUP]]"),
     )
 }
 
@@ -40,6 +40,7 @@ fn run() -> ferry::Result<()> {
         "chain" | "ring" => Algorithm::Chain,
         "binomial" => Algorithm::BinomialTree,
         "auto" => Algorithm::Auto,
+        "rdouble" => Algorithm::RecursiveDoubling,
         a => return Err(bad(&format!("unknown algorithm `{a}`"))),
     };
     let ints: usize = args[2].parse().map_err(|_| bad("INTS is not a number"))?;
@@ -56,7 +57,7 @@ fn run() -> ferry::Result<()> {
         .get(5)
         .map_or(Ok(5), |a| a.parse())
         .map_err(|_| bad("WARMUP"))?;
-    if !["bcast", "gather", "allreduce"].contains(&op) {
+    if !["bcast", "gather", "allreduce", "barrier"].contains(&op) {
         return Err(bad(&format!("unknown operation `{op}`")));
     }
 
@@ -80,6 +81,8 @@ fn run() -> ferry::Result<()> {
         let start = Instant::now();
         if op == "bcast" {
             coll::broadcast_slice_with(t, &g, 0, &mut buf, &opts)?;
+        } else if op == "barrier" {
+            coll::barrier_with(t, &g, &opts)?;
         } else if op == "allreduce" {
             let mut v = vec![1i32; ints];
             coll::allreduce_with(t, &g, &mut v, &ReduceOp::Sum, &opts)?;

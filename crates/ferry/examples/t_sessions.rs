@@ -9,6 +9,7 @@
 //!    `ferry::Communicator` trait;
 //! 4. within its application (or the world), makes communicators of two sessions with the same
 //!    tag and one with another tag, and shows that their messages never match each other's;
+//!    declares a periodic 1-D grid on another one and checks its neighbours and a sum;
 //! 5. finalizes the first session (its communicators fail, the second's still work), then the
 //!    second, and creates a third session that works again.
 //!
@@ -106,6 +107,24 @@ fn run() -> ferry::Result<()> {
     let c1 = s1.comm_from_group(&app, "iso")?;
     let c2 = s2.comm_from_group(&g2, "iso")?;
     let c3 = s1.comm_from_group(&app, "other")?;
+    // A periodic 1-D grid over the application (X6, X7): neighbours are the previous and next
+    // member, and the collectives still add up.
+    let mut grid = s1.comm_from_group(&app, "grid")?;
+    grid.set_cartesian(&[grid.size()], &[true])?;
+    let got = grid.neighbor_allgather(&(w as u64).to_le_bytes())?;
+    let (n, i) = (app.size(), grid.rank());
+    let want: Vec<Option<Vec<u8>>> = [(i + n - 1) % n, (i + 1) % n]
+        .iter()
+        .map(|&j| Some((app.members()[j] as u64).to_le_bytes().to_vec()))
+        .collect();
+    check(
+        got == want,
+        format!("grid neighbours {got:?}, want {want:?}"),
+    )?;
+    let mut s = [w as u64];
+    grid.allreduce(&mut s, &ReduceOp::Sum)?;
+    let total: u64 = app.members().iter().map(|&m| m as u64).sum();
+    check(s[0] == total, format!("grid sum {}", s[0]))?;
     if c1.size() >= 2 {
         if c1.rank() == 0 {
             // Same member, same numeric tag, three communicators: sent in the order the
