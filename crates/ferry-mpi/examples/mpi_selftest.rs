@@ -375,6 +375,50 @@ fn crossing(t: &mut MpiTransport) -> Result<(), String> {
     Ok(())
 }
 
+/// The software cost of one message without any waiting: `send` to self then `recv` from self,
+/// 8 B, best of 7 trials of 200,000 (compare with the same loop of MPI_Send + MPI_Recv to
+/// self). Being one process, it needs no second core and is little disturbed by a loaded
+/// machine.
+fn selfbench(t: &mut MpiTransport) -> Result<(), String> {
+    let me = t.rank();
+    let data = [1u8; 8];
+    let mut buf = Vec::with_capacity(8);
+    let mut best = f64::MAX;
+    for _ in 0..7 {
+        let start = Instant::now();
+        for _ in 0..200_000 {
+            t.send(me, MsgKey::user(8), &data)
+                .map_err(|e| e.to_string())?;
+            t.recv(me, MsgKey::user(8), &mut buf)
+                .map_err(|e| e.to_string())?;
+        }
+        best = best.min(start.elapsed().as_secs_f64() / 200_000.0 * 1e9);
+    }
+    if buf != data {
+        return Err("selfbench: message differs".into());
+    }
+    println!("selfbench rank {me}: send + recv to self, 8 B: {best:.0} ns");
+    // The same with a fixed-length receive (an exchange of one `recv_into`: MPI_Irecv).
+    let mut fixed = [0u8; 8];
+    let mut best = f64::MAX;
+    for _ in 0..7 {
+        let start = Instant::now();
+        for _ in 0..200_000 {
+            t.send(me, MsgKey::user(8), &data)
+                .map_err(|e| e.to_string())?;
+            let mut ex = Exchange::new();
+            ex.recv_into(me, MsgKey::user(8), &mut fixed);
+            t.exchange(&mut ex).map_err(|e| e.to_string())?;
+        }
+        best = best.min(start.elapsed().as_secs_f64() / 200_000.0 * 1e9);
+    }
+    if fixed != data {
+        return Err("selfbench: fixed-length message differs".into());
+    }
+    println!("selfbench rank {me}: send + fixed-length recv to self, 8 B: {best:.0} ns");
+    Ok(())
+}
+
 fn bench(t: &mut MpiTransport) -> Result<(), String> {
     if t.size() < 2 || t.rank() > 1 {
         return Ok(());
@@ -433,6 +477,7 @@ fn main() -> ExitCode {
     let result = match mode.as_str() {
         "check" => check(&mut t),
         "bench" => bench(&mut t),
+        "selfbench" => selfbench(&mut t),
         "crossing" => crossing(&mut t),
         "stress" => {
             let rounds = std::env::args()
