@@ -14,6 +14,7 @@
 # Usage: bench/monitor-overhead.sh [ROUNDS]  (from the repository root; default 30)
 # Needs: cargo build --release -p ferry-cli -p ferry --examples
 # Env:   BACKEND=shm  RANKS=4  MINUTES=0 (> 0: start no round after that many minutes)
+#        EXAMPLES="jac2d jac3d markov2" (a subset to measure again)
 #        OUT=file (Markdown table, default stdout)  RAW=file (every run, tab-separated)
 #        FERRY=path/to/ferry  EX=dir/of/examples
 #
@@ -34,6 +35,7 @@ ex = os.environ.get("EX", "target/release/examples")
 # iterations than there (400 states run in 20 ms, all start-up) so that a run lasts seconds
 # and the start-up (and the check's reading of the recording) is a small part of it.
 cases = [["jac2d", "5000"], ["jac3d", "250"], ["markov2", "200000", "10", "1000"]]
+cases = [c for c in cases if c[0] in os.environ.get("EXAMPLES", "jac2d jac3d markov2").split()]
 modes = ["off", "record", "check"]
 
 for f in [ferry] + [os.path.join(ex, c[0]) for c in cases]:

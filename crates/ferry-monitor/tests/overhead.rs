@@ -11,7 +11,7 @@
 //!   message counts of the benchmarked examples.
 //!
 //! Multiplied with a program's messages (and divided by its run time) they give the overhead to
-//! expect, which bench/monitor-overhead.sh compares with the end-to-end measurement.
+//! expect; docs/PERFORMANCE.md sets it beside the end-to-end bench/monitor-overhead.sh.
 
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
