@@ -19,7 +19,7 @@
 #        FERRY=path/to/ferry  EX=dir/of/examples
 #
 # The expected cost to compare with comes from the monitor alone (no noise):
-#   cargo test --release -p ferry-monitor --test overhead -- --ignored --nocapture
+#   cargo bench -p ferry-monitor --bench overhead
 set -u
 cd "$(dirname "$0")/.." || exit 1
 ROUNDS=${1:-30} exec python3 - <<'EOF'

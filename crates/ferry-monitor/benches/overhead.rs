@@ -2,8 +2,8 @@
 //! over a transport that does nothing (every call completes at once without copying), so the
 //! time of a monitored call minus that of a bare call is the monitor's own work.
 //!
-//! Two figures for docs/PERFORMANCE.md (`cargo test --release -p ferry-monitor --test overhead
-//! -- --ignored --nocapture`):
+//! Two figures for docs/PERFORMANCE.md (`cargo bench -p ferry-monitor --bench overhead`; a
+//! program, not a test: timings are measured here, never asserted):
 //! - nanoseconds per message in record and in check mode (a long run of send/recv calls);
 //! - the whole cost one rank pays for one program-sized run: creating the monitor (record: the
 //!   file and the writer thread; check: reading and indexing the recording), the messages,
@@ -180,9 +180,7 @@ fn write_reference(dir: &Path, messages: usize) {
     std::fs::write(path, file).expect("reference");
 }
 
-#[test]
-#[ignore = "timing measurement; run by hand (see docs/PERFORMANCE.md)"]
-fn monitor_cost_per_message_and_per_run() {
+fn main() {
     // Short enough per round that the writer thread keeps up (the queue holds 16 chunks of
     // 1,024 records), many rounds for the median.
     const LONG: usize = 16_000;
@@ -222,8 +220,5 @@ fn monitor_cost_per_message_and_per_run() {
             median(&mut chk)
         );
     }
-    // Far above what it should be: a regression that makes monitoring cost a microsecond per
-    // message fails here (the figures above are what the docs quote).
-    assert!(rec_ns < 1000.0 && chk_ns < 1000.0, "{rec_ns} {chk_ns}");
     let _ = std::fs::remove_dir_all(&dir);
 }
