@@ -557,6 +557,14 @@ impl Engine {
         let Some(p) = e.peer().filter(|&p| p != self.me && p < self.t.size()) else {
             return Err(e);
         };
+        if e.kind() == ErrorKind::Revoked && !user.pending_peers().contains(&p) {
+            // A message its sender withdrew (tcp's answer to a fetch of an announced
+            // message) for a receive this rank abandoned earlier: nothing waits for it now,
+            // and failing the current operation (e.g. a recovery's agreement) would end the
+            // survivor.
+            tracing::debug!("rank {}: stale withdrawal ignored: {e}", self.me);
+            return Ok(());
+        }
         if !e.is_peer_failure() || e.kind() == ErrorKind::Timeout {
             return Err(e);
         }
@@ -600,6 +608,10 @@ impl Engine {
                 ..self.t.wait_policy()
             };
             if let Event::Error(e) = self.round(&mut empty, &policy, &mut mark) {
+                if e.kind() == ErrorKind::Revoked {
+                    // A stale withdrawal (see `absorb`): the peer itself is fine.
+                    continue;
+                }
                 if let Some(p) = e.peer().filter(|&p| p != self.me && p < self.t.size()) {
                     if !self.left.contains(&p) && e.is_peer_failure() {
                         self.note_failure(p, None);

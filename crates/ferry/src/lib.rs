@@ -95,6 +95,7 @@ pub mod bootstrap;
 pub mod comm;
 pub mod prelude;
 pub mod resize;
+mod respawn;
 pub mod session;
 mod world;
 

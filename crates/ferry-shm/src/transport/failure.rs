@@ -265,10 +265,21 @@ impl ShmTransport {
         self.abort_pending[l].is_empty()
     }
 
+    /// What a receive whose message its sender (segment index `l`) abandoned fails with: the
+    /// failure of the rank the sender blamed, or, when it blamed none (a fault-tolerant
+    /// operation given up after a revoke or a failure seen elsewhere), a withdrawal, as tcp
+    /// reports it: the sender lives, and must not be taken for dead.
+    pub(super) fn abandoned_kind(&self, l: usize) -> ErrorKind {
+        match self.seg.blame(l).load(Ordering::Acquire) {
+            0 => ErrorKind::Revoked,
+            _ => ErrorKind::PeerFailed,
+        }
+    }
+
     /// The error of a receive whose message its sender (segment index `l`) abandoned.
     pub(super) fn abandoned_error(&self, l: usize) -> Error {
         let peer = self.global_of[l];
-        self.err(ErrorKind::PeerFailed, "recv")
+        self.err(self.abandoned_kind(l), "recv")
             .with_peer(self.root_cause(l))
             .with_detail(format!(
                 "rank {peer} abandoned this message: its send failed before all of it was \

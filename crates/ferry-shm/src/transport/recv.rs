@@ -24,7 +24,7 @@ impl ShmTransport {
             Claim::Withdrawn => Ok(false),
             Claim::Aborted => {
                 let e = self
-                    .err(ErrorKind::PeerFailed, "recv")
+                    .err(self.abandoned_kind(l), "recv")
                     .with_peer(self.root_cause(l));
                 Err(e.with_detail(format!(
                     "rank {peer} abandoned this message: its send failed before this rank took it{}",
