@@ -99,6 +99,7 @@ pub mod comm;
 pub mod communicator;
 pub mod prelude;
 pub mod resize;
+mod respawn;
 pub mod session;
 mod world;
 

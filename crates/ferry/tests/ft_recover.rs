@@ -414,7 +414,8 @@ fn jac2d_ft_refuses_rebuild_without_respawn() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{stderr}");
     assert!(
-        stderr.contains("jac2d_ft: error: rank 0: communicator: unsupported: failure mode REBUILD"),
+        stderr.contains("jac2d_ft: error: rank 0: communicator: unsupported: failure mode REBUILD")
+            && stderr.contains("ferry run --respawn K"),
         "{stderr}"
     );
     assert!(out.stdout.is_empty(), "no output before the refusal");
