@@ -3,7 +3,9 @@
 
 Each run starts `ferry run -n N --keep-going --backend B ft_agree ROUNDS` and SIGKILLs K random
 ranks, each at its own random time within the first 80 % of the run's expected length (rank 0
-is among the victims of every other run with K >= 2, and by chance otherwise). It checks:
+is among the victims of every other run with K >= 2, and by chance otherwise; the time counts
+from when every rank has made its communicator, as a death during start-up is not one the
+communicator can survive: the ranks run with FERRY_LOG=ferry_ft=info). It checks:
 - no hang (the run ends within --timeout seconds);
 - every survivor printed one `done` line and all are identical after the `rank W:` prefix;
 - every survivor printed the same `shrink` lines (same generations, same lists);
@@ -61,6 +63,13 @@ def shm_objects():
         return set()
 
 
+def job_objects(names, launcher_pid):
+    """The names among `names` that the job of launcher `launcher_pid` made: the launcher
+    names its job `f<pid>-<hex>` and segment names carry `-j<job>`. Other jobs on the machine
+    (other users' tests) make names of their own during a run; they are not this job's."""
+    return {n for n in names if f"-jf{launcher_pid}-" in n}
+
+
 def one_run(args, backend, n, kills, rng, run_index):
     cmd = [os.path.join(args.target, "ferry"), "run", "-n", str(n), "--keep-going",
            "--backend", backend]
@@ -71,8 +80,9 @@ def one_run(args, backend, n, kills, rng, run_index):
     cmd += [os.path.join(args.target, "examples", "ft_agree"), str(args.rounds)]
     shm_before = shm_objects()
     start = time.monotonic()
+    env = dict(os.environ, FERRY_LOG="ferry_ft=info")
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         start_new_session=True)
+                         start_new_session=True, env=env)
     lines = []  # (time, line)
     err = []
 
@@ -94,6 +104,14 @@ def one_run(args, backend, n, kills, rng, run_index):
         if len(pids) == n:
             break
         time.sleep(0.01)
+    # A rank killed during ferry::init leaves the others waiting for its start-up keys until
+    # general.startup_timeout_ms: a start-up failure, which the fault-tolerant communicator
+    # (made after init) cannot survive. Kill times count from when every rank has made it
+    # (its `ft: communicator ready` log line).
+    while time.monotonic() - start < 20 and p.poll() is None:
+        if sum("ft: communicator ready" in line for line in list(err)) >= n:
+            break
+        time.sleep(0.002)
     victims = rng.sample(range(n), kills)
     if kills >= 2 and run_index % 2 == 0 and 0 not in victims:
         victims[0] = 0
@@ -127,7 +145,7 @@ def one_run(args, backend, n, kills, rng, run_index):
     time.sleep(0.05)
     left_procs = [r for r, pid in pids.items() if os.path.exists(f"/proc/{pid}")
                   and not open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"]
-    left_shm = shm_objects() - shm_before
+    left_shm = job_objects(shm_objects() - shm_before, p.pid)
     # Verdicts.
     done_by, shrink_by = {}, {}
     for t, line in lines:

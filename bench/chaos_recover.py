@@ -3,9 +3,11 @@
 
 For each backend it first runs `ferry run -n N jac2d_ft -s SIZE ITERS` undisturbed (the
 reference), then RUNS runs with `--keep-going` in which K ranks are SIGKILLed at random
-times within the first 80 % of the reference's length (one kill: any rank, rank 0 in every
-other run; two kills: a pair that are not buddies of each other, i.e. not neighbours in the
-ring of 4, the second kill after the first). A run passes when:
+times within the first 80 % of the reference's length, counted from rank 0's first line (the
+job has started; a kill during start-up is not a failure the communicator can survive). One
+kill: any rank, rank 0 in every other run; two kills: a pair that are not buddies of each
+other, i.e. not neighbours in the ring of 4, the second kill after the first. A run passes
+when:
 - it ends within --timeout seconds (no hang);
 - no survivor exits non-zero (the launcher names only killed ranks);
 - the last stdout line equals the reference's final line `Global value sum after ...`,
@@ -15,9 +17,15 @@ ring of 4, the second kill after the first). A run passes when:
 It reports runs, passes, hangs, wrong results, and the time from each kill to the last
 survivor's `recovered` line on stderr (kill to running again; median and max).
 
+With `--mode rebuild` the runs use `FERRY_FT_MODE=rebuild` and `ferry run --respawn 2`
+instead of `--keep-going` (issue 08 must-show 2): the killed ranks are replaced, the launcher
+must exit 0, every rank (the replacements too) reports each recovery, and the job ends with
+4 ranks; a second victim is looked up anew, so it may be a replacement.
+
 Usage: bench/chaos_recover.py [--backends tcp,shm,hybrid] [--kills 1,2] [--runs 20]
                               [--size 1000] [--iters 400] [--timeout 60] [--seed S]
-                              [--target target/release] [-v [--stacks]]
+                              [--target target/release] [--mode shrink|rebuild]
+                              [-v [--stacks]]
 Exit status 0 when every run passed.
 """
 
@@ -33,7 +41,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from chaos import rank_pids, shm_objects  # noqa: E402
+from chaos import job_objects, rank_pids, shm_objects  # noqa: E402
 
 N = 4
 RECOVERED = re.compile(r"^jac2d_ft: rank (\d+): recovered on generation (\d+)")
@@ -41,7 +49,9 @@ RECOVERED = re.compile(r"^jac2d_ft: rank (\d+): recovered on generation (\d+)")
 
 def command(args, backend, keep_going):
     cmd = [os.path.join(args.target, "ferry"), "run", "-n", str(N), "--backend", backend]
-    if keep_going:
+    if args.mode == "rebuild":
+        cmd += ["--respawn", "2"]
+    elif keep_going:
         cmd.append("--keep-going")
     if backend == "hybrid":
         # Two "nodes" on this host: deaths are seen through shm by node mates, tcp by others.
@@ -51,10 +61,16 @@ def command(args, backend, keep_going):
     return cmd
 
 
+def environment(args):
+    env = dict(os.environ)
+    env["FERRY_FT_MODE"] = args.mode
+    return env
+
+
 def reference(args, backend):
     start = time.monotonic()
     out = subprocess.run(command(args, backend, False), capture_output=True, text=True,
-                         timeout=args.timeout)
+                         timeout=args.timeout, env=environment(args))
     took = time.monotonic() - start
     if out.returncode != 0:
         sys.exit(f"chaos_recover: undisturbed {backend} run failed:\n{out.stderr}")
@@ -74,7 +90,8 @@ def one_run(args, backend, kills, ref, span, rng, run_index):
     shm_before = shm_objects()
     start = time.monotonic()
     p = subprocess.Popen(command(args, backend, True), stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+                         stderr=subprocess.PIPE, text=True, start_new_session=True,
+                         env=environment(args))
     out, err = [], []
 
     def read(stream, into):
@@ -91,14 +108,24 @@ def one_run(args, backend, kills, ref, span, rng, run_index):
         if len(pids) == N:
             break
         time.sleep(0.01)
+    # Kill times count from rank 0's first line, printed once the fault-tolerant communicator
+    # exists: a rank killed while the job is still starting (ferry::init) is a start-up
+    # failure, which the communicator cannot recover from (it does not exist yet).
+    while time.monotonic() - start < 20 and not out and p.poll() is None:
+        time.sleep(0.002)
     victims = victims_for(kills, rng, run_index)
     at = sorted(rng.uniform(0.05, span * 0.8) for _ in victims)
     t0 = time.monotonic()
     kill_times = {}
+    seen_pids = dict(pids)
     for v, a in zip(victims, at):
         delay = t0 + a - time.monotonic()
         if delay > 0:
             time.sleep(delay)
+        if args.mode == "rebuild":
+            # A replacement has a new pid.
+            pids = rank_pids(p.pid)
+            seen_pids.update({(r, pid): pid for r, pid in pids.items()})
         pid = pids.get(v)
         if pid is None:
             continue
@@ -127,9 +154,9 @@ def one_run(args, backend, kills, ref, span, rng, run_index):
     for t in threads:
         t.join()
     time.sleep(0.05)
-    left_procs = [r for r, pid in pids.items() if os.path.exists(f"/proc/{pid}")
+    left_procs = [r for r, pid in seen_pids.items() if os.path.exists(f"/proc/{pid}")
                   and open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"]
-    left_shm = shm_objects() - shm_before
+    left_shm = job_objects(shm_objects() - shm_before, p.pid)
     problems = []
     if hang:
         problems.append("hang")
@@ -154,12 +181,15 @@ def one_run(args, backend, kills, ref, span, rng, run_index):
             problems.append(line)
         if line.startswith("jac2d_ft: error"):
             problems.append(line)
+    if args.mode == "rebuild" and not hang and p.returncode != 0:
+        problems.append(f"the launcher exited {p.returncode}")
     if left_procs:
         problems.append(f"leftover ranks {left_procs}")
     if left_shm:
         problems.append(f"leftover /dev/shm {sorted(left_shm)}")
     # Kill to running again: the last survivor's first `recovered` line after each kill.
-    survivors = [r for r in range(N) if r not in kill_times]
+    survivors = ([r for r in range(N) if r not in kill_times] if args.mode == "shrink"
+                 else list(range(N)))
     notice = []
     for kt in sorted(kill_times.values()):
         first = {}
@@ -186,6 +216,7 @@ def main():
     ap.add_argument("--timeout", type=float, default=60)
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--target", default="target/release")
+    ap.add_argument("--mode", choices=["shrink", "rebuild"], default="shrink")
     ap.add_argument("-v", "--verbose", action="store_true")
     ap.add_argument("--stacks", action="store_true",
                     help="on a hang, print the survivors' stacks (gdb) with --verbose")
@@ -193,7 +224,7 @@ def main():
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     rng = random.Random(seed)
     print(f"chaos_recover: seed {seed}, {args.runs} runs each, "
-          f"jac2d_ft -s {args.size} {args.iters} on {N} ranks")
+          f"jac2d_ft -s {args.size} {args.iters} on {N} ranks, mode {args.mode}")
     print("backend  kills  runs  ok hangs wrong  recovered  kill->running median/max (ms)")
     all_ok = True
     for backend in args.backends.split(","):

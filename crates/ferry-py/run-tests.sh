@@ -6,15 +6,23 @@
 # (`cargo build --release --workspace --bins --examples`).
 #
 # FERRY_PY_VENV: where the virtual environment goes (default target/ferry-py-venv).
+# The package is built with the mpi backend when mpicc and mpirun are installed, and the
+# suite then runs under mpirun too (with CI=true, their absence is a failure).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+
+mpi=""
+if command -v mpicc >/dev/null && command -v mpirun >/dev/null; then
+  mpi=1
+fi
 
 venv=${FERRY_PY_VENV:-target/ferry-py-venv}
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 py="$venv/bin/python"
 "$py" -m pip install -q --upgrade pip
 "$py" -m pip install -q maturin numpy pytest
-"$py" -m pip install -q --force-reinstall --no-deps ./crates/ferry-py
+MATURIN_PEP517_ARGS="${mpi:+--features mpi}" \
+  "$py" -m pip install -q --force-reinstall --no-deps ./crates/ferry-py
 
 ferry=target/release/ferry
 failed=0
@@ -26,6 +34,18 @@ for backend in tcp shm; do
     "$py" -m pytest -x -q -p no:cacheprovider crates/ferry-py/tests || failed=1
 done
 
+if [ -n "$mpi" ]; then
+  echo "ferry-py: pytest on 4 ranks over mpi (mpirun)"
+  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 FERRY_BACKEND=mpi timeout 600 \
+    mpirun --allow-run-as-root --oversubscribe -n 4 \
+    "$py" -m pytest -x -q -p no:cacheprovider crates/ferry-py/tests || failed=1
+elif [ "${CI:-}" = true ]; then
+  echo "FAIL ferry-py: no mpicc/mpirun, the mpi backend is not tested"
+  failed=1
+else
+  echo "SKIPPED ferry-py over mpi: no mpicc/mpirun"
+fi
+
 # A peer that dies: the survivor's receive raises FerryError naming rank, peer and cause.
 for backend in tcp shm; do
   got=$(timeout 120 "$ferry" run -n 2 --keep-going --backend "$backend" \
@@ -34,6 +54,18 @@ for backend in tcp shm; do
     echo "ok   python peer failure ($backend)"
   else
     echo "FAIL python peer failure ($backend): $got"
+    failed=1
+  fi
+done
+
+# A spare joins at a resize point: the grown world includes it, on every rank.
+for backend in tcp shm; do
+  got=$(timeout 120 "$ferry" run -n 2 --spares 1 --job-name "ferry-py-el-$$-$backend" \
+    --backend "$backend" "$py" crates/ferry-py/tests/elastic.py 2>&1 || true)
+  if grep -q "^world 2 -> 3, epoch 1, members \[0, 1, 2\]$" <<<"$got"; then
+    echo "ok   python resize point admits a spare ($backend)"
+  else
+    echo "FAIL python resize point admits a spare ($backend): $got"
     failed=1
   fi
 done

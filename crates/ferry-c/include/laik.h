@@ -85,6 +85,8 @@ int laik_myid(Laik_Group* g);
 Laik_Instance* laik_inst(Laik_Group* g);
 Laik_Group* laik_new_shrinked_group(Laik_Group* g, int len, int* list);
 Laik_Group* laik_group_parent(Laik_Group* g);
+Laik_Group* laik_clone_group(Laik_Group* g);
+char* laik_group_location(Laik_Group* group, int id);
 void laik_release_group(Laik_Group* g);
 Laik_Group* laik_allow_world_resize(Laik_Instance* inst, int phase);
 void laik_finish_world_resize(Laik_Instance* inst);
@@ -178,6 +180,78 @@ void laik_range_init_3d(Laik_Range* r, Laik_Space* s,
                         int64_t from1, int64_t to1, int64_t from2, int64_t to2,
                         int64_t from3, int64_t to3);
 uint64_t laik_range_size(const Laik_Range* r);
+const Laik_Range* laik_space_asrange(Laik_Space* space);
+
+static inline bool laik_is_reduction(Laik_ReductionOperation redOp)
+{
+    return redOp != LAIK_RO_None;
+}
+
+static inline bool laik_index_isEqual(int dims, const Laik_Index* i1, const Laik_Index* i2)
+{
+    for (int d = 0; d < dims; d++)
+        if (i1->i[d] != i2->i[d]) return false;
+    return true;
+}
+
+static inline void laik_range_init_copy(Laik_Range* dst, Laik_Range* src)
+{
+    *dst = *src;
+}
+
+static inline bool laik_range_isEmpty(Laik_Range* r)
+{
+    int dims = laik_space_getdimensions(r->space);
+    for (int d = 0; d < dims; d++)
+        if (r->from.i[d] >= r->to.i[d]) return true;
+    return false;
+}
+
+static inline bool laik_range_isEqual(Laik_Range* r1, Laik_Range* r2)
+{
+    int dims = laik_space_getdimensions(r1->space);
+    return r1->space == r2->space && laik_index_isEqual(dims, &r1->from, &r2->from) &&
+           laik_index_isEqual(dims, &r1->to, &r2->to);
+}
+
+/* The intersection, in storage of the calling translation unit that the next call
+ * overwrites (as LAIK's); NULL if it is empty. */
+static inline Laik_Range* laik_range_intersect(const Laik_Range* r1, const Laik_Range* r2)
+{
+    static Laik_Range res;
+    int dims = laik_space_getdimensions(r1->space);
+    res = *r1;
+    for (int d = 0; d < dims; d++) {
+        if (r2->from.i[d] > res.from.i[d]) res.from.i[d] = r2->from.i[d];
+        if (r2->to.i[d] < res.to.i[d]) res.to.i[d] = r2->to.i[d];
+        if (res.from.i[d] >= res.to.i[d]) return NULL;
+    }
+    return &res;
+}
+
+static inline void laik_range_expand(Laik_Range* dst, Laik_Range* src)
+{
+    int dims = laik_space_getdimensions(dst->space);
+    for (int d = 0; d < dims; d++) {
+        if (src->from.i[d] < dst->from.i[d]) dst->from.i[d] = src->from.i[d];
+        if (src->to.i[d] > dst->to.i[d]) dst->to.i[d] = src->to.i[d];
+    }
+}
+
+static inline bool laik_range_within_range(const Laik_Range* r1, const Laik_Range* r2)
+{
+    int dims = laik_space_getdimensions(r1->space);
+    for (int d = 0; d < dims; d++) {
+        if (r1->from.i[d] >= r1->to.i[d]) continue;
+        if (r1->from.i[d] < r2->from.i[d] || r1->to.i[d] > r2->to.i[d]) return false;
+    }
+    return true;
+}
+
+static inline bool laik_range_within_space(const Laik_Range* range, const Laik_Space* sp)
+{
+    return laik_range_within_range(range, laik_space_asrange((Laik_Space*) sp));
+}
 
 /* ---- partitioners and partitionings ---- */
 
@@ -242,6 +316,10 @@ Laik_Group* laik_partitioning_get_group(Laik_Partitioning* p);
 Laik_Space* laik_partitioning_get_space(Laik_Partitioning* p);
 void laik_partitioning_migrate(Laik_Partitioning* p, Laik_Group* g);
 int laik_partitioning_rangecount(Laik_Partitioning* p);
+bool laik_partitioning_isAll(Laik_Partitioning* p);
+int laik_partitioning_isSingle(Laik_Partitioning* p);
+bool laik_partitioning_coversSpace(Laik_Partitioning* p);
+bool laik_partitioning_isEqual(Laik_Partitioning* p1, Laik_Partitioning* p2);
 Laik_TaskRange* laik_partitioning_get_taskrange(Laik_Partitioning* p, int n);
 const Laik_Range* laik_taskrange_get_range(Laik_TaskRange* trange);
 int laik_taskrange_get_task(Laik_TaskRange* trange);
@@ -250,6 +328,8 @@ void* laik_taskrange_get_data(Laik_TaskRange* trange);
 void laik_taskrange_set_data(Laik_TaskRange* trange, void* data);
 int laik_my_rangecount(Laik_Partitioning* p);
 int laik_my_mapcount(Laik_Partitioning* p);
+int laik_my_maprangecount(Laik_Partitioning* p, int mapNo);
+Laik_TaskRange* laik_my_maprange(Laik_Partitioning* p, int mapNo, int n);
 Laik_TaskRange* laik_my_range(Laik_Partitioning* p, int n);
 Laik_TaskRange* laik_my_range_1d(Laik_Partitioning* p, int n, int64_t* from, int64_t* to);
 Laik_TaskRange* laik_my_range_2d(Laik_Partitioning* p, int n,

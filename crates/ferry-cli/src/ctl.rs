@@ -24,7 +24,7 @@ use ferry_core::store::TcpStoreClient;
 use ferry_core::Store;
 
 /// Store key under which the launcher publishes the job's process table.
-pub const STATUS_KEY: &str = "launcher/status";
+pub const STATUS_KEY: &str = ferry_core::respawn::LAUNCHER_STATUS_KEY;
 
 /// Directory of the registrations of this user's named jobs.
 pub fn jobs_dir() -> PathBuf {

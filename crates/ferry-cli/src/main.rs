@@ -19,6 +19,7 @@ mod mpmd;
 mod remote;
 mod run;
 mod signals;
+mod spawn;
 mod store_server;
 mod supervise;
 
@@ -126,6 +127,12 @@ pub struct RunArgs {
     /// loss of a peer); the exit status is still that of the first failed rank.
     #[arg(long)]
     pub keep_going: bool,
+
+    /// Restart a failed rank (same rank number, new process with FERRY_INCARNATION set) up
+    /// to K times per job, for programs that recover in REBUILD mode; implies --keep-going.
+    /// The exit status is 0 when every rank's last process exits 0.
+    #[arg(long, value_name = "K", default_value_t = 0)]
+    pub respawn: u32,
 
     /// Prefix every forwarded line with `[R] `, R being the rank that printed it.
     #[arg(long)]

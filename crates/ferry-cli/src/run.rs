@@ -2,9 +2,9 @@
 //! them, and end the job when a rank fails or the launcher is interrupted (R1, T8).
 
 use std::fmt;
-use std::io::{Read, Write};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::io::Read;
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Child, ExitStatus};
 use std::sync::Arc;
 
 use crate::store_server::StoreServer;
@@ -12,10 +12,12 @@ use ferry_core::{BackendKind, Store};
 
 use crate::collapse::Collapse;
 use crate::ctl::{NameLock, Registration};
-use crate::forward::{self, Output, Pipe, Tracker};
+use crate::forward::{Output, Tracker};
 use crate::guard::{self, Guardian};
-use crate::supervise::{end_all, finish, supervise, Launch};
-use crate::{exec_rank, limits, mpmd, remote, signals, RunArgs};
+use crate::spawn::Spawner;
+use crate::supervise::{end_all, finish, supervise, Launch, Respawner};
+use crate::{limits, mpmd, remote, signals, RunArgs};
+use ferry_core::respawn::RESPAWN_VAR;
 
 /// A reason `ferry run` could not run the job, with the exit status to report.
 #[derive(Debug)]
@@ -29,13 +31,6 @@ impl Fatal {
         Fatal {
             msg: msg.into(),
             code: 2,
-        }
-    }
-
-    fn start(msg: impl Into<String>) -> Fatal {
-        Fatal {
-            msg: msg.into(),
-            code: 127,
         }
     }
 
@@ -60,6 +55,8 @@ pub(crate) struct Rank {
     /// How it ended, once seen. The rank is not reaped before the job ends (see `guard`).
     pub(crate) status: Option<ExitStatus>,
     pub(crate) reaped: bool,
+    /// Replacements of this rank before this process (`--respawn`): 0 for the job's own.
+    pub(crate) incarnation: u32,
 }
 
 impl Rank {
@@ -206,6 +203,14 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
     // MPMD (`progA : -n 3 progB`): the job has the ranks of every application, in order.
     let apps = mpmd::split_apps(args.ranks, &args.command).map_err(Fatal::usage)?;
     let n: usize = apps.iter().map(|a| a.ranks).sum();
+    if args.respawn > 0 && args.spares > 0 {
+        return Err(Fatal::usage(
+            "--respawn cannot be combined with --spares (elastic jobs and rebuilt \
+             communicators do not mix)",
+        ));
+    }
+    // Failed ranks are restarted instead of ending the job.
+    let keep_going = args.keep_going || args.respawn > 0;
     if apps.len() > 1 && args.spares > 0 {
         return Err(Fatal::usage(
             "--spares cannot be combined with several applications (`:`)",
@@ -269,7 +274,7 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
     // Forked while the launcher still has a single thread (see `guard`). It inherits the job
     // name's lock, so after a SIGKILLed launcher the name stays taken until the guardian has
     // ended the ranks' process groups.
-    let guardian = Guardian::start(total).map_err(|e| Fatal {
+    let guardian = Guardian::start(total + args.respawn as usize).map_err(|e| Fatal {
         msg: format!("cannot start the guardian process: {e}"),
         code: 1,
     })?;
@@ -344,153 +349,47 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
     let mut launch = Launch::new(total);
     let shm_segment = shm_handoff(backend_env.as_deref(), total, is_remote);
 
+    let spawner = Spawner {
+        args: &args,
+        apps: &apps,
+        app_of,
+        world: n,
+        total,
+        job_id: job_id.clone(),
+        secret: secret.clone(),
+        rendezvous: rendezvous.clone(),
+        backend_env: backend_env.clone(),
+        psets: psets.clone(),
+        placement: placement.clone(),
+        self_exe,
+        launcher_pid,
+        nofile,
+        output: output.clone(),
+        tracker: tracker.clone(),
+        collapse: collapse.clone(),
+        guardian: &guardian,
+    };
+    // Every rank learns whether failed ranks are restarted (REBUILD needs it).
+    let mut first_env: Vec<(String, String)> = Vec::new();
+    if args.respawn > 0 {
+        first_env.push((RESPAWN_VAR.into(), args.respawn.to_string()));
+    }
+    if let Some((_, var)) = &shm_segment {
+        first_env.push(var.clone());
+    }
     for r in 0..total {
-        if launch.must_stop(&ranks, args.keep_going) {
+        if launch.must_stop(&ranks, keep_going) {
             break;
         }
-        let mut env: Vec<(String, String)> = vec![
-            ("FERRY_RANK".into(), r.to_string()),
-            ("FERRY_SIZE".into(), total.to_string()),
-            ("FERRY_JOB_ID".into(), job_id.clone()),
-            ("FERRY_SECRET".into(), secret.clone()),
-            ("FERRY_RENDEZVOUS".into(), rendezvous.clone()),
-        ];
-        if let Some(b) = &backend_env {
-            env.push(("FERRY_BACKEND".into(), b.clone()));
-        }
-        if spares > 0 {
-            env.push(("FERRY_WORLD_SIZE".into(), n.to_string()));
-        }
-        if let Some((_, var)) = &shm_segment {
-            env.push(var.clone());
-        }
-        if let Some(p) = &psets {
-            env.push((ferry_core::pset::PSETS_VAR.into(), p.clone()));
-        }
-        // Spares belong to no application until they join the world.
-        let app = app_of.get(r).copied().unwrap_or(0);
-        if apps.len() > 1 {
-            env.push(("FERRY_APPNUM".into(), app.to_string()));
-        }
-        let user_command = &apps[app].command;
-        let host = placement.get(r).cloned();
-        // How many ranks share this rank's host: waiting ranks yield their core when the host
-        // is oversubscribed (general.yield_when_idle = auto).
-        let local_size = match &host {
-            None => total,
-            Some(h) => placement.iter().filter(|p| *p == h).count(),
-        };
-        env.push(("FERRY_LOCAL_SIZE".into(), local_size.to_string()));
-        // The rank's own command line and the environment the launcher adds.
-        let (program, envs, remove_secret): (Vec<String>, Vec<(String, String)>, bool) = match &host
-        {
-            None => (user_command.clone(), env.clone(), false),
-            Some(h) => {
-                env.push(("FERRY_NODE".into(), h.clone()));
-                // Remote tools do not carry our environment: pass on the user's FERRY_ and
-                // LAIK_ settings explicitly, ours last so they win.
-                let mut all: Vec<(String, String)> = std::env::vars()
-                    .filter(|(k, _)| {
-                        (k.starts_with("FERRY_") || k.starts_with("LAIK_") || k == "RUST_BACKTRACE")
-                            && !env.iter().any(|(e, _)| e == k)
-                    })
-                    .collect();
-                // The secret travels through the rank's stdin, not its arguments, which
-                // any user of the remote host could read in the process list (T8).
-                all.extend(env.iter().filter(|(k, _)| k != "FERRY_SECRET").cloned());
-                let mut command = user_command.clone();
-                if command[0].contains('/') {
-                    if let Ok(abs) = std::fs::canonicalize(&command[0]) {
-                        command[0] = abs.to_string_lossy().into_owned();
-                    }
-                }
-                let line = remote::remote_command(
-                    &args.remote_cmd,
-                    h,
-                    &all,
-                    &command,
-                    Some("FERRY_SECRET"),
-                )
-                .map_err(Fatal::usage)?;
-                // The local wrapper (ip netns exec, ...) inherits these too, except the
-                // secret, which only the rank's stdin carries.
-                let envs = env
-                    .iter()
-                    .filter(|(k, _)| k != "FERRY_SECRET")
-                    .cloned()
-                    .collect();
-                (
-                    vec!["sh".into(), "-c".into(), format!("exec {line}")],
-                    envs,
-                    true,
-                )
-            }
-        };
-        // Started through `ferry __exec-rank` (posix_spawn, no fork of the launcher; see
-        // `exec_rank`), or with a pre-exec closure where this program cannot be found.
-        let mut cmd = match &self_exe {
-            Some(exe) => exec_rank::command(exe, launcher_pid, nofile, &program),
-            None => {
-                let mut c = Command::new(&program[0]);
-                c.args(&program[1..]);
-                let restore = nofile;
-                // SAFETY: the closure runs between fork and exec and only makes
-                // async-signal-safe system calls (prctl, getppid, setrlimit, sigprocmask).
-                unsafe {
-                    c.pre_exec(move || exec_rank::prepare(launcher_pid, restore));
-                }
-                c
-            }
-        };
-        cmd.envs(envs.iter().map(|(k, v)| (k, v)));
-        if remove_secret {
-            cmd.env_remove("FERRY_SECRET");
-        }
-        // Remote ranks read the secret from stdin, then see end of file like local ones.
-        cmd.stdin(if host.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
-        let mut child = match cmd.spawn() {
-            Ok(c) => c,
+        match spawner.spawn(r, 0, &first_env) {
+            Ok(rank) => ranks.push(rank),
             Err(e) => {
-                let msg = format!("cannot start rank {r} (`{}`): {e}", user_command[0]);
-                end_all(&mut ranks, args.grace_ms, &output, &tracker, guardian.pid());
-                guardian.dismiss();
-                return Err(Fatal::start(msg));
-            }
-        };
-        if let Some(mut stdin) = child.stdin.take() {
-            // A rank that died at once makes this fail (EPIPE); its exit status tells why.
-            let _ = stdin.write_all(format!("{secret}\n").as_bytes());
-        }
-        let pid = child.id() as i32;
-        guardian.watch(pid);
-        let pipes = [
-            child.stdout.take().map(Pipe::Out),
-            child.stderr.take().map(Pipe::Err),
-        ];
-        ranks.push(Rank {
-            child,
-            pid,
-            host,
-            status: None,
-            reaped: false,
-        });
-        for p in pipes.into_iter().flatten() {
-            let tag = args.tag_output.then(|| format!("[{r}] "));
-            let spawned =
-                forward::spawn(p, output.clone(), tracker.clone(), r, tag, collapse.clone());
-            if let Err(e) = spawned {
+                ranks.extend(e.started);
                 end_all(&mut ranks, args.grace_ms, &output, &tracker, guardian.pid());
                 guardian.dismiss();
                 return Err(Fatal {
-                    msg: format!("cannot start output thread for rank {r}: {e}"),
-                    code: 1,
+                    msg: e.msg,
+                    code: e.code,
                 });
             }
         }
@@ -498,8 +397,11 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
 
     // Every rank holds the segment now; the launcher's descriptor would only keep it alive.
     drop(shm_segment);
-    let mut code = supervise(&mut ranks, &args, &output, &*server.store());
-    let not_started = total - ranks.len();
+    let respawn = Respawner::new(&spawner, args.respawn);
+    let mut code = supervise(&mut ranks, &args, &output, &*server.store(), respawn);
+    let epochs = code.epochs;
+    let not_started = total.saturating_sub(ranks.len());
+    ranks.append(&mut code.retired);
     if not_started > 0 {
         code.messages.push(format!(
             "{not_started} rank{} not started: {}",
@@ -512,7 +414,19 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
         ));
     }
     finish(&mut ranks, &output, &tracker, guardian.pid());
+    drop(spawner);
+    if !is_remote {
+        // Every rank has ended: a name a rank made in /dev/shm (a hybrid node's segment) is
+        // removed by the node's last rank to attach, so it stays only if ranks died while the
+        // node was still gathering; nothing of the job can need it any more (S4).
+        ferry_shm::remove_job_segments(&job_id);
+    }
     guardian.dismiss();
+    // Rebuilds meet in named segments, which their ranks remove once all attached: a rank
+    // killed during a rebuild's start-up may leave one.
+    for e in 1..=epochs {
+        ferry_shm::remove_job_segments(&ferry_core::respawn::epoch_job(&job_id, e));
+    }
     for line in &code.messages {
         output.message(&format!("ferry: {line}"));
     }

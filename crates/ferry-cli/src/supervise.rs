@@ -6,6 +6,9 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
+use std::collections::BTreeMap;
+
+use ferry_core::respawn::{epoch_key, respawn_key, EpochRecord, INCARNATION_VAR, RESPAWN_VAR};
 use ferry_core::Store;
 
 use crate::collapse;
@@ -13,6 +16,7 @@ use crate::ctl::STATUS_KEY;
 use crate::forward::{Output, Tracker};
 use crate::guard;
 use crate::run::{describe, Rank};
+use crate::spawn::Spawner;
 use crate::{signals, RunArgs};
 
 /// Poll interval while ending ranks after a failed start.
@@ -97,6 +101,10 @@ pub(crate) fn finish(ranks: &mut [Rank], output: &Output, tracker: &Tracker, gua
 pub(crate) struct Outcome {
     pub(crate) exit: u8,
     pub(crate) messages: Vec<String>,
+    /// Processes of ranks that were replaced (`--respawn`), still to be reaped.
+    pub(crate) retired: Vec<Rank>,
+    /// Rebuild epochs the ranks went through (`--respawn`).
+    pub(crate) epochs: u64,
 }
 
 /// How long the launcher keeps collecting failures after the first one before it decides
@@ -126,7 +134,9 @@ pub(crate) fn supervise(
     args: &RunArgs,
     output: &Output,
     store: &dyn Store,
+    mut respawn: Respawner<'_>,
 ) -> Outcome {
+    let keep_going = args.keep_going || respawn.budget > 0;
     let local_host = ferry_core::launch::hostname();
     let mut states: Vec<String> = vec!["running".to_string(); ranks.len()];
     publish_status(store, ranks, &states, &local_host);
@@ -135,8 +145,11 @@ pub(crate) fn supervise(
     let mut exit: Option<u8> = None;
     // Failures seen before the blame was decided, and until when to keep collecting them.
     let mut pending: Vec<Failure> = Vec::new();
-    // Failures after the blame was decided (--keep-going), reported at the end.
-    let mut later: Vec<Failure> = Vec::new();
+    // Failures reported once the blame was decided (with --keep-going, later ones join
+    // them), merged at the end so that equal failures of many ranks give one line however
+    // far apart in time they came; `reported_at` is where in `messages` they go.
+    let mut reported: Vec<Failure> = Vec::new();
+    let mut reported_at: Option<usize> = None;
     let mut settle_until: Option<Instant> = None;
     // When the job is being ended: since when, and whether SIGKILL went out already.
     let mut ending: Option<(Instant, bool)> = None;
@@ -145,6 +158,11 @@ pub(crate) fn supervise(
     loop {
         let mut running = 0;
         let mut changed = false;
+        if ending.is_none() {
+            respawn.poll_rebuilds(ranks, store);
+        }
+        // Ranks not seen ended before this round: a replacement needs one to rebuild with.
+        let unfinished: Vec<bool> = ranks.iter().map(|x| x.status.is_none()).collect();
         for (r, rank) in ranks.iter_mut().enumerate() {
             if rank.status.is_some() {
                 continue;
@@ -168,6 +186,14 @@ pub(crate) fn supervise(
                         ended_by_us += 1;
                         continue;
                     }
+                    let others = unfinished.iter().enumerate().any(|(k, &u)| k != r && u);
+                    if let (Some((text, _)), None) = (&failure, stop) {
+                        if respawn.replace(rank, r, text, others, store, output) {
+                            states[r] = "running".to_string();
+                            running += 1;
+                            continue;
+                        }
+                    }
                     if let Some((text, code)) = failure {
                         let prefix = format!("rank {r} ");
                         let f = Failure {
@@ -178,7 +204,7 @@ pub(crate) fn supervise(
                             code,
                         };
                         if exit.is_some() {
-                            later.push(f); // blame already decided (--keep-going)
+                            reported.push(f); // blame already decided (--keep-going)
                         } else {
                             settle_until.get_or_insert(Instant::now() + SETTLE);
                             pending.push(f);
@@ -204,7 +230,8 @@ pub(crate) fn supervise(
             // an error about it): it is named first and gives the exit status.
             pending.sort_by_key(|f| !f.signaled);
             exit = pending.first().map(|f| f.code);
-            messages.extend(merge(&mut pending));
+            reported_at.get_or_insert(messages.len());
+            reported.append(&mut pending);
         }
         if running == 0 {
             break;
@@ -217,7 +244,8 @@ pub(crate) fn supervise(
                     if running == 1 { "" } else { "s" }
                 ));
                 // Failures still settling are reported; the interrupt gives the status.
-                messages.extend(merge(&mut pending));
+                reported_at.get_or_insert(messages.len());
+                reported.append(&mut pending);
                 exit.get_or_insert((128 + sig).clamp(1, 255) as u8);
                 ending = Some((Instant::now(), false));
                 ranks.iter().for_each(|r| r.signal(libc::SIGTERM));
@@ -227,11 +255,16 @@ pub(crate) fn supervise(
                 ranks.iter().for_each(|r| r.signal(libc::SIGKILL));
             }
         }
-        if ending.is_none() && exit.is_some() && !args.keep_going {
+        if ending.is_none() && exit.is_some() && !keep_going {
             ending = Some((Instant::now(), false));
             ranks.iter().for_each(|r| r.signal(libc::SIGTERM));
         }
-        let mut sleep = IDLE;
+        // Rebuild records are polled: they do not wake the launcher.
+        let mut sleep = if respawn.budget > 0 {
+            REBUILD_POLL
+        } else {
+            IDLE
+        };
         if exit.is_none() {
             if let Some(t) = settle_until {
                 sleep = sleep.min(t.saturating_duration_since(Instant::now()));
@@ -260,16 +293,149 @@ pub(crate) fn supervise(
             signals::Event::Child | signals::Event::Timeout => {}
         }
     }
-    messages.extend(merge(&mut later));
+    let at = reported_at.unwrap_or(messages.len());
+    messages.splice(at..at, merge(&mut reported));
     if ended_by_us > 0 {
         messages.push(format!(
             "ended {ended_by_us} remaining rank{}",
             if ended_by_us == 1 { "" } else { "s" }
         ));
     }
+    if respawn.used > 0 {
+        messages.push(format!(
+            "{} failed rank{} replaced (--respawn {})",
+            respawn.used,
+            if respawn.used == 1 { " was" } else { "s were" },
+            respawn.budget
+        ));
+    }
     Outcome {
         exit: exit.unwrap_or(0),
         messages,
+        retired: std::mem::take(&mut respawn.retired),
+        epochs: respawn.next_epoch,
+    }
+}
+
+/// How often the supervisor of a `--respawn` job reads the survivors' rebuild records.
+const REBUILD_POLL: Duration = Duration::from_millis(100);
+
+/// `ferry run --respawn K`: restarts failed ranks, at most K times per job (issue 08).
+///
+/// A replacement gets the rank's variables plus `FERRY_INCARNATION`; the launcher's answer
+/// for each failure is written to the store (`ferry_core::respawn::respawn_key`), where the
+/// survivors' rebuild waits for it. A rank the survivors declared failed in a rebuild record
+/// but whose process still runs (stopped, or cut off) is killed, and so replaced as well.
+pub(crate) struct Respawner<'a> {
+    spawner: &'a Spawner<'a>,
+    pub(crate) budget: u32,
+    used: u32,
+    retired: Vec<Rank>,
+    /// Times each rank was named by the rebuild records read so far.
+    named: BTreeMap<usize, u32>,
+    /// Rebuild records read so far (the next one is this plus one).
+    next_epoch: u64,
+}
+
+impl<'a> Respawner<'a> {
+    pub(crate) fn new(spawner: &'a Spawner<'a>, budget: u32) -> Respawner<'a> {
+        Respawner {
+            spawner,
+            budget,
+            used: 0,
+            retired: Vec::new(),
+            named: BTreeMap::new(),
+            next_epoch: 0,
+        }
+    }
+
+    /// Rank `r` (`rank`) failed as `text` says: starts its replacement in its place if the
+    /// budget allows and `others` (some other rank still runs, to rebuild with), and tells the
+    /// survivors either way. Returns whether it did.
+    fn replace(
+        &mut self,
+        rank: &mut Rank,
+        r: usize,
+        text: &str,
+        others: bool,
+        store: &dyn Store,
+        output: &Output,
+    ) -> bool {
+        if self.budget == 0 {
+            return false;
+        }
+        let incarnation = rank.incarnation + 1;
+        let key = respawn_key(r, incarnation);
+        let tell = |value: String| {
+            if let Err(e) = store.set(&key, value.as_bytes()) {
+                tracing::warn!("cannot record the respawn of rank {r}: {e}");
+            }
+        };
+        if !others {
+            tell("refused: every other rank has ended".to_string());
+            output.message(&format!(
+                "ferry: {text}; not replaced: every other rank has ended"
+            ));
+            return false;
+        }
+        if self.used >= self.budget {
+            tell(format!(
+                "refused: the job's {} respawns (--respawn {}) are used up",
+                self.budget, self.budget
+            ));
+            return false;
+        }
+        let extra = [
+            (RESPAWN_VAR.to_string(), self.budget.to_string()),
+            (INCARNATION_VAR.to_string(), incarnation.to_string()),
+        ];
+        match self.spawner.spawn(r, incarnation, &extra) {
+            Ok(new) => {
+                self.used += 1;
+                let pid = new.pid;
+                self.retired.push(std::mem::replace(rank, new));
+                tell(format!("started pid {pid}"));
+                output.message(&format!(
+                    "ferry: {text}; started a replacement, pid {pid} (respawn {} of {})",
+                    self.used, self.budget
+                ));
+                true
+            }
+            Err(e) => {
+                if let Some(started) = e.started {
+                    started.signal(libc::SIGKILL);
+                    self.retired.push(started);
+                }
+                tell(format!("refused: {}", e.msg));
+                output.message(&format!("ferry: {text}; no replacement: {}", e.msg));
+                false
+            }
+        }
+    }
+
+    /// Reads the rebuild records written since the last call and kills the processes they
+    /// name that still run (see the type's doc).
+    fn poll_rebuilds(&mut self, ranks: &[Rank], store: &dyn Store) {
+        if self.budget == 0 {
+            return;
+        }
+        while let Ok(v) = store.get(&epoch_key(self.next_epoch + 1), Duration::ZERO) {
+            self.next_epoch += 1;
+            let Ok(record) = EpochRecord::decode(self.next_epoch, &v) else {
+                tracing::warn!("rebuild record {} is malformed", self.next_epoch);
+                continue;
+            };
+            for k in record.replaced {
+                let named = self.named.entry(k).or_default();
+                *named += 1;
+                if let Some(rank) = ranks.get(k) {
+                    if rank.status.is_none() && rank.incarnation < *named {
+                        tracing::info!("rank {k} was declared failed by the survivors: ending it");
+                        rank.signal(libc::SIGKILL);
+                    }
+                }
+            }
+        }
     }
 }
 

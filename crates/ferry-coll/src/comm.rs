@@ -35,6 +35,9 @@ pub(crate) struct Ctx<'a> {
     generation: u32,
     tag_base: u32,
     phase: u8,
+    /// The group follows a topology whose neighbours are consecutive group indices: the
+    /// automatic choice keeps to the chain (X7).
+    pub chain: bool,
 }
 
 impl<'a> Ctx<'a> {
@@ -46,7 +49,13 @@ impl<'a> Ctx<'a> {
             generation,
             tag_base: ((seq % SEQ_WINDOW) << 16) | ((kind as u32) << 8),
             phase: 0,
+            chain: false,
         }
+    }
+
+    /// The same context, marked as running over a chain-shaped topology.
+    pub fn on_chain(self, chain: bool) -> Self {
+        Ctx { chain, ..self }
     }
 
     /// Number of participants.
@@ -71,6 +80,7 @@ impl<'a> Ctx<'a> {
             generation: self.generation,
             tag_base: self.tag_base,
             phase: self.phase.wrapping_add(offset),
+            chain: false,
         }
     }
 
@@ -207,6 +217,34 @@ pub(crate) fn pack<'a>(blocks: impl Iterator<Item = (usize, &'a [u8])>, out: &mu
         count += 1;
     }
     out[..4].copy_from_slice(&count.to_le_bytes());
+}
+
+/// Appends one indexed block to a message made by [`pack`] (an empty `out` starts a new one);
+/// a non-empty message shorter than its count is a protocol error naming `peer`.
+pub(crate) fn pack_append(
+    out: &mut Vec<u8>,
+    idx: usize,
+    data: &[u8],
+    op: &'static str,
+    peer: usize,
+) -> Result<()> {
+    if out.is_empty() {
+        out.extend_from_slice(&0u32.to_le_bytes());
+    }
+    let head: [u8; 4] = out
+        .get(..4)
+        .and_then(|h| h.try_into().ok())
+        .ok_or_else(|| {
+            Error::new(ErrorKind::Protocol, op)
+                .with_peer(peer)
+                .with_detail("malformed block list: truncated")
+        })?;
+    let count = u32::from_le_bytes(head).wrapping_add(1);
+    out[..4].copy_from_slice(&count.to_le_bytes());
+    out.extend_from_slice(&(idx as u32).to_le_bytes());
+    out.extend_from_slice(&(data.len() as u64).to_le_bytes());
+    out.extend_from_slice(data);
+    Ok(())
 }
 
 /// Unpacks a message made by [`pack`] into `slots` (indexed by block index). A malformed

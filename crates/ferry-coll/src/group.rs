@@ -5,6 +5,8 @@ use std::sync::Arc;
 
 use ferry_core::{Error, Result};
 
+use crate::topo::Topology;
+
 /// An ordered list of world ranks plus a generation number.
 ///
 /// Collectives address members by *group index* (0 to `size()-1`); the member at index `i` is
@@ -21,6 +23,7 @@ pub struct Group {
     generation: u32,
     seq: AtomicU32,
     token: Option<Token>,
+    topology: Option<Arc<Topology>>,
 }
 
 /// Something kept alive as long as any copy of a group (see [`Group::with_token`]).
@@ -45,6 +48,7 @@ impl Clone for Group {
             generation: self.generation,
             seq: AtomicU32::new(self.seq.load(Ordering::Relaxed)),
             token: self.token.clone(),
+            topology: self.topology.clone(),
         }
     }
 }
@@ -67,6 +71,7 @@ impl Group {
             generation: 0,
             seq: AtomicU32::new(0),
             token: None,
+            topology: None,
         }
     }
 
@@ -91,6 +96,7 @@ impl Group {
             generation,
             seq: AtomicU32::new(0),
             token: None,
+            topology: None,
         })
     }
 
@@ -100,6 +106,22 @@ impl Group {
     pub fn with_token(mut self, token: Arc<dyn Send + Sync>) -> Group {
         self.token = Some(Token { _alive: token });
         self
+    }
+
+    /// Attaches a virtual topology (X6): the neighbour collectives ([`crate::neighbor_allgather`],
+    /// [`crate::neighbor_alltoall`]) follow its edges, and on a Cartesian grid the automatic
+    /// algorithm choice keeps every collective on the chain of group order (X7, see
+    /// [`crate::Algorithm::Chain`]). Fails when the topology does not fit the group (a grid of
+    /// another size, a graph edge to a non-member).
+    pub fn with_topology(mut self, topology: Topology) -> Result<Group> {
+        topology.check(self.members.len())?;
+        self.topology = Some(Arc::new(topology));
+        Ok(self)
+    }
+
+    /// The topology attached with [`Group::with_topology`], if any.
+    pub fn topology(&self) -> Option<&Topology> {
+        self.topology.as_deref()
     }
 
     /// Number of members.

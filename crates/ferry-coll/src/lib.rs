@@ -22,12 +22,15 @@
 //! # Algorithms
 //! One module per family: linear (plus seed 000's two reduction strategies, 000 §6.4.3:
 //! [`Algorithm::Direct`] and [`Algorithm::Master`]), binomial tree, recursive doubling (with
-//! Rabenseifner's halving variant), ring and pipelined chain, node-aware hierarchy; `select.rs`
+//! Rabenseifner's halving variant), ring and pipelined chain, node-aware hierarchy, the
+//! neighbour-only chain (X7); virtual topologies and neighbour collectives in [`topo`] (X6);
+//! `select.rs`
 //! picks one by message size and group size from crossovers measured on the target machine
 //! (docs/PERFORMANCE.md, `bench/crossovers.sh`), and [`CollOptions`] forces one.
 
 #![warn(missing_docs)]
 
+mod chain;
 mod comm;
 mod group;
 mod hier;
@@ -36,6 +39,7 @@ mod op;
 mod rdouble;
 mod ring;
 mod select;
+pub mod topo;
 mod tree;
 
 use ferry_core::element::as_bytes_mut;
@@ -45,6 +49,7 @@ use comm::{Buf, CollKind, Ctx};
 pub use group::Group;
 pub use op::{CustomOp, ReduceOp};
 pub use select::allreduce_choice;
+pub use topo::{neighbor_allgather, neighbor_alltoall, Cartesian, Graph, Topology};
 
 /// Which algorithm a collective uses. Not every collective has every algorithm; forcing one
 /// that does not apply is an [`ferry_core::ErrorKind::InvalidArgument`] error.
@@ -83,11 +88,16 @@ pub enum Algorithm {
     /// Node-aware: reduce inside each node, combine across node leaders, broadcast inside each
     /// node (reduce, allreduce; uses [`ferry_core::Transport::node_of`]).
     Hierarchical,
+    /// Neighbour-only chain: every member talks to group indices `me - 1` and `me + 1` only
+    /// (seed 004's "ring" algorithms; barrier, broadcast, reduce, allreduce, gather, allgather,
+    /// scatter). Reductions are the rank-ordered left fold. The automatic choice on a group
+    /// with a Cartesian topology ([`Group::with_topology`], X7).
+    Chain,
 }
 
 impl Algorithm {
     /// Every algorithm, for tests and command-line parsing.
-    pub const ALL: [Algorithm; 11] = [
+    pub const ALL: [Algorithm; 12] = [
         Algorithm::Auto,
         Algorithm::Linear,
         Algorithm::Master,
@@ -99,10 +109,12 @@ impl Algorithm {
         Algorithm::Ring,
         Algorithm::Pipeline,
         Algorithm::Hierarchical,
+        Algorithm::Chain,
     ];
 
     /// Short lower-case name (`auto`, `linear`, `master`, `direct`, `pairwise`, `binomial`,
-    /// `rdouble`, `rabenseifner`, `ring`, `pipeline`, `hier`), as accepted by [`str::parse`].
+    /// `rdouble`, `rabenseifner`, `ring`, `pipeline`, `hier`, `chain`), as accepted by
+    /// [`str::parse`].
     pub fn name(self) -> &'static str {
         match self {
             Algorithm::Auto => "auto",
@@ -116,6 +128,7 @@ impl Algorithm {
             Algorithm::Ring => "ring",
             Algorithm::Pipeline => "pipeline",
             Algorithm::Hierarchical => "hier",
+            Algorithm::Chain => "chain",
         }
     }
 }
@@ -133,7 +146,7 @@ impl std::str::FromStr for Algorithm {
                     "algorithm",
                     format!(
                         "unknown algorithm `{s}`; one of auto, linear, master, direct, pairwise, \
-                         binomial, rdouble, rabenseifner, ring, pipeline, hier"
+                         binomial, rdouble, rabenseifner, ring, pipeline, hier, chain"
                     ),
                 )
             })
@@ -201,13 +214,8 @@ fn setup<'g>(
         )
         .on_rank(rank));
     }
-    Ok(Ctx::new(
-        g.members(),
-        me,
-        g.generation(),
-        g.next_seq(),
-        kind,
-    ))
+    let chain = g.topology().is_some_and(|t| t.follows_group_order());
+    Ok(Ctx::new(g.members(), me, g.generation(), g.next_seq(), kind).on_chain(chain))
 }
 
 fn check_root(rank: usize, g: &Group, root: usize, name: &'static str) -> Result<()> {

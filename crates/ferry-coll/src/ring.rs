@@ -9,7 +9,7 @@
 //!   member `i` receives segment `k` while it forwards segment `k-1`. As a reduction each
 //!   member computes `prefix op x_i` per segment, which is exactly the rank-ordered left fold
 //!   `((x0 op x1) op x2) ...`, at close to link bandwidth for large messages; the result then
-//!   flows on around the ring (`p-1 -> 0 -> 1 ...`) as a pipelined broadcast.
+//!   flows back down the chain (`p-1 -> p-2 -> ...`) as a pipelined broadcast.
 
 use ferry_core::element::{as_bytes, as_bytes_mut};
 use ferry_core::{Element, Exchange, Result, Transport};
@@ -91,53 +91,6 @@ fn segments(len: usize, seg: usize) -> usize {
     len.div_ceil(seg.max(1)).max(1)
 }
 
-/// Pipelined chain broadcast of a buffer of known, equal length on every member.
-fn chain_broadcast_bytes(
-    t: &mut dyn Transport,
-    c: &Ctx<'_>,
-    root: usize,
-    buf: &mut [u8],
-    seg: usize,
-) -> Result<()> {
-    let p = c.size();
-    if p == 1 {
-        return Ok(());
-    }
-    let v = (c.me + p - root) % p;
-    let next = (c.me + 1) % p;
-    let prev = (c.me + p - 1) % p;
-    let len = buf.len();
-    let nseg = segments(len, seg);
-    let range = |k: usize| (k * seg).min(len)..((k + 1) * seg).min(len);
-    if v == 0 {
-        for k in 0..nseg {
-            c.send(t, next, &buf[range(k)])?;
-        }
-        return Ok(());
-    }
-    let forward = v + 1 < p;
-    for k in 0..=nseg {
-        let mut ex = Exchange::new();
-        if k < nseg && k > 0 && forward {
-            let (out, inc) = split_pair(buf, range(k - 1), range(k));
-            let (w, key) = c.addr(next);
-            ex.send(w, key, out);
-            let (w, key) = c.addr(prev);
-            ex.recv_into(w, key, inc);
-        } else if k < nseg {
-            let (w, key) = c.addr(prev);
-            ex.recv_into(w, key, &mut buf[range(k)]);
-        } else if k > 0 && forward {
-            let (w, key) = c.addr(next);
-            ex.send(w, key, &buf[range(k - 1)]);
-        }
-        if !ex.sends.is_empty() || !ex.recvs.is_empty() {
-            t.exchange(&mut ex)?;
-        }
-    }
-    Ok(())
-}
-
 /// Pipelined chain broadcast; a vector buffer first learns the root's length (binomial, one
 /// small message).
 pub(crate) fn broadcast(
@@ -155,12 +108,12 @@ pub(crate) fn broadcast(
         })?;
         v.resize(len, 0);
     }
-    chain_broadcast_bytes(t, c, root, buf.bytes_mut(), seg)
+    crate::chain::broadcast_bytes(t, c, root, buf.bytes_mut(), seg)
 }
 
 /// Pipelined chain reduction `0 -> 1 -> ... -> p-1`: on return member `p-1` holds the strict
 /// left fold; member `i` holds the fold of members `0..=i`.
-fn chain_fold_in_place<T: Element>(
+pub(crate) fn chain_fold_in_place<T: Element>(
     t: &mut dyn Transport,
     c: &Ctx<'_>,
     data: &mut [T],
@@ -220,7 +173,7 @@ pub(crate) fn allreduce_pipeline<T: Element>(
     }
     chain_fold_in_place(t, c, data, op, seg_bytes)?;
     let seg = (seg_bytes / std::mem::size_of::<T>().max(1)).max(1) * std::mem::size_of::<T>();
-    chain_broadcast_bytes(t, &c.phase(1), p - 1, as_bytes_mut(data), seg)
+    crate::chain::broadcast_bytes(t, &c.phase(1), p - 1, as_bytes_mut(data), seg)
 }
 
 /// Rank-ordered pipelined reduce to `root`; other members' `data` is left unchanged.

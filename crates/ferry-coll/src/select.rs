@@ -6,7 +6,7 @@
 //! backend. The choice therefore depends on what every member knows alike: group size, the
 //! length of the reduced slice, the operator's commutativity, the requested order and the node
 //! layout. Algorithms fall into *order classes* that produce the same bits for a given group
-//! size: the left fold (Linear, Master, Pipeline, and Direct with
+//! size: the left fold (Linear, Master, Pipeline, Chain, and Direct with
 //! [`ReduceOrder::RankOrderedFold`]), the tree (BinomialTree and Direct otherwise, always
 //! equal; RecursiveDoubling and Rabenseifner, always equal to each other and to the binomial
 //! tree when `p` is 3, 6, 7 or a power of two), the ring, and the hierarchy.
@@ -15,6 +15,14 @@
 //! `x0 op x1` (built-in operators are commutative bit for bit, NaN payloads and the sign of
 //! a zero in Min/Max aside). The node-aware path is the documented exception: it applies only
 //! when the transport reports several nodes.
+//!
+//! # Topologies (X7)
+//! On a group with a Cartesian topology ([`crate::Group::with_topology`]) and more than two
+//! members, every automatic choice but all-to-all is the neighbour-only chain
+//! ([`Algorithm::Chain`]): the program declared which links it wants, and the collectives keep
+//! to them (a 1-D grid then connects each rank to its two neighbours only). Reductions there
+//! are in the left-fold class for every operator. The cost against the flat choice is in
+//! docs/PERFORMANCE.md (`chain_vs_flat`).
 //!
 //! # Crossovers
 //! From `bench/crossovers.sh` (osu_allreduce with every forced algorithm, best of 3, tcp, shm
@@ -35,7 +43,7 @@ use ferry_core::{Element, Error, Result, Transport};
 use crate::comm::{Buf, Ctx};
 use crate::hier::Layout;
 use crate::op::ReduceOp;
-use crate::{linear, rdouble, ring, tree, Algorithm, CollOptions, ReduceOrder};
+use crate::{chain, linear, rdouble, ring, tree, Algorithm, CollOptions, ReduceOrder};
 
 /// Rank-ordered allreduce up to this many bytes on up to [`DIRECT_MAX_P`] members: "all inputs
 /// to all outputs" (one round of messages beats the master's two while messages are tiny).
@@ -52,6 +60,13 @@ pub const HALVING_MIN_BYTES: usize = 128 * 1024;
 pub const PIPELINE_MIN_BYTES: usize = 64 * 1024;
 /// Broadcast of a slice from this many bytes up (and more than 2 members): pipelined chain.
 pub const BCAST_PIPELINE_MIN_BYTES: usize = 256 * 1024;
+/// Barrier: dissemination up to this many members, the binomial tree beyond. Dissemination
+/// has half the depth (`log2 p` rounds against `2 log2 p`) but `p log2 p` messages, and every
+/// round needs every member scheduled: with more ranks than cores (this 2-core machine at 8
+/// ranks and up) it lost by 5-15x (tcp 8 ranks: 2.0-2.5 ms against 0.33-0.37 ms; shm 32:
+/// 5.7-11.7 ms against 0.6-0.8 ms; shm 256: 113-130 ms against 6-21 ms;
+/// `bcast_gather barrier`, docs/PERFORMANCE.md), and tied at 4.
+pub const BARRIER_DISSEMINATION_MAX_P: usize = 4;
 /// Gather/scatter/allgather: linear/direct up to this many members, trees beyond.
 pub const LINEAR_MAX_P: usize = 4;
 
@@ -67,9 +82,15 @@ fn order_conflict(coll: &'static str, alg: Algorithm) -> Error {
         coll,
         format!(
             "algorithm {alg:?} does not combine in the strict rank order; \
-             ReduceOrder::RankOrderedFold needs Linear, Master, Direct or Pipeline"
+             ReduceOrder::RankOrderedFold needs Linear, Master, Direct, Pipeline or Chain"
         ),
     )
+}
+
+/// The automatic choice on a group whose topology follows group order (X7): the chain, so
+/// that collectives use only the topology's links. Two members are neighbours whatever runs.
+fn on_chain(c: &Ctx<'_>, opts: &CollOptions) -> bool {
+    opts.algorithm == Algorithm::Auto && c.chain && c.size() > 2
 }
 
 fn segment(opts: &CollOptions) -> usize {
@@ -125,9 +146,15 @@ fn node_plan<T: Element>(
     }
 }
 
-/// Barrier: dissemination by default.
+/// Barrier: dissemination up to [`BARRIER_DISSEMINATION_MAX_P`] members, binomial tree
+/// (gather to member 0, release) beyond.
 pub(crate) fn barrier(t: &mut dyn Transport, c: &Ctx<'_>, opts: &CollOptions) -> Result<()> {
+    if on_chain(c, opts) {
+        return chain::barrier(t, c);
+    }
     match opts.algorithm {
+        Algorithm::Chain => chain::barrier(t, c),
+        Algorithm::Auto if c.size() > BARRIER_DISSEMINATION_MAX_P => tree::barrier(t, c),
         Algorithm::Auto | Algorithm::RecursiveDoubling => rdouble::barrier(t, c),
         Algorithm::Linear => linear::barrier(t, c),
         Algorithm::BinomialTree => tree::barrier(t, c),
@@ -144,6 +171,7 @@ pub(crate) fn broadcast(
     opts: &CollOptions,
 ) -> Result<()> {
     let alg = match opts.algorithm {
+        Algorithm::Auto if on_chain(c, opts) => Algorithm::Chain,
         Algorithm::Auto => match buf {
             _ if c.size() <= 2 => Algorithm::Linear,
             Buf::Slice(s) if s.len() >= BCAST_PIPELINE_MIN_BYTES => Algorithm::Pipeline,
@@ -155,6 +183,7 @@ pub(crate) fn broadcast(
         Algorithm::Linear => linear::broadcast(t, c, root, buf),
         Algorithm::BinomialTree => tree::broadcast(t, c, root, buf),
         Algorithm::Pipeline => ring::broadcast(t, c, root, buf, segment(opts)),
+        Algorithm::Chain => chain::broadcast(t, c, root, buf, segment(opts)),
         a => Err(unsupported("broadcast", a)),
     }
 }
@@ -172,6 +201,7 @@ pub(crate) fn reduce<T: Element>(
     let bytes = std::mem::size_of_val(data);
     let ordered = opts.order == ReduceOrder::RankOrderedFold;
     let alg = match opts.algorithm {
+        Algorithm::Auto if on_chain(c, opts) => Algorithm::Chain,
         Algorithm::Auto if ordered || c.size() <= 2 => {
             if bytes >= PIPELINE_MIN_BYTES && c.size() > 2 {
                 Algorithm::Pipeline
@@ -190,7 +220,11 @@ pub(crate) fn reduce<T: Element>(
     if ordered
         && !matches!(
             alg,
-            Algorithm::Linear | Algorithm::Master | Algorithm::Direct | Algorithm::Pipeline
+            Algorithm::Linear
+                | Algorithm::Master
+                | Algorithm::Direct
+                | Algorithm::Pipeline
+                | Algorithm::Chain
         )
     {
         return Err(order_conflict("reduce", alg));
@@ -202,6 +236,7 @@ pub(crate) fn reduce<T: Element>(
         }
         Algorithm::BinomialTree => tree::reduce(t, c, root, data, op),
         Algorithm::Pipeline => ring::reduce_pipeline(t, c, root, data, op, segment(opts)),
+        Algorithm::Chain => chain::reduce(t, c, root, data, op, segment(opts)),
         Algorithm::Hierarchical => {
             let lay = Layout::of(t, c);
             if !lay.contiguous && !op.is_commutative() {
@@ -264,6 +299,7 @@ pub(crate) fn allreduce<T: Element>(
     let bytes = std::mem::size_of_val(data);
     let ordered = opts.order == ReduceOrder::RankOrderedFold;
     let alg = match opts.algorithm {
+        Algorithm::Auto if on_chain(c, opts) => Algorithm::Chain,
         Algorithm::Auto => match node_plan(t, c, op, opts) {
             NodePlan::Hierarchical(lay) => return crate::hier::allreduce(t, c, &lay, data, op),
             NodePlan::Flat | NodePlan::Aligned => {
@@ -275,7 +311,11 @@ pub(crate) fn allreduce<T: Element>(
     if ordered
         && !matches!(
             alg,
-            Algorithm::Linear | Algorithm::Master | Algorithm::Direct | Algorithm::Pipeline
+            Algorithm::Linear
+                | Algorithm::Master
+                | Algorithm::Direct
+                | Algorithm::Pipeline
+                | Algorithm::Chain
         )
     {
         return Err(order_conflict("allreduce", alg));
@@ -304,6 +344,7 @@ pub(crate) fn allreduce<T: Element>(
             ring::allreduce(t, c, data, op)
         }
         Algorithm::Pipeline => ring::allreduce_pipeline(t, c, data, op, segment(opts)),
+        Algorithm::Chain => chain::allreduce(t, c, data, op, segment(opts)),
         Algorithm::Hierarchical => {
             let lay = Layout::of(t, c);
             if !lay.contiguous && !op.is_commutative() {
@@ -326,7 +367,11 @@ pub(crate) fn gather(
     send: &[u8],
     opts: &CollOptions,
 ) -> Result<Option<Vec<Vec<u8>>>> {
+    if on_chain(c, opts) {
+        return chain::gather(t, c, root, send);
+    }
     match opts.algorithm {
+        Algorithm::Chain => chain::gather(t, c, root, send),
         Algorithm::Auto if c.size() <= LINEAR_MAX_P => linear::gather(t, c, root, send),
         Algorithm::Auto | Algorithm::BinomialTree => tree::gather(t, c, root, send),
         Algorithm::Linear => linear::gather(t, c, root, send),
@@ -342,7 +387,11 @@ pub(crate) fn scatter(
     parts: Option<&[Vec<u8>]>,
     opts: &CollOptions,
 ) -> Result<Vec<u8>> {
+    if on_chain(c, opts) {
+        return chain::scatter(t, c, root, parts);
+    }
     match opts.algorithm {
+        Algorithm::Chain => chain::scatter(t, c, root, parts),
         Algorithm::Auto if c.size() <= LINEAR_MAX_P => linear::scatter(t, c, root, parts),
         Algorithm::Auto | Algorithm::BinomialTree => tree::scatter(t, c, root, parts),
         Algorithm::Linear => linear::scatter(t, c, root, parts),
@@ -357,7 +406,11 @@ pub(crate) fn allgather(
     send: &[u8],
     opts: &CollOptions,
 ) -> Result<Vec<Vec<u8>>> {
+    if on_chain(c, opts) {
+        return chain::allgather(t, c, send);
+    }
     match opts.algorithm {
+        Algorithm::Chain => chain::allgather(t, c, send),
         Algorithm::Auto if c.size() <= LINEAR_MAX_P => linear::allgather_direct(t, c, send),
         Algorithm::Auto | Algorithm::RecursiveDoubling => rdouble::allgather(t, c, send),
         Algorithm::Direct => linear::allgather_direct(t, c, send),
@@ -367,7 +420,8 @@ pub(crate) fn allgather(
     }
 }
 
-/// All-to-all: one batched exchange by default (M3), pairwise rounds when forced.
+/// All-to-all: one batched exchange by default (M3), pairwise rounds when forced. Every member
+/// talks to every other by definition, so a topology changes nothing here.
 pub(crate) fn alltoall(
     t: &mut dyn Transport,
     c: &Ctx<'_>,

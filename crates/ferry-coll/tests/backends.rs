@@ -4,8 +4,8 @@
 
 use ferry_coll::{
     allgather_with, allreduce_with, alltoall_with, barrier_with, broadcast_slice_with,
-    broadcast_with, gather_with, reduce_with, scatter_with, Algorithm, CollOptions, Group,
-    ReduceOp, ReduceOrder,
+    broadcast_with, gather_with, neighbor_allgather, reduce_with, scatter_with, Algorithm,
+    Cartesian, CollOptions, Group, ReduceOp, ReduceOrder, Topology,
 };
 use ferry_core::store::MemStore;
 use ferry_core::{Config, Transport};
@@ -54,6 +54,7 @@ fn workout(t: &mut dyn Transport) -> Vec<u64> {
         Algorithm::Rabenseifner,
         Algorithm::Ring,
         Algorithm::Pipeline,
+        Algorithm::Chain,
     ];
     // Sizes below and above the shm inline limit and the single-copy threshold.
     for n in [1usize, 100, 40_000] {
@@ -96,6 +97,7 @@ fn workout(t: &mut dyn Transport) -> Vec<u64> {
                 Algorithm::Auto,
                 Algorithm::BinomialTree,
                 Algorithm::Pipeline,
+                Algorithm::Chain,
             ] {
                 let opts = CollOptions::with_algorithm(alg);
                 let mut b: Vec<u8> = if me == root {
@@ -120,7 +122,12 @@ fn workout(t: &mut dyn Transport) -> Vec<u64> {
         }
     }
     let block = |r: usize, j: usize| vec![(r * 16 + j) as u8; (r + j) % 5 * 1000];
-    for alg in [Algorithm::Auto, Algorithm::Linear, Algorithm::BinomialTree] {
+    for alg in [
+        Algorithm::Auto,
+        Algorithm::Linear,
+        Algorithm::BinomialTree,
+        Algorithm::Chain,
+    ] {
         let opts = CollOptions::with_algorithm(alg);
         let got = gather_with(t, &g, 0, &block(me, 0), &opts).unwrap();
         if me == 0 {
@@ -137,6 +144,7 @@ fn workout(t: &mut dyn Transport) -> Vec<u64> {
         Algorithm::Direct,
         Algorithm::RecursiveDoubling,
         Algorithm::Ring,
+        Algorithm::Chain,
     ] {
         let all = allgather_with(t, &g, &block(me, 1), &CollOptions::with_algorithm(alg)).unwrap();
         assert_eq!(all, (0..p).map(|r| block(r, 1)).collect::<Vec<_>>());
@@ -146,7 +154,29 @@ fn workout(t: &mut dyn Transport) -> Vec<u64> {
         let got = alltoall_with(t, &g, &parts, &CollOptions::with_algorithm(alg)).unwrap();
         assert_eq!(got, (0..p).map(|r| block(r, me)).collect::<Vec<_>>());
     }
+    topology_workout(t);
     digest
+}
+
+/// Neighbour collectives on a periodic 1-D grid (X6) and the chain-following automatic
+/// collectives (X7) meet the real backends.
+fn topology_workout(t: &mut dyn Transport) {
+    let (p, me) = (t.size(), t.rank());
+    let cart = Cartesian::new(&[p], &[true]).unwrap();
+    let g = Group::new((0..p).collect(), 1)
+        .unwrap()
+        .with_topology(Topology::Cartesian(cart))
+        .unwrap();
+    let got = neighbor_allgather(t, &g, &vec![me as u8; 3000]).unwrap();
+    let (left, right) = ((me + p - 1) % p, (me + 1) % p);
+    assert_eq!(
+        got,
+        vec![Some(vec![left as u8; 3000]), Some(vec![right as u8; 3000])]
+    );
+    let mut v = vec![me as u64; 10_000];
+    ferry_coll::allreduce(t, &g, &mut v, &ReduceOp::Sum).unwrap();
+    assert!(v.iter().all(|&x| x == (p * (p - 1) / 2) as u64));
+    barrier_with(t, &g, &CollOptions::default()).unwrap();
 }
 
 #[test]

@@ -719,3 +719,16 @@ fn tree_class_algorithms_agree_bit_for_bit() {
         }
     }
 }
+
+#[test]
+fn auto_barrier_is_dissemination_up_to_four_members_then_the_tree() {
+    // Messages the whole job sends: dissemination p * ceil(log2 p), tree 2 (p - 1).
+    for (p, want) in [(3usize, 6u64), (4, 8), (5, 8), (16, 30), (33, 64)] {
+        let sent = MemTransport::run(p, |mut t| {
+            let g = Group::world(p);
+            barrier_with(&mut t, &g, &CollOptions::default()).unwrap();
+            t.stats().sent.iter().map(|s| s.messages).sum::<u64>()
+        });
+        assert_eq!(sent.iter().sum::<u64>(), want, "p={p}");
+    }
+}

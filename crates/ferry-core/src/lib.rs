@@ -19,6 +19,7 @@ pub mod file_store;
 pub mod launch;
 pub mod mem;
 pub mod pset;
+pub mod respawn;
 pub mod single;
 pub mod stats;
 pub mod store;

@@ -85,12 +85,12 @@ pub struct ActionSeq<T: Element> {
     pub(crate) epoch: u64,
 }
 
-fn ext_of(r: &Range) -> [usize; MAX_DIMS] {
+pub(crate) fn ext_of(r: &Range) -> [usize; MAX_DIMS] {
     let e = r.extents();
     [e[0] as usize, e[1] as usize, e[2] as usize]
 }
 
-fn dense(off: usize, ext: [usize; MAX_DIMS]) -> Place {
+pub(crate) fn dense(off: usize, ext: [usize; MAX_DIMS]) -> Place {
     Place {
         off,
         st: [1, ext[0], ext[0] * ext[1]],

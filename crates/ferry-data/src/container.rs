@@ -52,25 +52,29 @@ pub struct MapViewMut<'a, T> {
 /// readable, then the two swap; with [`Container::reserve`] both buffers are sized once for a
 /// set of partitionings, so switching among them never allocates (D6).
 pub struct Container<T: Element> {
-    name: String,
+    pub(crate) name: String,
     id: u32,
-    space: Space,
-    rank: usize,
+    pub(crate) space: Space,
+    pub(crate) rank: usize,
     order: LayoutOrder,
-    generic: bool,
-    part: Option<Partitioning>,
-    layout: Arc<Layout>,
-    storage: Vec<T>,
-    spare: Vec<T>,
-    cache: Vec<(u64, u64, ActionSeq<T>)>,
+    pub(crate) generic: bool,
+    pub(crate) part: Option<Partitioning>,
+    pub(crate) layout: Arc<Layout>,
+    pub(crate) storage: Vec<T>,
+    pub(crate) spare: Vec<T>,
+    pub(crate) cache: Vec<(u64, u64, ActionSeq<T>)>,
     /// Two partitionings laid out over shared boxes (ids and boxes), see
     /// [`Container::share_layout`].
     envelope: Option<(u64, u64, Vec<Range>)>,
     /// Layout generation: bumped whenever placements change, so stale action sequences are
     /// refused instead of writing to wrong offsets.
-    epoch: u64,
+    pub(crate) epoch: u64,
     /// Retires this container's flows when it is dropped; its queue is applied at switches.
     retire: RetireOnDrop,
+    /// Switches completed, and the last one started: after a failure interrupted a switch,
+    /// the survivors work out from these who holds what (see [`crate::recovery`]).
+    pub(crate) switches: u64,
+    pub(crate) last_switch: Option<crate::recovery::SwitchRecord>,
 }
 
 impl<T: Element> Container<T> {
@@ -93,6 +97,8 @@ impl<T: Element> Container<T> {
             envelope: None,
             epoch: 0,
             retire,
+            switches: 0,
+            last_switch: None,
         }
     }
 
@@ -242,7 +248,7 @@ impl<T: Element> Container<T> {
     }
 
     /// The layout this container uses for `p` on this rank.
-    fn layout_for(&self, p: &Partitioning) -> Result<Layout> {
+    pub(crate) fn layout_for(&self, p: &Partitioning) -> Result<Layout> {
         let env = match &self.envelope {
             Some((a, b, boxes)) if *a == p.id() || *b == p.id() => Some(&boxes[..]),
             _ => None,
@@ -391,7 +397,11 @@ impl<T: Element> Container<T> {
             reduce::check(op, false)?;
         }
         self.retire.queue().apply(t);
-        self.run_bound(t, seq, op)
+        let to = seq.transition().to().clone();
+        self.begin_switch(&to, op.is_some());
+        let res = self.run_bound(t, seq, op);
+        self.end_switch(&res);
+        res
     }
 
     fn run_bound(
@@ -476,6 +486,19 @@ impl<T: Element> Container<T> {
     /// so repeating a switch between the same partitionings does no planning and no
     /// allocation.
     pub fn switch_to(
+        &mut self,
+        t: &mut dyn Transport,
+        to: &Partitioning,
+        flow: DataFlow,
+        op: Option<&ReduceOp<T>>,
+    ) -> Result<()> {
+        self.begin_switch(to, op.is_some());
+        let res = self.switch_inner(t, to, flow, op);
+        self.end_switch(&res);
+        res
+    }
+
+    fn switch_inner(
         &mut self,
         t: &mut dyn Transport,
         to: &Partitioning,

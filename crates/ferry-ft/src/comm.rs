@@ -24,40 +24,36 @@ pub const ABORT_EXIT_CODE: i32 = 70;
 /// A communicator replaced by [`Communicator::shrink`] or [`Communicator::recover`] refuses
 /// further operations; use the new one. All communicators of a process share its transport.
 pub struct Communicator {
-    eng: Rc<RefCell<Engine>>,
-    opts: Options,
-    generation: u32,
+    pub(crate) eng: Rc<RefCell<Engine>>,
+    pub(crate) opts: Options,
+    pub(crate) generation: u32,
     /// World rank of each communicator rank (BLANK: gaps included).
-    members: Vec<usize>,
+    pub(crate) members: Vec<usize>,
     /// BLANK: world ranks that are gaps of this communicator.
-    gaps: BTreeSet<usize>,
+    pub(crate) gaps: BTreeSet<usize>,
     /// The live members, for the collectives (message generation of this communicator).
-    group: Group,
-    my_index: usize,
+    pub(crate) group: Group,
+    pub(crate) my_index: usize,
+    /// REBUILD: the launcher's respawn service and what the last rebuild did (see `rebuild`).
+    pub(crate) rebuild: crate::rebuild::RebuildState,
 }
 
 /// Message generation of communicator generation `g` (control traffic uses the base itself).
-fn message_generation(g: u32) -> u32 {
+pub(crate) fn message_generation(g: u32) -> u32 {
     FT_GENERATION_BASE + 1 + g
 }
 
 impl Communicator {
     /// A communicator over every rank of the job, generation 0, taking over `transport`.
     ///
-    /// Fails with [`ErrorKind::Unsupported`] for REBUILD (respawning ranks is issue 08; it
-    /// needs `ferry run --respawn`) and, on the mpi backend, for every mode but ABORT (Open
+    /// Fails with [`ErrorKind::Unsupported`] for REBUILD (it needs a launcher that restarts
+    /// failed ranks: [`Communicator::with_respawn`]) and, on the mpi backend, for every mode but ABORT (Open
     /// MPI 4 as packaged has no ULFM: a failed rank takes the MPI job down).
     pub fn new(mut transport: Box<dyn Transport>, opts: Options) -> Result<Communicator> {
         let me = transport.rank();
         let size = transport.size();
         if opts.failure == FailureMode::Rebuild {
-            return Err(Error::new(ErrorKind::Unsupported, "communicator")
-                .on_rank(me)
-                .with_detail(
-                    "failure mode REBUILD replaces dead ranks by new processes: respawn is \
-                     issue 08 and needs `ferry run --respawn`, which this build does not have; \
-                     use SHRINK or BLANK",
-                ));
+            return Err(crate::rebuild::refusal(me));
         }
         let plain = transport.name() == "mpi";
         if plain && opts.failure != FailureMode::Abort {
@@ -76,6 +72,9 @@ impl Communicator {
         let members: Vec<usize> = (0..size).collect();
         let group = Group::new(members.clone(), message_generation(0))?;
         let eng = Engine::new(transport, FT_GENERATION_BASE, members.clone(), plain);
+        // From here on this rank's death is a failure the members survive (chaos tests wait
+        // for this line before they kill: a death during start-up is not).
+        tracing::info!(rank = me, members = size, "ft: communicator ready");
         Ok(Communicator {
             eng: Rc::new(RefCell::new(eng)),
             opts,
@@ -84,6 +83,7 @@ impl Communicator {
             gaps: BTreeSet::new(),
             group,
             my_index: me,
+            rebuild: Default::default(),
         })
     }
 
@@ -177,7 +177,7 @@ impl Communicator {
         e
     }
 
-    fn check_current(&self, op: &'static str, eng: &Engine) -> Result<()> {
+    pub(crate) fn check_current(&self, op: &'static str, eng: &Engine) -> Result<()> {
         if eng.generation != self.generation {
             return Err(Error::new(ErrorKind::Revoked, op)
                 .on_rank(eng.me)
@@ -344,6 +344,25 @@ impl Communicator {
         }
     }
 
+    /// The live members as a group (world ranks in communicator order, this generation's
+    /// message generation): partitionings of the data layer over this communicator use it,
+    /// so that data of an old generation never matches on a new one.
+    pub fn group(&self) -> &Group {
+        &self.group
+    }
+
+    /// Runs `f` with a transport through which every exchange follows this communicator's
+    /// failure rules, as a collective over the live members (a member's failure or a revoke
+    /// interrupts it; with the all-or-nothing option every member succeeds or every one
+    /// fails). For the data layer's switches, see [`crate::data`].
+    pub fn with_transport<R>(
+        &self,
+        op: &'static str,
+        f: impl FnOnce(&mut dyn Transport) -> Result<R>,
+    ) -> Result<R> {
+        self.collective(op, |t, _| f(t))
+    }
+
     /// Blocks until every live member entered the barrier.
     pub fn barrier(&self) -> Result<()> {
         self.collective("barrier", |t, g| ferry_coll::barrier(t, g))
@@ -393,18 +412,20 @@ impl Communicator {
     }
 
     /// Recovery in the communicator's failure mode: SHRINK compacts (as
-    /// [`Communicator::shrink`]), BLANK keeps the size with the failed ranks as gaps.
+    /// [`Communicator::shrink`]), BLANK keeps the size with the failed ranks as gaps, REBUILD
+    /// replaces the failed ranks by new processes (see [`crate::rebuild`]).
     pub fn recover(&self) -> Result<Communicator> {
         match self.opts.failure {
             FailureMode::Blank => self.rebuild_as(true),
             FailureMode::Shrink => self.rebuild_as(false),
+            FailureMode::Rebuild => self.rebuild_with_replacements(),
             m => Err(Error::new(ErrorKind::Unsupported, "recover")
                 .on_rank(self.world_rank())
                 .with_detail(format!("failure mode {m:?} has no recovery"))),
         }
     }
 
-    fn rebuild_as(&self, keep_gaps: bool) -> Result<Communicator> {
+    pub(crate) fn rebuild_as(&self, keep_gaps: bool) -> Result<Communicator> {
         let me = self.world_rank();
         let mut eng = self.eng.borrow_mut();
         self.check_current("shrink", &eng)?;
@@ -452,6 +473,7 @@ impl Communicator {
             gaps,
             group,
             my_index,
+            rebuild: self.rebuild.carried(),
         })
     }
 
@@ -492,8 +514,11 @@ impl Transport for Link<'_> {
         self.eng.t.node_of(rank)
     }
 
-    fn progress_exchange(&mut self, ex: &mut Exchange<'_>) -> Result<bool> {
-        self.eng.t.progress_exchange(ex)
+    fn progress_exchange(&mut self, _ex: &mut Exchange<'_>) -> Result<bool> {
+        // Nothing bypasses the engine: a failure met here would skip its bookkeeping and leave
+        // the exchange posted in the transport (not abandoned). Callers (the data layer's
+        // switches) go on to `exchange`, which runs under the failure rules.
+        Ok(false)
     }
 
     fn wait_for_input(&mut self, timeout: Duration) -> Result<()> {

@@ -557,6 +557,18 @@ impl Engine {
         let Some(p) = e.peer().filter(|&p| p != self.me && p < self.t.size()) else {
             return Err(e);
         };
+        if e.kind() == ErrorKind::Revoked {
+            // A live sender took back a message because its operation was abandoned (a
+            // revoke, or a failure it saw): tcp's withdrawn announcement, shm's aborted
+            // message. It ends a receive of ours from that sender; with none pending it
+            // answers a receive this rank abandoned already (the agreement of a recovery
+            // often meets it), and stopping there would take the rank out of the recovery.
+            let receiving = user
+                .recvs
+                .iter()
+                .any(|r| r.peer == p && r.state != OpState::Done);
+            return if receiving { Err(e) } else { Ok(()) };
+        }
         if !e.is_peer_failure() || e.kind() == ErrorKind::Timeout {
             return Err(e);
         }
@@ -600,6 +612,10 @@ impl Engine {
                 ..self.t.wait_policy()
             };
             if let Event::Error(e) = self.round(&mut empty, &policy, &mut mark) {
+                if e.kind() == ErrorKind::Revoked {
+                    // A message withdrawn for a receive abandoned before (see `absorb`).
+                    continue;
+                }
                 if let Some(p) = e.peer().filter(|&p| p != self.me && p < self.t.size()) {
                     if !self.left.contains(&p) && e.is_peer_failure() {
                         self.note_failure(p, None);

@@ -31,12 +31,15 @@
 //! talked to the dead one learn it too. See `docs/FAULT-TOLERANCE.md` for the model.
 
 mod comm;
+pub mod data;
 mod engine;
+pub mod rebuild;
 pub mod recover;
 mod wire;
 
 pub use comm::Communicator;
 pub use engine::FT_GENERATION_BASE;
+pub use rebuild::{Joined, Respawn};
 pub use recover::{Recoverable, Restored};
 
 /// What happens to a communicator when one of its members fails (seed 002 §3).
@@ -51,8 +54,8 @@ pub enum FailureMode {
     /// Recovery compacts the communicator over the survivors in their old relative order;
     /// ranks change, so programs re-read theirs.
     Shrink,
-    /// New processes replace the dead ones (issue 08: needs `ferry run --respawn`); refused
-    /// until then.
+    /// New processes replace the dead ones, with the same rank numbers; the size stays. Needs
+    /// a launcher that restarts failed ranks (`ferry run --respawn K`, see [`rebuild`]).
     Rebuild,
 }
 

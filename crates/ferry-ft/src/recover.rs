@@ -33,6 +33,8 @@ use ferry_core::{Element, Error, ErrorKind, Result};
 
 use crate::{Communicator, FailureMode};
 
+mod rebuild;
+
 /// Tag of the buddy copy sent at a checkpoint (the communicator's user tags).
 const TAG_BUDDY: u32 = 0x7e00_0000;
 /// Tags of the restore messages: this base plus the old rank whose part travels.
@@ -122,11 +124,14 @@ impl<T: Element> Recoverable<T> {
     }
 
     fn refuse(&self, comm: &Communicator, op: &'static str) -> Result<()> {
-        if comm.options().failure != FailureMode::Shrink {
+        if !matches!(
+            comm.options().failure,
+            FailureMode::Shrink | FailureMode::Rebuild
+        ) {
             return Err(Error::new(ErrorKind::Unsupported, op)
                 .on_rank(comm.world_rank())
                 .with_detail(format!(
-                    "recoverable `{}`: buddy recovery needs a SHRINK communicator, this one is {:?}",
+                    "recoverable `{}`: buddy recovery needs a SHRINK or REBUILD communicator, this one is {:?}",
                     self.name,
                     comm.options().failure
                 )));
@@ -213,9 +218,14 @@ impl<T: Element> Recoverable<T> {
     }
 
     /// Collective on the communicator after a shrink: brings the parts of the last checkpoint
-    /// to the survivors in the block layout of `comm` (see the module doc).
+    /// to the survivors in the block layout of `comm` (see the module doc). After a REBUILD
+    /// (every member calls it, replacements included) each replacement gets its part from its
+    /// buddy, the survivors keep theirs.
     pub fn restore(&mut self, comm: &Communicator) -> Result<Restored<T>> {
         self.refuse(comm, "restore")?;
+        if comm.options().failure == FailureMode::Rebuild {
+            return self.restore_rebuilt(comm);
+        }
         let me = comm.world_rank();
         let range = self.range(comm);
         let mut data = vec![T::default(); range.len() * self.unit_len];

@@ -200,11 +200,13 @@ impl HybridTransport {
             std::mem::take(&mut self.spare_recvs),
         );
         fill(&mut ex);
-        let result = drive_exchange(self, &mut ex);
-        if result.is_err() {
-            // The operations' buffers are the caller's again once this returns.
+        // A failed operation is over: its node-local part is settled and given up (a
+        // fragmented send left open would hold its ring's stream, and a receive's remaining
+        // fragments would meet the next exchange); TCP copies what it still owes other nodes.
+        let result = drive_exchange(self, &mut ex).inspect_err(|e| {
+            self.shm.abandon(&mut ex, e);
             self.tcp.abandon_ops(&mut ex);
-        }
+        });
         (self.spare_sends, self.spare_recvs) = ex.into_parts();
         result
     }
@@ -293,7 +295,7 @@ impl Transport for HybridTransport {
         self.calls += 1;
         // No peer may still read or write the caller's buffers (no use after failure).
         drive_exchange(self, ex).inspect_err(|e| {
-            self.shm.settle_failed(ex, e);
+            self.shm.abandon(ex, e);
             self.tcp.abandon_ops(ex);
         })
     }
@@ -381,9 +383,10 @@ impl Transport for HybridTransport {
     }
 
     fn abandon_exchange(&mut self, ex: &mut Exchange<'_>, why: &Error) {
-        // Node-local peers may hold single-copy descriptors into the caller's buffers; TCP
-        // copies what it still owes other nodes and drops what it would have received.
-        self.shm.settle_failed(ex, why);
+        // Node-local peers may hold single-copy descriptors into the caller's buffers, and
+        // fragments of a given-up receive must be dropped when they come; TCP copies what it
+        // still owes other nodes and drops what it would have received.
+        self.shm.abandon(ex, why);
         self.tcp.abandon_ops(ex);
     }
 

@@ -26,7 +26,11 @@ pub struct RecordWriter {
     spare: Receiver<Vec<u8>>,
     thread: Option<JoinHandle<std::io::Result<()>>>,
     dropped: u64,
+    /// Dropped records not yet noted by a gap record.
     pending_gap: u64,
+    /// The count of the gap record that starts `chunk` (0: none). If `chunk` is dropped too,
+    /// that gap record is lost with it and its count must be carried into the next one.
+    gap_in_chunk: u64,
 }
 
 impl RecordWriter {
@@ -58,6 +62,7 @@ impl RecordWriter {
             thread: Some(thread),
             dropped: 0,
             pending_gap: 0,
+            gap_in_chunk: 0,
         })
     }
 
@@ -90,18 +95,23 @@ impl RecordWriter {
             return;
         };
         match tx.try_send(full) {
-            Ok(()) => {}
+            Ok(()) => self.gap_in_chunk = 0,
             Err(TrySendError::Full(mut lost)) | Err(TrySendError::Disconnected(mut lost)) => {
-                // Keep the program going: count the records, reuse the buffer.
-                let n = (lost.len() / RECORD_LEN) as u64;
-                self.dropped += n;
-                self.pending_gap += n;
+                // Keep the program going: count the records, reuse the buffer. The lost
+                // chunk's own gap record (its first) is no event, but its count is not
+                // written anywhere now: it moves on to the next gap record.
+                let records = (lost.len() / RECORD_LEN) as u64;
+                let events = records - u64::from(self.gap_in_chunk > 0);
+                self.dropped += events;
+                self.pending_gap += events + self.gap_in_chunk;
+                self.gap_in_chunk = 0;
                 lost.clear();
                 self.chunk = lost;
             }
         }
         if self.pending_gap > 0 && self.chunk.is_empty() {
             encode_marker(OP_GAP, self.pending_gap, t_ns, &mut self.chunk);
+            self.gap_in_chunk = self.pending_gap;
             self.pending_gap = 0;
         }
     }
@@ -139,5 +149,71 @@ impl Drop for RecordWriter {
                 let _ = t.join();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::{decode, Dir};
+    use ferry_core::MsgKey;
+
+    /// A writer whose queue nobody drains until the test does: every chunk past the queue's
+    /// capacity is dropped, deterministically.
+    fn stalled() -> (RecordWriter, Receiver<Vec<u8>>) {
+        let (tx, rx) = mpsc::sync_channel::<Vec<u8>>(QUEUE);
+        let (_, spare) = mpsc::channel::<Vec<u8>>();
+        let writer = RecordWriter {
+            path: PathBuf::from("stalled"),
+            chunk: Vec::with_capacity(CHUNK_RECORDS * RECORD_LEN),
+            tx: Some(tx),
+            spare,
+            thread: None,
+            dropped: 0,
+            pending_gap: 0,
+            gap_in_chunk: 0,
+        };
+        (writer, rx)
+    }
+
+    #[test]
+    fn every_dropped_record_is_counted_in_the_file_even_when_gap_records_are_dropped_too() {
+        let (mut w, rx) = stalled();
+        // Twice the queue's capacity: the chunks after the first QUEUE are dropped one after
+        // the other, each but the first starting with the gap record of those before it.
+        let pushed = 2 * QUEUE * CHUNK_RECORDS + 100;
+        for i in 0..pushed as u64 {
+            let ev = Event {
+                dir: Dir::Send,
+                peer: 1,
+                key: MsgKey::user(0),
+                len: i,
+                call: i as u32,
+                call_ns: 0,
+                t_ns: i,
+            };
+            w.push(&ev);
+        }
+        let dropped = w.dropped();
+        assert!(
+            dropped >= (QUEUE as u64 - 1) * CHUNK_RECORDS as u64,
+            "{dropped}"
+        );
+        // The queued chunks first (finish waits for room in the queue), then the last one.
+        let mut body: Vec<u8> = rx.try_iter().flatten().collect();
+        w.finish(pushed as u64).expect("finish");
+        body.extend(rx.try_iter().flatten());
+        let header = Header {
+            rank: 0,
+            size: 2,
+            start_unix_ns: 0,
+            backend: "mem".into(),
+        };
+        let mut file = header.encode();
+        file.extend_from_slice(&body);
+        let rec = decode(&file).expect("decode");
+        assert!(rec.complete);
+        assert_eq!(rec.dropped(), dropped, "gap records in the file");
+        assert_eq!(rec.events.len() as u64 + dropped, pushed as u64);
     }
 }

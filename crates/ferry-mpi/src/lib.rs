@@ -8,12 +8,13 @@
 //! `cargo build --workspace` works on machines without MPI.
 //!
 //! How ferry's operations map to MPI (see [`MpiTransport`] for details):
-//! - a batched [`Exchange`] becomes `MPI_Isend` for every send (from a copy owned by the
-//!   backend, so a send completes locally at once and never waits for a receive: M3, T1) and
-//!   `MPI_Improbe` + `MPI_Imrecv` for every receive (so messages of unknown length need no size
-//!   exchange), progressed with `MPI_Testsome`/`MPI_Test`; inside `exchange()` large
-//!   fixed-length receives land directly in the caller's memory, and large sends leave from it
-//!   with `FERRY_MPI_ZERO_COPY_SENDS=1` (see [`MpiTransport`]);
+//! - a batched [`Exchange`] becomes `MPI_Isend` for every send and `MPI_Improbe` +
+//!   `MPI_Imrecv` for every receive (so messages of unknown length need no size exchange),
+//!   progressed with `MPI_Test`/`MPI_Testsome`. Inside `exchange()`, `send()` and `recv()`
+//!   MPI works on the caller's memory (no copy: sends leave from the caller's buffer, receives
+//!   land in its `Vec` or slice); a rank waiting there takes messages nobody asked for yet
+//!   into backend memory, so that a send never waits for an unrelated receive (M3, T1).
+//!   `progress_exchange()` only lends MPI backend buffers (see [`MpiTransport`]);
 //! - message keys become MPI tags as described in [`tags`]; serial order within a flow is MPI's
 //!   non-overtaking rule;
 //! - every MPI call returns its error code (`MPI_ERRORS_RETURN` is set on ferry's private

@@ -93,6 +93,27 @@ impl TagMap {
     }
 }
 
+impl TagMap {
+    /// The key whose messages travel with exact MPI tag `tag`; `None` for hashed tags (their
+    /// key is in the message's header) and for values outside the tag space. The inverse of
+    /// [`TagMap::wire`] for keys that fit: the receiver uses it to keep aside a message it
+    /// took off MPI's queue before any receive asked for it.
+    pub fn exact_key(&self, tag: i32) -> Option<MsgKey> {
+        if tag < 0 || tag >= self.flag {
+            return None;
+        }
+        let v = tag as u32;
+        let tag_mask = (1u32 << self.tag_bits) - 1;
+        let gen_mask = (1u32 << self.gen_bits) - 1;
+        let kind = v >> (self.gen_bits + self.tag_bits);
+        Some(MsgKey::new(
+            (v >> self.tag_bits) & gen_mask,
+            MsgKind(kind as u8),
+            v & tag_mask,
+        ))
+    }
+}
+
 /// The key header of hashed-mode messages: generation and tag little-endian, then the kind.
 pub fn encode_header(key: MsgKey) -> [u8; HEADER_LEN] {
     let mut h = [0u8; HEADER_LEN];
@@ -206,6 +227,12 @@ mod tests {
                 proptest::prop_assert_ne!(wa.tag, wb.tag);
             }
             proptest::prop_assert_eq!(decode_header(&encode_header(a)), Some(a));
+            // The exact tag of a key gives the key back; a hashed tag gives none.
+            if wa.hashed {
+                proptest::prop_assert_eq!(m.exact_key(wa.tag), None);
+            } else {
+                proptest::prop_assert_eq!(m.exact_key(wa.tag), Some(a));
+            }
         }
     }
 

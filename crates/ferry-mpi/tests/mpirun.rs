@@ -70,6 +70,55 @@ fn exchanges_under_mpirun() {
     }
 }
 
+/// Sends leave from the caller's memory (the default): ranks that send 4 MiB to each other
+/// (and to themselves) before receiving, and a send whose receiver first waits for an
+/// unrelated message, must complete. Without the draining of unasked-for messages this hangs;
+/// the deadline turns a hang into a failure.
+#[test]
+fn large_sends_from_caller_memory_never_wait_for_unrelated_receives() {
+    for n in [2, 3] {
+        let Some(mut cmd) = mpirun() else {
+            return;
+        };
+        cmd.arg("-n")
+            .arg(n.to_string())
+            .arg(selftest())
+            .arg("crossing")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let mut child = cmd.spawn().expect("run mpirun");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let status = loop {
+            if let Some(status) = child.try_wait().expect("wait for mpirun") {
+                break Some(status);
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                break None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        };
+        let out = child.wait_with_output().expect("mpirun output");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let Some(status) = status else {
+            panic!("{n} ranks: still running after 60 s (deadlock):\n{stdout}\n{stderr}");
+        };
+        assert!(status.success(), "{n} ranks:\n{stdout}\n{stderr}");
+        let oks: Vec<&str> = stdout
+            .lines()
+            .filter(|l| l.starts_with("ok crossing"))
+            .collect();
+        assert_eq!(oks.len(), n, "{stdout}\n{stderr}");
+        // The self message at least was drained on every rank, and the 4 MiB messages moved
+        // without a copy on the sending side.
+        for line in oks {
+            assert!(!line.contains(" 0 messages drained"), "{line}");
+            assert!(!line.contains(" 0 moved without a copy"), "{line}");
+        }
+    }
+}
+
 #[test]
 fn missing_message_times_out_instead_of_hanging() {
     let Some((ok, out, err)) = run(2, "timeout", &[("FERRY_GENERAL_TIMEOUT_MS", "300")]) else {

@@ -23,6 +23,13 @@ use crate::to_py;
 pub struct Comm {
     inner: Option<ferry::Comm>,
     rank: usize,
+    /// World changes so far (resize points that admitted or removed processes).
+    epoch: u32,
+    /// The world before the last resize point that changed it.
+    previous: Option<ferry::coll::Group>,
+    /// A resize point removed this process (or it was a spare never admitted): it is no
+    /// member to meet at `finish`.
+    outside: bool,
 }
 
 /// Initialises ferry from the environment `ferry run` sets (a process started alone is rank 0
@@ -42,10 +49,34 @@ pub fn init() -> PyResult<Comm> {
     Ok(Comm {
         rank: c.rank(),
         inner: Some(c),
+        epoch: 0,
+        previous: None,
+        outside: false,
     })
 }
 
 impl Comm {
+    /// Takes the world of a resize point: `Some(true)` if it changed, `None` if this process
+    /// is not in it (removed, or a spare never admitted). `always`: take its group even when
+    /// nothing changed (at `join_world`, where the communicator still spans the spares).
+    fn adopt(&mut self, r: ferry::data::resize::Resized, always: bool) -> PyResult<Option<bool>> {
+        let rank = self.rank;
+        let Some(me) = r.my_index else {
+            self.outside = true;
+            return Ok(None);
+        };
+        if r.changed || always {
+            let c = self.get()?;
+            c.set_group(r.group).map_err(|e| to_py(e.or_rank(rank)))?;
+        }
+        if r.changed {
+            self.previous = Some(r.previous);
+        }
+        self.epoch = r.epoch;
+        self.rank = me;
+        Ok(Some(r.changed))
+    }
+
     /// The live communicator, or an error naming this rank after `finish`.
     pub(crate) fn get(&mut self) -> PyResult<&mut ferry::Comm> {
         let rank = self.rank;
@@ -117,6 +148,50 @@ impl Comm {
     #[getter]
     fn backend(&mut self) -> PyResult<&'static str> {
         Ok(self.get()?.backend())
+    }
+
+    /// Start of an elastic program (`ferry run --spares S`), called first: until then the
+    /// communicator spans the spares too. A process of the initial world returns the phase
+    /// `0` at once (the communicator is then over the initial world); a spare waits until a resize point admits it and
+    /// returns that point's phase (the communicator is then over the new world), or `None`
+    /// if the job ended without admitting it (the program should then exit).
+    fn join_world(&mut self) -> PyResult<Option<i64>> {
+        let rank = self.rank;
+        let c = self.get()?;
+        let mut resizer = c.world().resizer();
+        let (r, phase) = resizer
+            .join_world(c.transport())
+            .map_err(|e| to_py(e.or_rank(rank)))?;
+        Ok(self.adopt(r, true)?.map(|_| phase))
+    }
+
+    /// A resize point at `phase` (collective over the members; member 0 decides): spares
+    /// waiting in `join_world` are admitted and processes that `ferry ctl NAME remove`
+    /// named leave. Returns `True` if the world changed (the communicator is then over the
+    /// new world: partitionings made before must be made again, `previous_group` is the old
+    /// world for migrating data), `False` if not, and `None` on a process that was removed
+    /// (it should stop communicating and exit).
+    fn allow_resize(&mut self, phase: i64) -> PyResult<Option<bool>> {
+        let (rank, epoch) = (self.rank, self.epoch);
+        let c = self.get()?;
+        let mut resizer = c.world().resizer();
+        let group = c.group().clone();
+        let r = resizer
+            .allow_world_resize(c.transport(), &group, epoch, phase)
+            .map_err(|e| to_py(e.or_rank(rank)))?;
+        self.adopt(r, false)
+    }
+
+    /// Number of world changes so far (LAIK's epoch).
+    #[getter]
+    fn epoch(&self) -> u32 {
+        self.epoch
+    }
+
+    /// The world before the last resize point that changed it (`None` before any change).
+    #[getter]
+    fn previous_group(&self) -> Option<data::Group> {
+        self.previous.clone().map(data::Group)
     }
 
     /// The group this communicator talks over (for partitionings and `shrink`).
@@ -509,6 +584,7 @@ impl Comm {
     /// raise; a second `finish` does nothing.
     fn finish(&mut self) -> PyResult<()> {
         match self.inner.take() {
+            Some(c) if self.outside => c.into_world().finish().map_err(to_py),
             Some(c) => c.finish().map_err(to_py),
             None => Ok(()),
         }

@@ -184,6 +184,111 @@ impl Partitioner {
     fn corner_halo(depth: i64) -> Partitioner {
         Partitioner::plain(fd::Partitioner::CornerHalo { depth })
     }
+
+    /// A partitioner written in Python: `run(space, ntasks, base)` returns the ranges as an
+    /// iterable of `(task, from, to)` or `(task, from, to, group)`, where `from` and `to` are
+    /// ints for a 1-d space and tuples of ints otherwise (ranges are clipped to the space,
+    /// empty ones dropped; ranges of one task with the same non-zero `group` share one
+    /// mapping). `base` is `None`, or for a partitioning made with `base=` that
+    /// partitioning's ranges as `(task, from, to)` tuples of the same form. Every rank runs it
+    /// and must get the same ranges. An exception it raises is raised again by the
+    /// `Comm.partitioning` call that ran it.
+    #[staticmethod]
+    fn custom(name: String, run: Py<PyAny>) -> Partitioner {
+        let error: Arc<Mutex<Option<PyErr>>> = Arc::default();
+        let slot = error.clone();
+        // The data layer names partitioners with static strings; a program makes few custom
+        // partitioners, so their names live as long as the process.
+        let name: &'static str = Box::leak(name.into_boxed_str());
+        let inner = fd::Partitioner::custom(name, move |ctx| {
+            let ranges = Python::attach(|py| custom_ranges(py, &run, ctx));
+            match ranges {
+                Ok(v) => v.into_iter().try_for_each(|(t, r, g)| ctx.append(t, r, g)),
+                Err(e) => {
+                    let msg = e.to_string();
+                    if let Ok(mut s) = slot.lock() {
+                        s.get_or_insert(e);
+                    }
+                    Err(ferry::Error::invalid(
+                        "partition",
+                        format!("partitioner `{name}` raised: {msg}"),
+                    ))
+                }
+            }
+        });
+        Partitioner { inner, error }
+    }
+}
+
+/// An index of a `dims`-dimensional space as Python sees it: an int in 1-d, a tuple otherwise.
+fn index_to_py<'py>(py: Python<'py>, i: &fd::Index, dims: usize) -> PyResult<Bound<'py, PyAny>> {
+    if dims == 1 {
+        Ok(i[0].into_pyobject(py)?.into_any())
+    } else {
+        Ok(pyo3::types::PyTuple::new(py, &i[..dims])?.into_any())
+    }
+}
+
+fn index_from_py(x: &Bound<'_, PyAny>, dims: usize) -> PyResult<fd::Index> {
+    let v: Vec<i64> = match x.extract::<i64>() {
+        Ok(n) => vec![n],
+        Err(_) => x.extract()?,
+    };
+    if v.len() != dims {
+        return Err(PyValueError::new_err(format!(
+            "index {v:?} of a {dims}-dimensional space"
+        )));
+    }
+    let mut i = [0i64; fd::MAX_DIMS];
+    i[..dims].copy_from_slice(&v);
+    Ok(i)
+}
+
+/// Runs a Python partitioner and converts its ranges.
+fn custom_ranges(
+    py: Python<'_>,
+    run: &Py<PyAny>,
+    ctx: &fd::PartitionerCtx<'_>,
+) -> PyResult<Vec<(usize, fd::Range, u32)>> {
+    let dims = ctx.space().dims();
+    let base = match ctx.base() {
+        Some(b) => {
+            let mut v = Vec::with_capacity(b.len());
+            for tr in b {
+                let (f, t) = (tr.range.from(), tr.range.to());
+                v.push((
+                    tr.task,
+                    index_to_py(py, &f, dims)?,
+                    index_to_py(py, &t, dims)?,
+                ));
+            }
+            Some(v)
+        }
+        None => None,
+    };
+    let space = Py::new(py, Space(*ctx.space()))?;
+    let got = run.call1(py, (space, ctx.ntasks(), base))?;
+    let mut out = Vec::new();
+    for item in got.bind(py).try_iter()? {
+        let item = item?;
+        let n = item.len()?;
+        if n != 3 && n != 4 {
+            return Err(PyValueError::new_err(
+                "a range is (task, from, to) or (task, from, to, group)",
+            ));
+        }
+        let task: usize = item.get_item(0)?.extract()?;
+        let from = index_from_py(&item.get_item(1)?, dims)?;
+        let to = index_from_py(&item.get_item(2)?, dims)?;
+        let group: u32 = if n == 4 {
+            item.get_item(3)?.extract()?
+        } else {
+            0
+        };
+        let r = fd::Range::from_corners(dims, from, to).map_err(to_py)?;
+        out.push((task, r, group));
+    }
+    Ok(out)
 }
 
 /// Which task owns which indexes of a space (from `Comm.partitioning`).

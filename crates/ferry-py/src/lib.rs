@@ -8,6 +8,7 @@
 mod buf;
 mod comm;
 mod data;
+mod kvs;
 
 use pyo3::create_exception;
 use pyo3::exceptions::PyRuntimeError;
@@ -45,5 +46,6 @@ fn _ferry(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<data::Partitioning>()?;
     m.add_class::<data::Group>()?;
     m.add_class::<data::Container>()?;
+    m.add_class::<kvs::Kvs>()?;
     Ok(())
 }

@@ -11,9 +11,14 @@ DTYPES = [np.float64, np.float32, np.int64, np.int32, np.int16, np.int8, np.uint
           np.uint32, np.uint16, np.uint8]
 
 
+def _from_launcher(ferry_name, mpi_name, default):
+    """What `ferry run` (FERRY_*) or Open MPI's mpirun (OMPI_COMM_WORLD_*) told the process."""
+    return int(os.environ.get(ferry_name, os.environ.get(mpi_name, default)))
+
+
 def test_rank_and_size_come_from_the_launcher(comm):
-    assert comm.size == int(os.environ.get("FERRY_SIZE", "1"))
-    assert comm.rank == int(os.environ.get("FERRY_RANK", "0"))
+    assert comm.size == _from_launcher("FERRY_SIZE", "OMPI_COMM_WORLD_SIZE", "1")
+    assert comm.rank == _from_launcher("FERRY_RANK", "OMPI_COMM_WORLD_RANK", "0")
     assert 0 <= comm.rank < comm.size
 
 

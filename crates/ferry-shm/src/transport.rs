@@ -70,6 +70,9 @@ enum Target {
     Op(usize),
     /// An early arrival being assembled.
     Buf(Vec<u8>),
+    /// A message whose receive was given up (its operation abandoned): the rest of its
+    /// fragments is consumed and dropped, so the stream stays in step for the next message.
+    Discard,
 }
 
 struct Partial {
@@ -141,6 +144,10 @@ pub struct ShmTransport {
     abort_pending: Vec<Vec<(MsgKey, u64, u64)>>,
     /// Messages their senders abandoned before this rank posted the receive.
     abandoned: std::collections::HashSet<Arrival>,
+    /// Messages whose receive this rank gave up (an abandoned or failed operation) before
+    /// they arrived: the flow serial is spent, so no later receive can match them, and
+    /// whatever of them comes is dropped (a descriptor is completed without reading).
+    given_up: std::collections::HashSet<Arrival>,
     /// Single-copy reads claimed during a drain, performed after it: (recv index, desc).
     to_read: Vec<(usize, CmaDesc)>,
     /// Operation vectors reused by the single-message paths.
@@ -471,6 +478,7 @@ impl ShmTransport {
             frag_owner: vec![None; n],
             abort_pending: vec![Vec::new(); n],
             abandoned: std::collections::HashSet::new(),
+            given_up: std::collections::HashSet::new(),
             to_read: Vec::new(),
             spare_sends: Vec::new(),
             spare_recvs: Vec::new(),
@@ -698,7 +706,7 @@ impl Transport for ShmTransport {
     }
 
     fn abandon_exchange(&mut self, ex: &mut Exchange<'_>, why: &Error) {
-        self.settle_failed(ex, why);
+        self.abandon(ex, why);
     }
 
     fn tolerate_failures(&mut self) {
@@ -708,6 +716,9 @@ impl Transport for ShmTransport {
     fn retire_flows(&mut self, flows: RetiredFlows) {
         self.send_flows.retire(|k| flows.contains(k));
         self.recv_flows.retire(|k| flows.contains(k));
+        // Nothing of a retired flow is received any more: forget what was kept for it.
+        self.given_up.retain(|a| !flows.contains(&a.key));
+        self.abandoned.retain(|a| !flows.contains(&a.key));
     }
 
     fn flow_count(&self) -> Option<usize> {

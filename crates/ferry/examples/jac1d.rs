@@ -10,7 +10,8 @@
 //! Writes go to a block partitioning, reads to its corner halo (depth 1); two containers
 //! alternate roles. Residuum and final sum are Sum-reduced through a 1-element container
 //! switched from All to All (a rank-ordered left fold, so every backend prints the same
-//! digits).
+//! digits). The ranks form a 1-D Cartesian grid, so every collective runs along the chain of
+//! neighbours: each rank talks to ranks `r - 1` and `r + 1` only (X7).
 
 mod common;
 
@@ -73,6 +74,9 @@ fn run() -> ferry::Result<()> {
     let joiner = joined.changed;
     let mut epoch = joined.epoch;
     comm.set_group(joined.group)?;
+    // A 1-D grid: the halo exchange talks to rank +-1 only, and declaring it keeps the
+    // collectives (residuum, final sum, the finishing barrier) on those links too (X7).
+    comm.set_cartesian(&[comm.size()], &[false])?;
     let nprocs = comm.size();
     if rank == 0 {
         println!(
@@ -198,6 +202,7 @@ fn run() -> ferry::Result<()> {
                     break;
                 }
                 comm.set_group(r.group)?;
+                comm.set_cartesian(&[comm.size()], &[false])?;
             }
         }
         iter += 1;

@@ -6,8 +6,10 @@
 //! rank's rows to its buddy (the next rank). When a rank dies the survivors revoke, shrink,
 //! restore the rows of the last checkpoint over the smaller communicator, roll back to its
 //! iteration and go on; the next checkpoint (right away) gives every part a buddy again, so a
-//! later failure is survived too. `FERRY_FT_MODE=shrink` (default) or `rebuild` (refused by
-//! the communicator until respawning exists).
+//! later failure is survived too. `FERRY_FT_MODE=shrink` (default) or `rebuild`: under
+//! `ferry run --respawn K` the launcher restarts a killed rank, the survivors and the
+//! replacement form a communicator of the original size, and the replacement restores its
+//! rows from its buddy's copy (without `--respawn`, REBUILD is refused at start).
 //!
 //! Results do not depend on the number of ranks, so a rollback onto fewer ranks prints the
 //! same lines: every cell is computed from the same neighbours in the same order, the
@@ -222,9 +224,10 @@ fn run(o: Opts) -> ferry::Result<()> {
     }
     let world = ferry::init()?;
     let nprocs = world.size();
-    let mut comm = Communicator::new(world.into_transport(), opts)?;
+    let mut comm = world.ft_communicator(opts)?;
     let me = comm.world_rank();
-    if comm.rank() == 0 {
+    // A replacement (REBUILD) joins a running job: the header was printed long ago.
+    if comm.rank() == 0 && !comm.is_replacement() {
         let mut h = format!(
             "{size} x {size} cells (mem {:.1} MB), running {maxiter} iterations with {nprocs} tasks",
             0.000016 * size as f64 * size as f64
@@ -250,7 +253,8 @@ fn run(o: Opts) -> ferry::Result<()> {
     };
     st.grid.init();
     let mut costs = Costs::default();
-    let mut restore = false;
+    // A replacement starts from the survivors' last checkpoint.
+    let mut restore = comm.is_replacement();
     let final_iter = loop {
         let attempt = (|| -> Result<i64, Failure> {
             if restore {
@@ -294,7 +298,8 @@ fn run(o: Opts) -> ferry::Result<()> {
                 if !f.agreed {
                     abandon(&comm).unwrap_or_else(|e| die(&e));
                 }
-                comm = comm.shrink().unwrap_or_else(|e| die(&e));
+                // SHRINK compacts over the survivors; REBUILD gets replacements.
+                comm = comm.recover().unwrap_or_else(|e| die(&e));
                 restore = true;
             }
             Err(f) => die(&f.e),

@@ -4,9 +4,12 @@
 //! 2. makes a communicator over `ferry://world` (tag `world`) and allreduces the world ranks;
 //! 3. under an MPMD launch (`ferry run`'s or mpirun's), makes one over its application's set
 //!    `ferry://app/K`, allreduces there and shows that the first rank of the next application
-//!    cannot be reached through it (an error, not a hang);
+//!    cannot be reached through it (an error, not a hang); over its application (or the
+//!    world) it runs a ring shift, a broadcast and a sum through the generic
+//!    `ferry::Communicator` trait;
 //! 4. within its application (or the world), makes communicators of two sessions with the same
 //!    tag and one with another tag, and shows that their messages never match each other's;
+//!    declares a periodic 1-D grid on another one and checks its neighbours and a sum;
 //! 5. finalizes the first session (its communicators fail, the second's still work), then the
 //!    second, and creates a third session that works again.
 //!
@@ -24,6 +27,16 @@ fn check(cond: bool, what: String) -> ferry::Result<()> {
     } else {
         Err(ferry::Error::new(ferry::ErrorKind::Protocol, "t_sessions").with_detail(what))
     }
+}
+
+/// A ring shift, a broadcast and a sum written once for every communicator type.
+fn ring<C: ferry::Communicator>(c: &mut C) -> ferry::Result<(u64, f64)> {
+    let (me, n) = (c.rank(), c.size());
+    c.send(&[me as u64, 1], (me + 1) % n, 11)?;
+    let mut got = [0u64; 2];
+    c.recv_into(&mut got, (me + n - 1) % n, 11)?;
+    let b = c.broadcast_value(if me == 0 { 2.5f64 } else { 0.0 }, 0)?;
+    Ok((got[0] + got[1] - 1, c.allreduce_value(b, ReduceOp::Sum)?))
 }
 
 fn run() -> ferry::Result<()> {
@@ -56,7 +69,6 @@ fn run() -> ferry::Result<()> {
     if w == 0 {
         println!("world: {} ranks, sum of ranks {}", world.size(), sum[0]);
     }
-
     // 3. The own application's set.
     let mine = s1.app_pset().unwrap_or_else(|| "ferry://world".to_string());
     let app = s1.group_from_pset(&mine)?;
@@ -80,12 +92,39 @@ fn run() -> ferry::Result<()> {
         }
     }
 
+    let mut cr = s1.comm_from_group(&app, "ring")?;
+    let (left, total) = ring(&mut cr)?;
+    if cr.rank() == 0 {
+        println!(
+            "{mine} through the Communicator trait: left neighbour {left}, broadcast sum {total}"
+        );
+    }
+    drop(cr);
+
     // 4. Isolation between sessions and tags, within the application.
     let mut s2 = Session::init()?;
     let g2 = s2.group_from_pset(&mine)?;
     let c1 = s1.comm_from_group(&app, "iso")?;
     let c2 = s2.comm_from_group(&g2, "iso")?;
     let c3 = s1.comm_from_group(&app, "other")?;
+    // A periodic 1-D grid over the application (X6, X7): neighbours are the previous and next
+    // member, and the collectives still add up.
+    let mut grid = s1.comm_from_group(&app, "grid")?;
+    grid.set_cartesian(&[grid.size()], &[true])?;
+    let got = grid.neighbor_allgather(&(w as u64).to_le_bytes())?;
+    let (n, i) = (app.size(), grid.rank());
+    let want: Vec<Option<Vec<u8>>> = [(i + n - 1) % n, (i + 1) % n]
+        .iter()
+        .map(|&j| Some((app.members()[j] as u64).to_le_bytes().to_vec()))
+        .collect();
+    check(
+        got == want,
+        format!("grid neighbours {got:?}, want {want:?}"),
+    )?;
+    let mut s = [w as u64];
+    grid.allreduce(&mut s, &ReduceOp::Sum)?;
+    let total: u64 = app.members().iter().map(|&m| m as u64).sum();
+    check(s[0] == total, format!("grid sum {}", s[0]))?;
     if c1.size() >= 2 {
         if c1.rank() == 0 {
             // Same member, same numeric tag, three communicators: sent in the order the

@@ -5,7 +5,10 @@
 //! A program holds one [`Comm`]: its rank's transport (over the backend chosen at run time,
 //! `FERRY_BACKEND`), the group it talks over and the data layer. Ranks, roots, sources and
 //! destinations are indices in the communicator, as in MPI. Started alone, a program is rank 0
-//! of 1; under `ferry run -n 4 PROGRAM` each of the four processes gets its rank.
+//! of 1; under `ferry run -n 4 PROGRAM` each of the four processes gets its rank. Code that
+//! should also run over a session's communicator ([`session::SessionComm`]) or a
+//! fault-tolerant one ([`ft::Communicator`]) is written against the [`Communicator`] trait,
+//! which all three implement.
 //!
 //! ```
 //! use ferry::prelude::*;
@@ -93,12 +96,15 @@
 
 pub mod bootstrap;
 pub mod comm;
+pub mod communicator;
 pub mod prelude;
 pub mod resize;
+mod respawn;
 pub mod session;
 mod world;
 
 pub use comm::{run_threads, Comm};
+pub use communicator::Communicator;
 pub use ferry_coll as coll;
 pub use ferry_core::{
     config, error, launch, stats, store, transport, BackendKind, Config, Error, ErrorKind,

@@ -23,7 +23,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use ferry_coll::{self as coll, Group, ReduceOp};
+use ferry_coll::{self as coll, Cartesian, Group, ReduceOp, Topology};
 use ferry_core::pset::ProcessSets;
 use ferry_core::{
     Config, Element, Error, ErrorKind, LaunchInfo, MsgKey, MsgKind, Result, Transport,
@@ -415,6 +415,27 @@ impl SessionComm {
     pub fn allreduce<T: Element>(&self, data: &mut [T], op: &ReduceOp<T>) -> Result<()> {
         self.world_rank(self.my_index, "allreduce")?;
         coll::allreduce(&mut **self.rt.lock("allreduce")?, &self.coll, data, op)
+    }
+
+    /// Lays the members out on a Cartesian grid (row-major, no reordering; X6). Local, like
+    /// [`crate::Comm::set_cartesian`]: every member declares the same grid before its next
+    /// collective, which then runs along the grid's chain (X7).
+    pub fn set_cartesian(&mut self, dims: &[usize], periods: &[bool]) -> Result<()> {
+        let rank = self.rt.rank;
+        let cart = Cartesian::new(dims, periods).map_err(|e| e.or_rank(rank))?;
+        self.coll = self
+            .coll
+            .clone()
+            .with_topology(Topology::Cartesian(cart))
+            .map_err(|e| e.or_rank(rank))?;
+        Ok(())
+    }
+
+    /// Sends `send` to every neighbour of the grid and returns what each sent, per slot
+    /// (dimension 0 behind, ahead, dimension 1 behind, ...; `None` where the grid ends).
+    pub fn neighbor_allgather(&self, send: &[u8]) -> Result<Vec<Option<Vec<u8>>>> {
+        self.world_rank(self.my_index, "neighbor allgather")?;
+        coll::neighbor_allgather(&mut **self.rt.lock("neighbor allgather")?, &self.coll, send)
     }
 
     /// Copies member `root`'s `data` to every member (all pass slices of the same length).

@@ -19,6 +19,10 @@ pub struct World {
     elastic: Arc<Mutex<Elastic>>,
     control: LauncherControl,
     layout_generic: bool,
+    /// How this process was started (REBUILD builds transports of later epochs from it).
+    launch: LaunchInfo,
+    /// A replacement process (`ferry run --respawn`): where it joined the job.
+    ft_join: Option<ferry_ft::Joined>,
 }
 
 /// Initialises ferry from the environment (`FERRY_BACKEND`, `FERRY_CONFIG`, launcher variables)
@@ -32,6 +36,14 @@ pub fn init() -> Result<World> {
 
 /// Initialises ferry with explicit configuration and launch information.
 pub fn init_with(config: Config, launch: LaunchInfo) -> Result<World> {
+    // A replacement of a failed rank (`ferry run --respawn`) joins the job's rebuild.
+    let incarnation = crate::respawn::incarnation()?;
+    if incarnation > 0 {
+        let (transport, joined) = crate::respawn::join(&config, &launch, incarnation)?;
+        let mut world = world_over(transport, config, &launch)?;
+        world.ft_join = Some(joined);
+        return Ok(world);
+    }
     let transport = build_transport(&config, &launch)?;
     world_over(transport, config, &launch)
 }
@@ -86,6 +98,8 @@ fn world_over(transport: Box<dyn Transport>, config: Config, launch: &LaunchInfo
         elastic: Arc::new(Mutex::new(elastic)),
         control: LauncherControl::new(launch),
         layout_generic: std::env::var_os("FERRY_LAYOUT_GENERIC").is_some(),
+        launch: launch.clone(),
+        ft_join: None,
         transport,
         config,
         print_stats,
@@ -158,6 +172,8 @@ impl World {
             elastic: Arc::new(Mutex::new(Elastic::fixed(&*transport))),
             control: LauncherControl::new(&LaunchInfo::default()),
             layout_generic: false,
+            launch: LaunchInfo::default(),
+            ft_join: None,
             transport,
             config,
             print_stats: false,
@@ -206,6 +222,23 @@ impl World {
     pub fn into_transport(mut self) -> Box<dyn Transport> {
         self.finished = true;
         std::mem::replace(&mut self.transport, Box::new(SingleTransport::new()))
+    }
+
+    /// Hands the transport over to a fault-tolerant communicator with modes `opts`. REBUILD
+    /// works in jobs started with `ferry run --respawn K` (the launcher restarts failed ranks;
+    /// in a replacement process the communicator is the rebuilt one, see
+    /// [`ferry_ft::Communicator::is_replacement`]) and is refused otherwise; the other modes
+    /// are [`ferry_ft::Communicator::new`]'s.
+    pub fn ft_communicator(mut self, opts: ferry_ft::Options) -> Result<ferry_ft::Communicator> {
+        let joined = self.ft_join.take();
+        let rebuild = opts.failure == ferry_ft::FailureMode::Rebuild
+            && (joined.is_some() || crate::respawn::available(&self.launch));
+        if !rebuild {
+            return ferry_ft::Communicator::new(self.into_transport(), opts);
+        }
+        let service = crate::respawn::service(&self.config, &self.launch, joined)
+            .map_err(|e| e.or_rank(self.rank()))?;
+        ferry_ft::Communicator::with_respawn(self.into_transport(), opts, service)
     }
 
     /// The configuration this world was built with.

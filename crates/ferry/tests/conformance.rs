@@ -24,7 +24,10 @@
 //!
 //! Knobs: `FERRY_CONFORMANCE_BACKENDS=tcp,shm` restricts the multi-rank backends (and `mpi`),
 //! `FERRY_CONFORMANCE_ONLY=<substring>` restricts the cases, `FERRY_CONFORMANCE_TIMEOUT_S`
-//! sets the per-run timeout (default 120 s; the machine may be loaded).
+//! sets the per-run timeout (default 120 s; the machine may be loaded), and
+//! `FERRY_CONFORMANCE_EXAMPLES=DIR` takes the programs from DIR instead of
+//! `target/<profile>/examples` and runs only the cases whose program is in DIR (how
+//! `crates/ferry-c/laik-sources.sh` judges LAIK's own C programs built against `laik.h`).
 
 mod support;
 
@@ -234,10 +237,29 @@ fn conformance_cases() {
         .and_then(|s| s.parse::<u64>().ok())
         .unwrap_or(120);
     let mpirun = find_mpirun();
+    let examples = match std::env::var_os("FERRY_CONFORMANCE_EXAMPLES") {
+        Some(dir) => {
+            let dir = PathBuf::from(dir);
+            cases.retain(|c| dir.join(&c.example).exists());
+            note!(
+                "conformance: programs from {}: {} cases have their program there",
+                dir.display(),
+                cases.len()
+            );
+            if cases.is_empty() {
+                panic!(
+                    "FERRY_CONFORMANCE_EXAMPLES={}: no case's program is there",
+                    dir.display()
+                );
+            }
+            dir
+        }
+        None => profile.join("examples"),
+    };
     let runner = Runner {
         ferry: ferry.clone(),
         mpirun: mpirun.clone(),
-        examples: profile.join("examples"),
+        examples,
         timeout: Duration::from_secs(timeout),
     };
     let multi: Vec<String> = std::env::var("FERRY_CONFORMANCE_BACKENDS")

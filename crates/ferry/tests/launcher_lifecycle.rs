@@ -153,6 +153,27 @@ fn a_failure_during_the_launch_stops_it() {
     eprintln!("{started} of {n} ranks started, {elapsed:?}");
 }
 
+/// A hybrid node's segment has a name in /dev/shm until the node's last rank attaches; if the
+/// node's ranks die while it gathers, nobody of them removes it. The launcher removes the
+/// job's names once every rank has ended (here a name as such a job leaves it).
+#[test]
+fn names_a_job_left_in_dev_shm_are_removed_after_it() {
+    use std::os::unix::fs::MetadataExt;
+    let Some(ferry) = ferry() else { return };
+    let uid = std::fs::metadata("/proc/self").expect("/proc/self").uid();
+    let job = format!("leftover{}", marker().replace('.', "x"));
+    let left = PathBuf::from(format!("/dev/shm/ferry-{uid}-j{job}-n0"));
+    std::fs::write(&left, b"").expect("make a name in /dev/shm");
+    let (out, _) = run_limited(
+        Command::new(&ferry).args(["run", "--job-name", &job, "-n", "1", "true"]),
+        Duration::from_secs(60),
+    );
+    let gone = !left.exists();
+    let _ = std::fs::remove_file(&left);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(gone, "{} is still there after the job", left.display());
+}
+
 /// More ranks than the host's task limit can hold: refused at once, nothing started.
 #[test]
 fn a_rank_count_the_host_cannot_hold_is_refused() {
@@ -420,4 +441,30 @@ fn a_bad_environment_value_names_its_variable() {
         "{stderr}"
     );
     assert!(!stderr.contains("defaults"), "{stderr}");
+}
+
+/// With --keep-going, ranks that fail the same way a second apart (after the blame was
+/// decided) still give one line: `ranks 0-2 exited with code 3`, not one line per batch.
+#[test]
+fn equal_exits_far_apart_in_time_are_reported_once() {
+    let Some(ferry) = ferry() else { return };
+    let (out, _) = run_limited(
+        Command::new(&ferry).args([
+            "run",
+            "-n",
+            "3",
+            "--keep-going",
+            "sh",
+            "-c",
+            r#"[ "$FERRY_RANK" = 0 ] || sleep 1; exit 3"#,
+        ]),
+        Duration::from_secs(60),
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    let exits: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("exited with"))
+        .collect();
+    assert_eq!(exits, ["ferry: ranks 0-2 exited with code 3"], "{stderr}");
 }

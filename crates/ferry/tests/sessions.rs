@@ -54,6 +54,7 @@ fn sessions_sets_and_isolation() {
             "no process set is called `no-such-set` (known: ferry://world, ferry://self, odd)",
             "index 3 is out of range: this process sees 3 sets (0 to 2)",
             "world: 4 ranks, sum of ranks 6",
+            "ferry://world through the Communicator trait: left neighbour 3, broadcast sum 10",
             "rank 1: isolation ok: sessions and tags kept apart",
             "its session was finalized",
             "rank 0: new session after finalizing all: 4 ranks",

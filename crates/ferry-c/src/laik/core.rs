@@ -157,9 +157,30 @@ fn init() -> Result<*mut LaikInstance> {
 #[no_mangle]
 pub extern "C" fn laik_init(_argc: *mut c_int, _argv: *mut *mut *mut c_char) -> *mut LaikInstance {
     run("laik_init", || {
+        line_buffered_stdout();
         super::part::init_statics();
         init()
     })
+}
+
+extern "C" {
+    /// C's standard output stream (`FILE*`).
+    static mut stdout: *mut c_void;
+    fn setvbuf(stream: *mut c_void, buf: *mut c_char, mode: c_int, size: usize) -> c_int;
+}
+
+/// Makes C's stdout line buffered, as Rust's is. Under the launcher stdout is a pipe, which C
+/// buffers fully: a process's lines then reach the launcher only when it exits, so when the
+/// printing role moves between processes (a shrink removes the master, which prints on) the
+/// lines of two processes arrive in the order the processes end instead of the order they
+/// were printed.
+fn line_buffered_stdout() {
+    const IOLBF: c_int = 1;
+    // SAFETY: `stdout` is the C library's stream, valid for the whole process; setvbuf with a
+    // NULL buffer lets the library allocate one. LAIK programs call laik_init before printing.
+    unsafe {
+        setvbuf(stdout, null_mut(), IOLBF, 0);
+    }
 }
 
 /// Ends LAIK: the members of the current world meet (so nobody still needs data from this

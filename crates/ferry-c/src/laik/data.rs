@@ -6,13 +6,14 @@ use std::ptr::null_mut;
 use ferry_core::{Error, Result};
 use ferry_data::{DataFlow, Partitioning};
 
+use super::bytes::Bytes;
 use super::core::{LaikGroup, LaikInstance};
 use super::part::{LaikIndex, LaikPartitioning, LaikSpace};
 use super::{obj, out, run};
 use crate::typed::{AnyContainer, Elem, Op, RawMap};
 
 /// An element type: one of LAIK's predefined ones, or one registered by the program
-/// (`laik_type_register`: a name and a size, no element layout ferry can move).
+/// (`laik_type_register`: a name and a size; ferry moves such elements as opaque bytes).
 pub struct LaikType {
     elem: Elem,
     registered: Option<(String, usize)>,
@@ -78,8 +79,9 @@ type_handles! {
     laik_Double => T_DOUBLE,
 }
 
-/// A program-defined element type of `size` bytes. Containers of it can be created; switching
-/// them is an error (ferry moves only LAIK's predefined types).
+/// A program-defined element type of `size` bytes. Containers of it switch like any other
+/// with the data flows None, Preserve and Init-free copies; a reduction over them is an
+/// error (ferry knows no operation on opaque elements).
 #[no_mangle]
 pub extern "C" fn laik_type_register(name: *const c_char, size: c_int) -> *mut LaikType {
     run("laik_type_register", || {
@@ -128,9 +130,13 @@ pub struct LaikData {
     #[allow(clippy::vec_box)]
     maps: Vec<Box<LaikMapping>>,
     user_mem: Option<UserMem>,
-    /// Set for containers of a registered type: they exist (and keep the SPMD numbering of
-    /// containers) but cannot be switched.
+    /// Set for containers of a registered type (name and element size): see [`Bytes`].
     registered: Option<(String, usize)>,
+    /// How a container of a registered type is held, `None` for LAIK's predefined types.
+    bytes: Option<Bytes>,
+    /// The program's current partitioning (the container itself holds the byte twin of it
+    /// when `bytes` is set).
+    part: Option<Partitioning>,
 }
 
 /// `Laik_DataFlow` and `Laik_ReductionOperation` to the data layer's flow and operation.
@@ -171,8 +177,7 @@ impl LaikData {
     /// Copies the program's memory into the container while it is the active mapping.
     fn sync_in(&mut self) -> Result<()> {
         if let Some(u) = &self.user_mem {
-            if self.c.partitioning().map(|p| p.id()) == Some(u.part_id) && self.c.num_mappings() > 0
-            {
+            if self.part.as_ref().map(|p| p.id()) == Some(u.part_id) && self.c.num_mappings() > 0 {
                 let m = self.c.raw_map(0)?;
                 // SAFETY: the user buffer holds `bytes` bytes (checked against the mapping's
                 // size at registration); the mapping is at least that large.
@@ -186,8 +191,7 @@ impl LaikData {
     /// partitioning it was registered for.
     fn sync_out(&mut self) -> Result<()> {
         if let Some(u) = &self.user_mem {
-            if self.c.partitioning().map(|p| p.id()) == Some(u.part_id) && self.c.num_mappings() > 0
-            {
+            if self.part.as_ref().map(|p| p.id()) == Some(u.part_id) && self.c.num_mappings() > 0 {
                 let m = self.c.raw_map(0)?;
                 // SAFETY: as in sync_in, in the other direction.
                 unsafe { std::ptr::copy_nonoverlapping(m.base, u.ptr, u.bytes) };
@@ -206,22 +210,24 @@ impl LaikData {
         redop: c_int,
         op: &'static str,
     ) -> Result<()> {
-        if let Some((name, size)) = &self.registered {
+        let (f, o) = flow_of(flow, redop, op)?;
+        if let (Some((name, size)), Some(o)) = (&self.registered, o) {
             return Err(
                 Error::new(ferry_core::ErrorKind::Unsupported, op).with_detail(format!(
-                    "`{}` holds elements of the registered type `{name}` ({size} bytes); only \
-                 LAIK's predefined types can be distributed",
+                    "{o:?} reduction over `{}`, whose elements are of the registered type \
+                     `{name}` ({size} bytes): ferry has no operation on such elements",
                     self.name
                 )),
             );
         }
-        let (f, o) = flow_of(flow, redop, op)?;
+        let inner = self.inner(to)?;
         self.sync_in()?;
         let started = std::time::Instant::now();
         let t = self.inst().transport()?;
         self.c
-            .switch_to(t, to, f, o)
+            .switch_to(t, &inner, f, o)
             .map_err(|e| e.context(format!("{op} of `{}`", self.name)))?;
+        self.part = Some(to.clone());
         self.inst().switch_secs += started.elapsed().as_secs_f64();
         self.active = handle;
         self.group = group;
@@ -239,8 +245,11 @@ impl LaikData {
             return Ok(None);
         }
         let mut raw = self.c.raw_map(i)?;
+        if let Some(b) = &self.bytes {
+            raw = b.to_elements(raw);
+        }
         if let Some(u) = &self.user_mem {
-            if i == 0 && self.c.partitioning().map(|p| p.id()) == Some(u.part_id) {
+            if i == 0 && self.part.as_ref().map(|p| p.id()) == Some(u.part_id) {
                 raw.base = u.ptr;
             }
         }
@@ -256,6 +265,19 @@ impl LaikData {
         // SAFETY: spaces live until the process ends.
         unsafe { &*self.space }.space.dims()
     }
+
+    /// Size of one element in bytes.
+    fn elem_size(&self) -> usize {
+        self.bytes.as_ref().map_or(self.elem.size(), |b| b.size)
+    }
+
+    /// The partitioning the container itself is switched to for the program's `p`.
+    pub(crate) fn inner(&mut self, p: &Partitioning) -> Result<Partitioning> {
+        match &mut self.bytes {
+            Some(b) => b.twin(p),
+            None => Ok(p.clone()),
+        }
+    }
 }
 
 fn new_data(space: *mut LaikSpace, ty: *mut LaikType, op: &'static str) -> Result<*mut LaikData> {
@@ -263,7 +285,12 @@ fn new_data(space: *mut LaikSpace, ty: *mut LaikType, op: &'static str) -> Resul
     let t = obj(ty, op, "type")?;
     let inst = obj(sp.inst, op, "instance")?;
     let name = format!("data-{}", inst.datas.len());
-    let c = AnyContainer::new(&mut inst.data, t.elem, &name, &sp.space);
+    let bytes = match &t.registered {
+        Some((_, size)) => Some(Bytes::new(&sp.space, *size, op)?),
+        None => None,
+    };
+    let space_of_c = bytes.as_ref().map_or(sp.space, |b| b.space);
+    let c = AnyContainer::new(&mut inst.data, t.elem, &name, &space_of_c);
     let d = Box::into_raw(Box::new(LaikData {
         inst: sp.inst,
         space,
@@ -275,6 +302,8 @@ fn new_data(space: *mut LaikSpace, ty: *mut LaikType, op: &'static str) -> Resul
         maps: Vec::new(),
         user_mem: None,
         registered: t.registered.clone(),
+        bytes,
+        part: None,
     }));
     inst.datas.push(d);
     Ok(d)
@@ -385,10 +414,10 @@ pub extern "C" fn laik_switchto_flow(d: *mut LaikData, flow: c_int, red_op: c_in
     run("laik_switchto_flow", || {
         let op = "laik_switchto_flow";
         let data = obj(d, op, "data")?;
-        let part =
-            data.c.partitioning().cloned().ok_or_else(|| {
-                Error::invalid(op, format!("`{}` has no partitioning", data.name))
-            })?;
+        let part = data
+            .part
+            .clone()
+            .ok_or_else(|| Error::invalid(op, format!("`{}` has no partitioning", data.name)))?;
         let (handle, group) = (data.active, data.group);
         data.switch(&part, handle, group, flow, red_op, op)
     })
@@ -415,7 +444,7 @@ pub extern "C" fn laik_set_initial_partitioning(d: *mut LaikData, p: *mut LaikPa
         let op = "laik_set_initial_partitioning";
         let data = obj(d, op, "data")?;
         let pt = obj(p, op, "partitioning")?;
-        if data.c.partitioning().is_some() {
+        if data.part.is_some() {
             return Err(Error::invalid(
                 op,
                 format!("`{}` already has a partitioning", data.name),
@@ -439,7 +468,7 @@ pub extern "C" fn laik_set_map_memory(d: *mut LaikData, n: c_int, start: *mut c_
                 .with_detail(format!("memory for mapping {n} (only mapping 0)")));
         }
         let id =
-            data.c.partitioning().map(|p| p.id()).ok_or_else(|| {
+            data.part.as_ref().map(|p| p.id()).ok_or_else(|| {
                 Error::invalid(op, format!("`{}` has no partitioning", data.name))
             })?;
         let m = data.c.raw_map(0)?;
@@ -617,7 +646,7 @@ pub extern "C" fn laik_get_map_addr(
     run("laik_get_map_addr", || {
         let data = obj(d, "laik_get_map_addr", "data")?;
         let i = obj(idx, "laik_get_map_addr", "index")?.i;
-        let (dims, size) = (data.dims(), data.elem.size());
+        let (dims, size) = (data.dims(), data.elem_size());
         Ok(match data.mapping(n)? {
             // SAFETY: the offset lies inside the mapping (checked against its box).
             Some(m) => offset_in(&m.raw, &i, dims).map_or(null_mut(), |o| unsafe {
@@ -716,7 +745,7 @@ pub(crate) fn follow_migration(p: &mut LaikPartitioning, old_id: u64) -> Result<
     for &d in inst.datas.clone().iter() {
         // SAFETY: `datas` holds live containers only (laik_free removes them).
         let data = unsafe { &mut *d };
-        if data.c.partitioning().map(|x| x.id()) == Some(old_id) {
+        if data.part.as_ref().map(|x| x.id()) == Some(old_id) {
             let part = p.part.clone();
             data.switch(&part, pp, p.group, 1, 0, "laik_partitioning_migrate")?;
         }

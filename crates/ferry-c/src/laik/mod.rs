@@ -7,12 +7,14 @@
 //! Failures are fatal, as in LAIK: [`run`] prints the error (rank, operation, cause) on stderr
 //! and exits with status 1, so C never sees a half-done call, an abort or an unwinding panic.
 
+mod bytes;
 mod core;
 mod custom;
 mod data;
 mod kvs;
 mod part;
 mod plan;
+mod query;
 mod spaces;
 
 use std::io::Write;

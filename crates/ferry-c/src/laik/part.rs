@@ -28,6 +28,13 @@ pub struct LaikSpace {
 }
 
 impl LaikSpace {
+    /// The range fields C reads (`Laik_Range`), kept in step with `space`.
+    pub(crate) fn range_ptr(&self) -> *const LaikRange {
+        &self.range
+    }
+}
+
+impl LaikSpace {
     /// A boxed space handle (its C view filled in).
     pub(crate) fn boxed(inst: *mut LaikInstance, space: Space, name: &str) -> *mut LaikSpace {
         let p = Box::into_raw(Box::new(LaikSpace {
@@ -618,7 +625,7 @@ pub extern "C" fn laik_my_mapcount(p: *mut LaikPartitioning) -> c_int {
 }
 
 /// This process's range number `n` of `p` and its `Laik_TaskRange` (None if it has fewer).
-fn range_n(
+pub(crate) fn range_n(
     p: *mut LaikPartitioning,
     n: c_int,
     op: &'static str,

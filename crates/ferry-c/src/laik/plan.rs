@@ -3,7 +3,7 @@
 use std::ffi::c_int;
 use std::sync::Arc;
 
-use ferry_core::Error;
+use ferry_core::{Error, Result};
 use ferry_data::{LayoutOrder, Partitioning, Space};
 
 use super::core::LaikGroup;
@@ -67,12 +67,17 @@ pub extern "C" fn laik_reservation_alloc(r: *mut LaikReservation) {
         let data = obj(res.data, "laik_reservation_alloc", "data")?;
         // A partitioning and its halo share one placement (LAIK allocates the reservation
         // once for both), so a mapping keeps its address across switches among them.
-        if let [a, b] = &res.parts[..] {
+        let inner = res
+            .parts
+            .iter()
+            .map(|p| data.inner(p))
+            .collect::<Result<Vec<_>>>()?;
+        if let [a, b] = &inner[..] {
             if a.is_halo_pair(b) || b.is_halo_pair(a) {
                 data.c.share_layout(a, b)?;
             }
         }
-        let parts: Vec<&Partitioning> = res.parts.iter().collect();
+        let parts: Vec<&Partitioning> = inner.iter().collect();
         data.c.reserve(&parts)
     })
 }

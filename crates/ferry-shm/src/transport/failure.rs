@@ -267,12 +267,28 @@ impl ShmTransport {
 
     /// The error of a receive whose message its sender (segment index `l`) abandoned.
     pub(super) fn abandoned_error(&self, l: usize) -> Error {
+        self.sender_gave_up(l, "its send failed before all of it was sent")
+    }
+
+    /// The error of a receive whose message its live sender (segment index `l`) took back
+    /// because its operation failed. A sender that ended because of a peer's failure recorded
+    /// that peer: the receive names it as failed. A fault-tolerant job records none (its ranks
+    /// survive failures; the sender gave up after a revoke or a failure it saw elsewhere): the
+    /// sender lives, so the receive is interrupted as revoked (as tcp reports a withdrawn
+    /// message), never by naming the sender as failed.
+    pub(super) fn sender_gave_up(&self, l: usize, how: &str) -> Error {
         let peer = self.global_of[l];
-        self.err(ErrorKind::PeerFailed, "recv")
+        let blamed = self.seg.blame(l).load(Ordering::Acquire) != 0;
+        let kind = if self.tolerant && !blamed {
+            ErrorKind::Revoked
+        } else {
+            ErrorKind::PeerFailed
+        };
+        self.err(kind, "recv")
             .with_peer(self.root_cause(l))
             .with_detail(format!(
-                "rank {peer} abandoned this message: its send failed before all of it was \
-                 sent{}",
+                "rank {peer} abandoned this message: {how} (its sending operation was \
+                 abandoned){}",
                 self.blame_note(l)
             ))
     }
@@ -307,7 +323,84 @@ impl ShmTransport {
     }
 
     pub(super) fn failed(&mut self, ex: &mut Exchange<'_>, e: Error) -> Error {
-        self.settle_failed(ex, &e);
+        self.abandon(ex, &e);
         e
+    }
+
+    /// Gives up `ex` for good (`Transport::abandon_exchange`, or an exchange that returns an
+    /// error): its sends are settled ([`ShmTransport::settle_failed`]) and its incomplete
+    /// receives given up.
+    ///
+    /// A given-up receive has spent its flow serial, so its message can never match a later
+    /// receive: whatever of it is still to come is dropped on arrival. A message streaming
+    /// in as fragments right now has the rest of its fragments consumed and dropped (before,
+    /// they met the next exchange as "fragmented message lost its receive", or as "fragment
+    /// of another message interleaved" once that error had dropped the stream's state).
+    ///
+    /// Public for transports that drive the shm part of an exchange themselves (hybrid).
+    pub fn abandon(&mut self, ex: &mut Exchange<'_>, why: &Error) {
+        self.settle_failed(ex, why);
+        self.give_up_recvs(ex);
+    }
+
+    fn give_up_recvs(&mut self, ex: &mut Exchange<'_>) {
+        for i in 0..ex.recvs.len() {
+            let r = &mut ex.recvs[i];
+            let OpState::Active { serial, progress } = r.state else {
+                continue;
+            };
+            if progress & SETTLED != 0 {
+                continue;
+            }
+            let Some(l) = self.local_of.get(r.peer).copied().flatten() else {
+                continue;
+            };
+            r.state = OpState::Active {
+                serial,
+                progress: progress | SETTLED,
+            };
+            let arrival = Arrival {
+                source: r.peer,
+                key: r.key,
+                serial,
+            };
+            if let Some(p) = self.partial[l].as_mut().filter(|p| p.arrival == arrival) {
+                if let Target::Buf(_) = p.target {
+                    self.partial_bytes -= p.total;
+                    self.partial_count -= 1;
+                }
+                p.target = Target::Discard;
+                continue;
+            }
+            if self.inbox.take(&arrival).is_some() || self.abandoned.remove(&arrival) {
+                continue;
+            }
+            if let Some(d) = self.pending_cma.remove(&arrival) {
+                if self.drop_descriptor(l, d.seq) {
+                    continue;
+                }
+            }
+            self.given_up.insert(arrival);
+        }
+    }
+
+    /// Takes descriptor `seq` from `l` and completes it unread (its receive was given up): the
+    /// sender gets its buffer back. False if it was withdrawn, so its fragments follow.
+    pub(super) fn drop_descriptor(&mut self, l: usize, seq: u64) -> bool {
+        let Some(rx) = self.rx[l].as_ref() else {
+            return true;
+        };
+        let word = rx.ring().ack(seq);
+        match ring::claim(word, seq) {
+            Claim::Got => {
+                ring::complete(word, seq);
+                self.wake(l);
+                self.stats
+                    .bump("shm messages dropped (receive given up)", 1);
+                true
+            }
+            Claim::Withdrawn => false,
+            Claim::Aborted => true,
+        }
     }
 }

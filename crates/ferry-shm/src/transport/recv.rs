@@ -23,13 +23,8 @@ impl ShmTransport {
             Claim::Got => Ok(true),
             Claim::Withdrawn => Ok(false),
             Claim::Aborted => {
-                let e = self
-                    .err(ErrorKind::PeerFailed, "recv")
-                    .with_peer(self.root_cause(l));
-                Err(e.with_detail(format!(
-                    "rank {peer} abandoned this message: its send failed before this rank took it{}",
-                    self.blame_note(l)
-                )))
+                debug_assert_eq!(self.global_of[l], peer);
+                Err(self.sender_gave_up(l, "its send failed before this rank took it"))
             }
         }
     }
@@ -128,6 +123,14 @@ impl ShmTransport {
                 // The same message as a withdrawn descriptor kept earlier: forget that.
                 self.pending_cma.remove(&arrival);
             }
+            if !self.given_up.is_empty()
+                && e.typ != T_FRAG
+                && self.given_up.contains(&arrival)
+                && self.drop_given_up(l, &arrival, e.typ)
+            {
+                *popped += 1;
+                continue;
+            }
             match e.typ {
                 T_INLINE => {
                     if total > cap {
@@ -170,7 +173,9 @@ impl ShmTransport {
                 }
                 T_FRAG => {
                     if self.partial[l].is_none() {
+                        let given_up = !self.given_up.is_empty() && self.given_up.remove(&arrival);
                         let target = match Self::find_recv(ex, peer, &arrival) {
+                            _ if given_up => Target::Discard,
                             Some(i) => {
                                 if let Err(want) = ex.recvs[i].buf.prepare(total) {
                                     return Err(self.len_error(peer, total, want));
@@ -224,6 +229,7 @@ impl ShmTransport {
                             Err(want) => len_err = Some(want),
                         },
                         Target::Buf(v) => rx.read_payload(&mut v[p.received..p.received + chunk]),
+                        Target::Discard => {}
                     }
                     rx.pop();
                     *popped += 1;
@@ -236,6 +242,10 @@ impl ShmTransport {
                             Target::Op(i) => {
                                 ex.recvs[i].state = OpState::Done;
                                 self.stats.record_recv(peer, total);
+                            }
+                            Target::Discard => {
+                                self.stats
+                                    .bump("shm messages dropped (receive given up)", 1);
                             }
                             Target::Buf(v) => {
                                 self.partial_bytes -= total;
@@ -304,6 +314,7 @@ impl ShmTransport {
                                 self.partial_bytes -= p.total;
                                 self.partial_count -= 1;
                             }
+                            Target::Discard => continue,
                             Target::Op(_) => return Err(self.abandoned_error(l)),
                         }
                     }
@@ -320,6 +331,36 @@ impl ShmTransport {
             *popped += 1;
         }
         Ok(())
+    }
+
+    /// Drops the entry at the head of `l`'s ring, of type `typ`, for a message whose receive
+    /// was given up (see `given_up`). False if it is not to be dropped here (a fragment, which
+    /// the fragment path discards). A withdrawn descriptor stays given up: its fragments
+    /// follow.
+    fn drop_given_up(&mut self, l: usize, arrival: &Arrival, typ: u8) -> bool {
+        let Some(rx) = self.rx[l].as_mut() else {
+            return false;
+        };
+        match typ {
+            T_CMA => {
+                let mut raw = [0u8; CMA_DESC];
+                rx.read_payload(&mut raw);
+                rx.pop();
+                if self.drop_descriptor(l, decode_cma(&raw).seq) {
+                    self.given_up.remove(arrival);
+                }
+            }
+            T_INLINE | T_ABORT => {
+                rx.pop();
+                self.given_up.remove(arrival);
+                if typ == T_INLINE {
+                    self.stats
+                        .bump("shm messages dropped (receive given up)", 1);
+                }
+            }
+            _ => return false,
+        }
+        true
     }
 
     pub(super) fn protocol(&self, peer: usize, what: &str) -> Error {
@@ -349,7 +390,18 @@ impl ShmTransport {
                     };
                     serial
                 }
-                OpState::Active { serial, .. } => serial,
+                OpState::Active { serial, progress } => {
+                    if progress & SETTLED != 0 {
+                        return Err(self
+                            .err(ErrorKind::InvalidArgument, "recv")
+                            .with_peer(r.peer)
+                            .with_detail(
+                                "this receive was given up when an earlier attempt of its \
+                                 exchange failed",
+                            ));
+                    }
+                    serial
+                }
                 OpState::Done => continue,
             };
             if matches!(&self.partial[l], Some(Partial { target: Target::Op(j), .. }) if *j == i) {
@@ -447,6 +499,19 @@ impl ShmTransport {
                     self.stats.record_recv(peer, len);
                     return Ok(true);
                 }
+                let other = Arrival {
+                    source: peer,
+                    key: e.key,
+                    serial: e.serial,
+                };
+                if !self.given_up.is_empty() && self.given_up.remove(&other) {
+                    // Its receive was given up: nobody takes it.
+                    rx.pop();
+                    self.wake(l);
+                    self.stats
+                        .bump("shm messages dropped (receive given up)", 1);
+                    continue;
+                }
                 // Another flow's message: keep it for its receive.
                 let room = self.inbox.len() + self.partial_count < self.inbox_cap_messages
                     && self.inbox.bytes() + self.partial_bytes + len <= self.inbox_cap_bytes;
@@ -456,11 +521,6 @@ impl ShmTransport {
                 let mut v = vec![0u8; len];
                 rx.read_payload(&mut v);
                 rx.pop();
-                let other = Arrival {
-                    source: peer,
-                    key: e.key,
-                    serial: e.serial,
-                };
                 self.inbox
                     .insert(other, v)
                     .map_err(|err| self.protocol(peer, "duplicate message").with_source(err))?;

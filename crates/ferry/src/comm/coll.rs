@@ -8,6 +8,9 @@
 //! reusing the communicator's operation vectors: no allocation per call. Blocks of different
 //! sizes, or many ranks, call `ferry-coll`'s byte-level versions through [`Comm::transport`].
 //!
+//! On a communicator with a Cartesian topology the gather family (all-to-all aside) runs
+//! `ferry-coll`'s chain algorithms instead, so it reaches only the grid's chain (`topo.rs`).
+//!
 //! Messages of the typed gather family carry kind COLLECTIVE, the group's generation, and a
 //! tag with bit 24 set (above every tag `ferry-coll` uses: sequence < 256 in bits 16-23,
 //! kind in 8-15, phase in 0-7), then this communicator's own sequence number and the kind.
@@ -181,6 +184,14 @@ impl Comm {
         const NAME: &str = "gather";
         let root_rank = self.member(root, NAME)?;
         let k = send.len();
+        if self.on_chain() {
+            if self.me == root {
+                self.check_len(NAME, "the root's receive buffer", recv.len(), k)?;
+            }
+            return self
+                .chain_gather_into(send, recv, root)
+                .map_err(self.coll_err(NAME));
+        }
         let key = self.typed_key(Kind::Gather);
         let me = self.me;
         let res = if me == root {
@@ -208,6 +219,11 @@ impl Comm {
         const NAME: &str = "allgather";
         let k = send.len();
         self.check_len(NAME, "the receive buffer", recv.len(), k)?;
+        if self.on_chain() {
+            return self
+                .chain_allgather_into(send, recv)
+                .map_err(self.coll_err(NAME));
+        }
         let key = self.typed_key(Kind::Allgather);
         let me = self.me;
         let ranks = self.group.members();
@@ -236,6 +252,14 @@ impl Comm {
         const NAME: &str = "scatter";
         let root_rank = self.member(root, NAME)?;
         let k = recv.len();
+        if self.on_chain() {
+            if self.me == root {
+                self.check_len(NAME, "the root's send buffer", send.len(), k)?;
+            }
+            return self
+                .chain_scatter_into(send, recv, root)
+                .map_err(self.coll_err(NAME));
+        }
         let key = self.typed_key(Kind::Scatter);
         let me = self.me;
         let res = if me == root {

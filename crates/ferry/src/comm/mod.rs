@@ -16,10 +16,14 @@
 //!   ([`Comm::gather_into`], [`Comm::allgather_into`], [`Comm::scatter_into`],
 //!   [`Comm::alltoall_into`]) that reuse this communicator's scratch space instead of
 //!   allocating per call;
-//! - the data layer: [`Comm::container`], [`Comm::partitioning`], [`Comm::switch`].
+//! - the data layer: [`Comm::container`], [`Comm::partitioning`], [`Comm::switch`];
+//! - virtual topologies (X6, X7): [`Comm::set_cartesian`], [`Comm::set_graph`],
+//!   [`Comm::cart_shift`], [`Comm::neighbor_allgather`], [`Comm::neighbor_alltoall`]; on a
+//!   Cartesian communicator the collectives keep to the grid's chain.
 
 mod coll;
 mod p2p;
+mod topo;
 
 use ferry_coll::Group;
 use ferry_core::mem::MemTransport;

@@ -124,3 +124,44 @@ fn set_group_renumbers_and_scopes_collectives() {
     .unwrap();
     assert_eq!(out[1..], [(0, 6), (1, 6), (2, 6)]);
 }
+
+#[test]
+fn a_cartesian_communicator_keeps_results_and_offers_neighbour_exchange() {
+    let out = run_threads(5, |mut c: Comm| {
+        let r = c.rank();
+        c.set_cartesian(&[5], &[true])?;
+        assert_eq!(c.cart_coords()?, vec![r]);
+        assert_eq!(c.cart_shift(0, 2)?, (Some((r + 3) % 5), Some((r + 2) % 5)));
+        let n = c.neighbor_allgather(&[r as u16, 7])?;
+        assert_eq!(
+            n,
+            vec![
+                Some(vec![((r + 4) % 5) as u16, 7]),
+                Some(vec![((r + 1) % 5) as u16, 7])
+            ]
+        );
+        // The gather family along the chain, into the caller's buffers.
+        let mut at_root = vec![0u32; if r == 2 { 10 } else { 0 }];
+        c.gather_into(&[r as u32, 50 + r as u32], &mut at_root, 2)?;
+        if r == 2 {
+            assert_eq!(at_root, [0, 50, 1, 51, 2, 52, 3, 53, 4, 54]);
+        }
+        let mut all = vec![0i8; 5];
+        c.allgather_into(&[-(r as i8)], &mut all)?;
+        assert_eq!(all, [0, -1, -2, -3, -4]);
+        let src: Vec<u64> = if r == 4 { (0..10).collect() } else { vec![] };
+        let mut mine = [0u64; 2];
+        c.scatter_into(&src, &mut mine, 4)?;
+        assert_eq!(mine, [2 * r as u64, 2 * r as u64 + 1]);
+        // A wrong buffer is still an error value, not a hang or a panic.
+        let mut short = vec![0i8; 4];
+        assert!(c.allgather_into(&[1i8], &mut short).is_err());
+        let e = c.set_cartesian(&[2, 2], &[false, false]).unwrap_err();
+        assert!(e.to_string().contains("grid of 4"), "{e}");
+        let total = c.allreduce_value(r as u64, Op::Sum)?;
+        c.finish()?;
+        Ok(total)
+    })
+    .unwrap();
+    assert_eq!(out, [10; 5]);
+}

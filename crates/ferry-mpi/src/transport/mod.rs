@@ -1,0 +1,504 @@
+//! [`MpiTransport`]: ferry's transport over nonblocking MPI point-to-point calls.
+//!
+//! - `mod.rs`: the transport, its set-up and the [`Transport`] implementation;
+//! - `call.rs`: the raw MPI calls, each turned into a ferry error on failure;
+//! - `progress.rs`: one progress pass over an exchange (sends, receives, requests on the
+//!   caller's memory, draining of messages nobody asked for yet);
+//! - `wait.rs`: waiting (the exchange driver, the single-message fast paths, shutdown);
+//! - `store.rs`: memory the transport owns (buffer pool, messages kept aside).
+
+mod call;
+mod progress;
+mod store;
+mod wait;
+
+use std::collections::{HashMap, VecDeque};
+use std::ffi::{c_int, c_void};
+use std::ptr;
+use std::time::{Duration, Instant};
+
+use ferry_core::error::{Error, ErrorKind, Result};
+use ferry_core::stats::Stats;
+use ferry_core::transport::{Exchange, WaitPolicy};
+use ferry_core::{Config, LaunchInfo, MsgKey, Transport};
+use mpi::environment::{Threading, Universe};
+use mpi::ffi;
+
+use crate::tags::TagMap;
+use call::check;
+
+/// Most payload bytes of copied sends that MPI has not yet completed. A send beyond it waits
+/// (inside the exchange, which keeps progressing its receives) until earlier sends drain:
+/// back-pressure instead of unbounded buffering (T1).
+pub const MAX_INFLIGHT_SEND_BYTES: usize = 256 << 20;
+
+/// Most bytes of messages kept aside because they arrived for another key (see
+/// [`crate::tags`]) or were drained before their receive was posted; a hashed-tag message
+/// beyond it is a [`ErrorKind::ResourceExhausted`] error, and draining stops at it.
+pub const MAX_EARLY_BYTES: usize = 256 << 20;
+
+/// Most messages kept aside, as [`MAX_EARLY_BYTES`].
+const MAX_EARLY_MESSAGES: usize = 65_536;
+
+/// Most messages one drain pass takes off MPI's queue (the rest wait for the next poll).
+const DRAIN_BATCH: usize = 16;
+
+/// After `general.spin_us` in an exchange without completion, the waiting rank yields the core
+/// to other processes; after [`YIELD_FOR`] more it sleeps in short naps. Yielding early is
+/// deliberate: on shared 2-core machines, pure spinning (as MPI libraries do unless
+/// oversubscribed) measured 3-13 us ping-pong latency for 1 B against 0.5-1.3 us with yields,
+/// because a spinning rank keeps the core from the peer or from whatever else must run.
+const YIELD_FOR: Duration = Duration::from_millis(2);
+const NAP: Duration = Duration::from_micros(50);
+/// Settling borrowed buffers after a failed exchange warns once it has waited this long without
+/// an operation timeout (the wait itself continues: MPI may still touch the buffers).
+const SETTLE_WARN_AFTER: Duration = Duration::from_secs(10);
+
+/// `OpState::Active::serial` of an operation whose MPI request works on the caller's memory
+/// (the other active receives hold a backend slot and use serial 0).
+const BORROWED: u64 = u64::MAX;
+
+/// `OpState::Active::progress` of a borrowed receive posted with `MPI_Irecv` (not known to be
+/// matched yet; a matched one, `MPI_Imrecv`, has progress 0).
+const POSTED: usize = 1;
+
+/// An MPI request on memory of the exchange being run by [`Transport::exchange`]: the index of
+/// its operation, which completes when the request does.
+#[derive(Debug, Clone, Copy)]
+enum Borrowed {
+    Send {
+        op: usize,
+    },
+    /// A matched message being received (`MPI_Imrecv`).
+    Recv {
+        op: usize,
+        peer: usize,
+        len: usize,
+    },
+    /// A receive of exactly `len` bytes posted before its message was there (`MPI_Irecv`).
+    Posted {
+        op: usize,
+        peer: usize,
+        len: usize,
+    },
+}
+
+/// A receive whose message MPI has matched (`MPI_Improbe`) and is filling (`MPI_Imrecv`) into a
+/// buffer owned by the backend.
+struct RecvSlot {
+    req: ffi::MPI_Request,
+    buf: Vec<u8>,
+    len: usize,
+}
+
+/// A message taken off MPI's queue while waiting, before any receive asked for it
+/// ([`MpiTransport::drain`]), still being received into slot `slot`.
+#[derive(Debug, Clone, Copy)]
+struct Drained {
+    peer: usize,
+    tag: i32,
+    slot: usize,
+}
+
+/// One rank of a job over MPI (`FERRY_BACKEND=mpi`).
+///
+/// **Inside [`Transport::exchange`]** (and `send`/`recv`, which are one-operation exchanges)
+/// MPI works on the caller's memory, because the call does not return while MPI uses it: every
+/// exact-tag receive is matched (`MPI_Improbe`) and received (`MPI_Imrecv`) straight into the
+/// caller's `Vec` or slice, and every exact-tag send is an `MPI_Isend` from the caller's buffer.
+/// A large send therefore completes when the receiver's MPI library takes the message, not at
+/// once. So that such a send never waits for an unrelated receive (M3) and two ranks that send
+/// to each other before receiving never deadlock (T1), a rank that waits longer than
+/// `general.spin_us` with no receive of its own under way takes every message nobody asked
+/// for yet off MPI's queue into backend memory ([`MAX_EARLY_BYTES`] at most) and keeps it for
+/// its receive. If an exchange fails, it waits for MPI to be done with the caller's memory
+/// before returning (for a send: until the receiver's MPI takes it, which every waiting
+/// rank does). `FERRY_MPI_ZERO_COPY_SENDS=0` turns the sends back into copies that complete
+/// at once (bounded by [`MAX_INFLIGHT_SEND_BYTES`]).
+///
+/// **[`Transport::progress_exchange`]** hands MPI only buffers owned by the transport: the
+/// caller may drop the exchange after any call, and MPI must never touch freed memory. Sends
+/// are copied; receives land in a backend buffer that is moved into a `RecvBuf::Vec` or copied
+/// into a `RecvBuf::Slice`.
+///
+/// MPI is initialised with `MPI_THREAD_SERIALIZED` (the transport may move between threads,
+/// but `&mut self` keeps calls from overlapping), and finalised by [`Transport::finish`] or on
+/// drop — only if this transport initialised it. A process can initialise MPI once: a second
+/// transport after the first was finished is an error, not an abort.
+pub struct MpiTransport {
+    comm: ffi::MPI_Comm,
+    rank: usize,
+    size: usize,
+    nodes: Vec<usize>,
+    tags: TagMap,
+    policy: WaitPolicy,
+    send_reqs: Vec<ffi::MPI_Request>,
+    send_bufs: Vec<Vec<u8>>,
+    inflight_bytes: usize,
+    done_indices: Vec<c_int>,
+    slots: Vec<Option<RecvSlot>>,
+    free_slots: Vec<usize>,
+    early: HashMap<(usize, MsgKey), VecDeque<Vec<u8>>>,
+    early_bytes: usize,
+    early_messages: usize,
+    /// Drained messages still being received, in the order MPI matched them.
+    drained: Vec<Drained>,
+    drained_bytes: usize,
+    /// Flows `(peer, MPI tag)` whose earliest pending receive has no message yet, rebuilt on
+    /// every progress call. A vector: exchanges have few receives, and a linear scan beats
+    /// hashing for them.
+    blocked: Vec<(usize, i32)>,
+    pool: Vec<Vec<u8>>,
+    pool_bytes: usize,
+    borrowed_reqs: Vec<ffi::MPI_Request>,
+    borrowed_ops: Vec<Borrowed>,
+    zero_copy_sends: bool,
+    stats: Stats,
+    hashed_messages: u64,
+    kept_aside_total: u64,
+    drained_total: u64,
+    zero_copy_messages: u64,
+    /// Operations completed so far; the exchange driver drains only once this stops moving.
+    completions: u64,
+    universe: Option<Universe>,
+    finished: bool,
+}
+
+// SAFETY: the raw MPI handles are plain values owned by this transport; MPI is initialised
+// with MPI_THREAD_SERIALIZED so calls from different threads are allowed as long as they do not
+// overlap, which `&mut self` on every communicating method guarantees. The transport is moved
+// between threads, never shared (`Transport` requires `Send`, not `Sync`).
+unsafe impl Send for MpiTransport {}
+
+impl MpiTransport {
+    /// Initialises MPI (unless the program already did) and sets up this rank: a private
+    /// duplicate of `MPI_COMM_WORLD` that returns errors, the tag layout from `MPI_TAG_UB`, and
+    /// the node of every rank (ranks that can share memory, `MPI_COMM_TYPE_SHARED`).
+    pub fn init(config: &Config) -> Result<MpiTransport> {
+        let universe = match mpi::initialize_with_threading(Threading::Serialized) {
+            Some((universe, provided)) => {
+                if provided < Threading::Serialized {
+                    tracing::warn!(
+                        ?provided,
+                        "the MPI library does not provide MPI_THREAD_SERIALIZED; keep ferry's \
+                         calls on the thread that called init"
+                    );
+                }
+                Some(universe)
+            }
+            None if mpi::is_finalized() => {
+                return Err(Error::new(ErrorKind::Unsupported, "mpi init").with_detail(
+                    "MPI was already finalised in this process (an earlier ferry world was \
+                     finished); MPI cannot be initialised twice",
+                ))
+            }
+            // The program initialised MPI itself: use it, and leave finalisation to it.
+            None => None,
+        };
+        let mut t = MpiTransport {
+            // SAFETY: reading a constant handle exported by the MPI binding.
+            comm: unsafe { ffi::RSMPI_COMM_NULL },
+            rank: 0,
+            size: 1,
+            nodes: Vec::new(),
+            tags: TagMap::new(i32::MAX).ok_or_else(|| Error::new(ErrorKind::Mpi, "mpi init"))?,
+            policy: config.wait_policy(ferry_core::config::local_ranks_hint(1)),
+            send_reqs: Vec::new(),
+            send_bufs: Vec::new(),
+            inflight_bytes: 0,
+            done_indices: Vec::new(),
+            slots: Vec::new(),
+            free_slots: Vec::new(),
+            early: HashMap::new(),
+            early_bytes: 0,
+            early_messages: 0,
+            drained: Vec::new(),
+            drained_bytes: 0,
+            blocked: Vec::new(),
+            pool: Vec::new(),
+            pool_bytes: 0,
+            borrowed_reqs: Vec::new(),
+            borrowed_ops: Vec::new(),
+            // On unless FERRY_MPI_ZERO_COPY_SENDS=0 (see the type's documentation).
+            zero_copy_sends: std::env::var("FERRY_MPI_ZERO_COPY_SENDS").map_or(true, |v| v != "0"),
+            stats: Stats::new(0, 1, "mpi"),
+            hashed_messages: 0,
+            kept_aside_total: 0,
+            drained_total: 0,
+            zero_copy_messages: 0,
+            completions: 0,
+            universe,
+            finished: false,
+        };
+        t.setup()?;
+        Ok(t)
+    }
+
+    /// Like [`MpiTransport::init`], and checks that MPI's view of the job agrees with the
+    /// launch environment: a program started by `ferry run` (which sets `FERRY_SIZE`) instead
+    /// of `mpirun` would otherwise run as several independent one-rank MPI jobs.
+    pub fn init_for(config: &Config, launch: &LaunchInfo) -> Result<MpiTransport> {
+        let t = MpiTransport::init(config)?;
+        let mismatch = |what: &str, ours: usize, theirs: usize| {
+            Error::new(ErrorKind::Config, "mpi init")
+                .on_rank(t.rank)
+                .with_detail(format!(
+                    "MPI reports {what} {ours} but the launch environment says {theirs}: \
+                     start the mpi backend with mpirun/srun, not with `ferry run`"
+                ))
+        };
+        if let Some(n) = launch.size {
+            if n != t.size {
+                return Err(mismatch("size", t.size, n));
+            }
+        }
+        if let Some(r) = launch.rank {
+            if r != t.rank {
+                return Err(mismatch("rank", t.rank, r));
+            }
+        }
+        Ok(t)
+    }
+
+    fn setup(&mut self) -> Result<()> {
+        // SAFETY: plain MPI calls on handles created here; out-pointers point to locals.
+        unsafe {
+            let mut comm = ffi::RSMPI_COMM_NULL;
+            check(
+                ffi::MPI_Comm_dup(ffi::RSMPI_COMM_WORLD, &mut comm),
+                0,
+                "mpi init (MPI_Comm_dup)",
+            )?;
+            self.comm = comm;
+            check(
+                ffi::MPI_Comm_set_errhandler(comm, ffi::RSMPI_ERRORS_RETURN),
+                0,
+                "mpi init (MPI_Comm_set_errhandler)",
+            )?;
+            let (mut rank, mut size): (c_int, c_int) = (0, 0);
+            check(ffi::MPI_Comm_rank(comm, &mut rank), 0, "mpi init")?;
+            check(ffi::MPI_Comm_size(comm, &mut size), 0, "mpi init")?;
+            self.rank = rank as usize;
+            self.size = size as usize;
+            self.stats = Stats::new(self.rank, self.size, "mpi");
+
+            let mut ub_ptr: *mut c_int = ptr::null_mut();
+            let mut flag: c_int = 0;
+            check(
+                ffi::MPI_Comm_get_attr(
+                    ffi::RSMPI_COMM_WORLD,
+                    ffi::MPI_TAG_UB as c_int,
+                    (&mut ub_ptr as *mut *mut c_int).cast::<c_void>(),
+                    &mut flag,
+                ),
+                self.rank,
+                "mpi init (MPI_TAG_UB)",
+            )?;
+            let tag_ub = if flag != 0 && !ub_ptr.is_null() {
+                *ub_ptr
+            } else {
+                32767
+            };
+            self.tags = TagMap::new(tag_ub).ok_or_else(|| {
+                Error::new(ErrorKind::Mpi, "mpi init")
+                    .on_rank(self.rank)
+                    .with_detail(format!(
+                        "MPI_TAG_UB is {tag_ub}, below the 32767 the MPI standard guarantees"
+                    ))
+            })?;
+
+            // Node discovery: the lowest rank of each shared-memory group names the node.
+            let mut node_comm = ffi::RSMPI_COMM_NULL;
+            check(
+                ffi::MPI_Comm_split_type(
+                    comm,
+                    ffi::RSMPI_COMM_TYPE_SHARED,
+                    rank,
+                    ffi::RSMPI_INFO_NULL,
+                    &mut node_comm,
+                ),
+                self.rank,
+                "mpi init (MPI_Comm_split_type)",
+            )?;
+            let mut leader: c_int = rank;
+            let rc = ffi::MPI_Bcast(
+                (&mut leader as *mut c_int).cast::<c_void>(),
+                1,
+                ffi::RSMPI_INT32_T,
+                0,
+                node_comm,
+            );
+            ffi::MPI_Comm_free(&mut node_comm);
+            check(rc, self.rank, "mpi init (MPI_Bcast)")?;
+            let mut leaders: Vec<c_int> = vec![0; self.size];
+            check(
+                ffi::MPI_Allgather(
+                    (&leader as *const c_int).cast::<c_void>(),
+                    1,
+                    ffi::RSMPI_INT32_T,
+                    leaders.as_mut_ptr().cast::<c_void>(),
+                    1,
+                    ffi::RSMPI_INT32_T,
+                    comm,
+                ),
+                self.rank,
+                "mpi init (MPI_Allgather)",
+            )?;
+            let mut distinct = leaders.clone();
+            distinct.sort_unstable();
+            distinct.dedup();
+            self.nodes = leaders
+                .iter()
+                .map(|l| distinct.binary_search(l).unwrap_or(0))
+                .collect();
+        }
+        tracing::debug!(
+            rank = self.rank,
+            size = self.size,
+            max_exact_tag = self.tags.max_exact_tag(),
+            "mpi backend ready"
+        );
+        Ok(())
+    }
+
+    /// The largest user tag that maps to an MPI tag without a key header.
+    pub fn max_exact_tag(&self) -> u32 {
+        self.tags.max_exact_tag()
+    }
+
+    /// The key-to-tag mapping in use (derived from this library's `MPI_TAG_UB`).
+    pub fn tag_map(&self) -> TagMap {
+        self.tags
+    }
+
+    /// An error if the transport was already finished.
+    fn ensure_open(&self, op: &'static str) -> Result<()> {
+        if self.finished {
+            return Err(Error::new(ErrorKind::InvalidArgument, op)
+                .on_rank(self.rank)
+                .with_detail("the MPI transport was already finished"));
+        }
+        Ok(())
+    }
+}
+
+impl Transport for MpiTransport {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn size(&self) -> usize {
+        self.size
+    }
+
+    fn name(&self) -> &'static str {
+        "mpi"
+    }
+
+    fn node_of(&self, rank: usize) -> usize {
+        self.nodes.get(rank).copied().unwrap_or(0)
+    }
+
+    /// Never works on the exchange's memory: the caller may drop the exchange after any call.
+    fn progress_exchange(&mut self, ex: &mut Exchange<'_>) -> Result<bool> {
+        self.progress(ex, false)
+    }
+
+    fn wait_for_input(&mut self, timeout: Duration) -> Result<()> {
+        let start = Instant::now();
+        loop {
+            self.progress_sends()?;
+            let mut flag: c_int = 0;
+            // SAFETY: out-pointer to a local; status ignored.
+            let rc = unsafe {
+                ffi::MPI_Iprobe(
+                    ffi::RSMPI_ANY_SOURCE,
+                    ffi::RSMPI_ANY_TAG,
+                    self.comm,
+                    &mut flag,
+                    ffi::RSMPI_STATUS_IGNORE,
+                )
+            };
+            check(rc, self.rank, "wait (MPI_Iprobe)")?;
+            if flag != 0 || start.elapsed() >= timeout {
+                return Ok(());
+            }
+            std::thread::sleep(NAP);
+        }
+    }
+
+    fn wait_policy(&self) -> WaitPolicy {
+        self.policy
+    }
+
+    /// Progresses the exchange until it completes or fails (polling, then yielding, then naps;
+    /// never a blocking MPI call). Exact-tag receives and sends work on the exchange's memory
+    /// without a copy (see [`MpiTransport`]); if the exchange fails, this waits until MPI has
+    /// finished with that memory before returning.
+    fn exchange(&mut self, ex: &mut Exchange<'_>) -> Result<()> {
+        let result = self.drive(ex);
+        if !self.borrowed_reqs.is_empty() {
+            self.settle_borrowed(ex);
+        }
+        result
+    }
+
+    /// `MPI_Isend` from `data`; returns at once when MPI completes it at once (small messages),
+    /// else waits as [`Transport::exchange`] does.
+    fn send(&mut self, peer: usize, key: MsgKey, data: &[u8]) -> Result<()> {
+        self.send_direct(peer, key, data)
+    }
+
+    /// `MPI_Improbe`, then `MPI_Imrecv` straight into `buf`; when no message is there yet,
+    /// waits as [`Transport::exchange`] does.
+    fn recv(&mut self, peer: usize, key: MsgKey, buf: &mut Vec<u8>) -> Result<()> {
+        self.recv_direct(peer, key, buf)
+    }
+
+    /// MPI keeps message order per flow itself (non-overtaking), so the only per-flow state
+    /// here is messages kept aside for later receives; those of retired flows can no longer be
+    /// wanted and are freed.
+    fn retire_flows(&mut self, flows: ferry_core::RetiredFlows) {
+        let (mut bytes, mut messages) = (0, 0);
+        self.early.retain(|(_, k), q| {
+            let keep = !flows.contains(k);
+            if !keep {
+                messages += q.len();
+                bytes += q.iter().map(Vec::len).sum::<usize>();
+            }
+            keep
+        });
+        self.early_bytes -= bytes;
+        self.early_messages -= messages;
+    }
+
+    fn flow_count(&self) -> Option<usize> {
+        Some(self.early.len())
+    }
+
+    fn stats(&self) -> Stats {
+        let mut s = self.stats.clone();
+        s.extra
+            .push(("mpi_hashed_tag_messages", self.hashed_messages));
+        s.extra
+            .push(("mpi_kept_aside_now", self.early_messages as u64));
+        s.extra
+            .push(("mpi_kept_aside_total", self.kept_aside_total));
+        s.extra
+            .push(("mpi_zero_copy_messages", self.zero_copy_messages));
+        s.extra.push(("mpi_drained_total", self.drained_total));
+        s
+    }
+
+    fn finish(&mut self) -> Result<()> {
+        self.shutdown()
+    }
+}
+
+impl Drop for MpiTransport {
+    fn drop(&mut self) {
+        if let Err(e) = self.shutdown() {
+            tracing::warn!("mpi shutdown: {e}");
+        }
+    }
+}

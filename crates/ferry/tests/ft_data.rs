@@ -1,0 +1,243 @@
+//! The data layer on a shrunk fault-tolerant communicator, with real processes under
+//! `ferry run --keep-going` and a rank SIGKILLed through its pid, on tcp, shm and hybrid:
+//! - `t_ft_data` (issue 07): a `ferry_data` container switched between two partitionings is
+//!   carried over the shrink without a checkpoint (`ferry::ft::data::salvage`): every survivor
+//!   reports the same failed rank and the same number of lost indexes, every value it kept is
+//!   right, and the job goes on over the survivors to the end;
+//! - `jac2d_ft_data` (issues 07 and 08): the 2d Jacobi on `ferry_data` containers with
+//!   buddy checkpoints (`ferry::ft::data::Checkpoints`) survives a kill with the undisturbed
+//!   run's final line and only undisturbed `Residuum` lines.
+
+mod support;
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use support::procs::{built_tools, job, rank_pids};
+use support::run_limited;
+
+const BACKENDS: &[&str] = &["tcp", "shm", "hybrid"];
+
+struct KillRun {
+    stdout: Vec<String>,
+    stderr: String,
+    killed: bool,
+}
+
+/// Runs `ex args` on 4 ranks and SIGKILLs rank `victim` once `ready` holds for the stdout
+/// lines so far and `delay` passed after that.
+fn run_with_kill(
+    ferry: &PathBuf,
+    ex: &PathBuf,
+    backend: &str,
+    args: &[&str],
+    victim: usize,
+    ready: &dyn Fn(&[String]) -> bool,
+    delay: Duration,
+) -> KillRun {
+    let mut cmd = job(ferry, 4, backend, true, ex, args);
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("spawn ferry");
+    let out_lines = Arc::new(Mutex::new(Vec::<String>::new()));
+    let o2 = out_lines.clone();
+    let out = child.stdout.take().unwrap();
+    let t_out = std::thread::spawn(move || {
+        for l in BufReader::new(out).lines().map_while(Result::ok) {
+            o2.lock().unwrap().push(l);
+        }
+    });
+    let mut err = child.stderr.take().unwrap();
+    let t_err = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let start = Instant::now();
+    let limit = Duration::from_secs(60);
+    let mut pids = Vec::new();
+    while start.elapsed() < Duration::from_secs(20) && pids.len() < 4 {
+        pids = rank_pids(child.id());
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert_eq!(pids.len(), 4, "{backend}: not every rank started");
+    while !ready(&out_lines.lock().unwrap()) && child.try_wait().unwrap().is_none() {
+        assert!(start.elapsed() < limit, "{backend}: never ready to kill");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    std::thread::sleep(delay);
+    let pid = pids.iter().find(|(r, _)| *r == victim).unwrap().1;
+    let killed = child.try_wait().unwrap().is_none()
+        && Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "{backend}: {ex:?} hung after rank {victim} was killed:\n{}",
+                out_lines.lock().unwrap().join("\n")
+            );
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    t_out.join().unwrap();
+    let stderr = t_err.join().unwrap();
+    let stdout = out_lines.lock().unwrap().clone();
+    KillRun {
+        stdout,
+        stderr,
+        killed,
+    }
+}
+
+/// The text after `rank W: ` of the lines starting with it whose rest starts with `what`.
+fn rest_of(lines: &[String], what: &str) -> Vec<(usize, String)> {
+    lines
+        .iter()
+        .filter_map(|l| {
+            let l = l.strip_prefix("rank ")?;
+            let (w, rest) = l.split_once(": ")?;
+            rest.starts_with(what)
+                .then(|| (w.parse().ok(), rest.to_string()))
+                .and_then(|(w, r)| Some((w?, r)))
+        })
+        .collect()
+}
+
+#[test]
+fn containers_are_carried_over_a_shrink_and_the_lost_part_is_named() {
+    let test = "containers_are_carried_over_a_shrink_and_the_lost_part_is_named";
+    let Some((ferry, ex)) = built_tools(test, &["t_ft_data"]) else {
+        return;
+    };
+    // Rank 0 included; the kill lands within the first few hundred of the 1500 rounds.
+    for (backend, victim) in BACKENDS.iter().zip([0, 2, 1]) {
+        let run = run_with_kill(
+            &ferry,
+            &ex[0],
+            backend,
+            &["1500"],
+            victim,
+            &|_| true,
+            Duration::from_millis(300),
+        );
+        let ctx = format!(
+            "{backend}, rank {victim} killed:\n{}\n{}",
+            run.stdout.join("\n"),
+            run.stderr
+        );
+        assert!(run.killed, "the victim ran; {ctx}");
+        let survivors: Vec<usize> = (0..4).filter(|&r| r != victim).collect();
+        let salvaged = rest_of(&run.stdout, "salvage ");
+        let mut who: Vec<usize> = salvaged.iter().map(|(w, _)| *w).collect();
+        who.sort_unstable();
+        assert_eq!(who, survivors, "every survivor salvaged once; {ctx}");
+        let first = &salvaged[0].1;
+        assert!(
+            salvaged.iter().all(|(_, l)| l == first),
+            "the same salvage line everywhere; {ctx}"
+        );
+        let prefix = format!("salvage 1: failed [{victim}] lost ");
+        let lost: u64 = first
+            .strip_prefix(&prefix)
+            .and_then(|r| r.strip_suffix(" of 2400, kept values ok"))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("unexpected salvage line `{first}`; {ctx}"));
+        // The victim held 600 indexes in either partitioning; survivors that had not yet
+        // passed on values still hold them, those that had no longer do.
+        assert!((1..=1800).contains(&lost), "lost {lost}; {ctx}");
+        let done = rest_of(&run.stdout, "done ");
+        assert_eq!(done.len(), 3, "{ctx}");
+        assert!(
+            done.iter()
+                .all(|(_, l)| l == "done 1500 rounds, size 3, values ok"),
+            "{ctx}"
+        );
+        assert!(
+            !run.stderr.contains("exited with code") && !run.stderr.contains("error"),
+            "every survivor exits 0; {ctx}"
+        );
+    }
+}
+
+#[test]
+fn jac2d_on_recoverable_containers_survives_a_killed_rank_on_every_backend() {
+    let test = "jac2d_on_recoverable_containers_survives_a_killed_rank_on_every_backend";
+    let Some((ferry, ex)) = built_tools(test, &["jac2d_ft_data", "jac2d_ft"]) else {
+        return;
+    };
+    let args = ["-s", "1000", "400"];
+    for (backend, victim) in BACKENDS.iter().zip([0, 1, 3]) {
+        let (out, _) = run_limited(
+            &mut job(&ferry, 4, backend, false, &ex[0], &args),
+            Duration::from_secs(60),
+        );
+        assert!(out.status.success(), "{backend}: undisturbed run: {out:?}");
+        let reference: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect();
+        // The same lines as jac2d_ft (row blocks without ferry-data).
+        let (plain, _) = run_limited(
+            &mut job(&ferry, 4, backend, false, &ex[1], &args),
+            Duration::from_secs(60),
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&plain.stdout)
+                .lines()
+                .collect::<Vec<_>>(),
+            reference,
+            "{backend}: jac2d_ft_data prints what jac2d_ft prints"
+        );
+        // Killed after iteration 101's residuum, well before the end (400).
+        let run = run_with_kill(
+            &ferry,
+            &ex[0],
+            backend,
+            &args,
+            victim,
+            &|l| l.iter().any(|l| l.starts_with("Residuum after 101 ")),
+            Duration::ZERO,
+        );
+        let ctx = format!(
+            "{backend}, rank {victim} killed:\n{}\n{}",
+            run.stdout.join("\n"),
+            run.stderr
+        );
+        assert!(run.killed, "the victim ran; {ctx}");
+        let final_line = reference.last().unwrap();
+        assert!(final_line.starts_with("Global value sum after 400 iterations: "));
+        assert_eq!(run.stdout.last(), Some(final_line), "{ctx}");
+        assert_eq!(
+            run.stdout
+                .iter()
+                .filter(|l| l.starts_with("Global value sum"))
+                .count(),
+            1,
+            "{ctx}"
+        );
+        for l in run.stdout.iter().filter(|l| l.starts_with("Residuum")) {
+            assert!(reference.contains(l), "`{l}` is not undisturbed; {ctx}");
+        }
+        let recovered = run
+            .stderr
+            .lines()
+            .filter(|l| l.contains("recovered on generation 1 with 3 ranks"))
+            .count();
+        assert_eq!(recovered, 3, "every survivor recovered; {ctx}");
+        assert!(
+            !run.stderr.contains("exited with code") && !run.stderr.contains("error"),
+            "every survivor exits 0; {ctx}"
+        );
+    }
+}
