@@ -132,7 +132,11 @@ def test_wrong_length_receive_raises_on_the_receiver(comm):
     elif r == 1:
         with pytest.raises(ferry.FerryError) as e:
             comm.recv(0, tag=11, buf=np.zeros(2))
-        assert "rank 1" in str(e.value) and "24 bytes" in str(e.value)
+        # MPI truncates a longer message without telling its length: the mpi backend names
+        # the receive's length instead.
+        text = str(e.value)
+        assert "rank 1" in text
+        assert "24 bytes" in text or "more than 16 bytes" in text, text
     comm.barrier()
 
 

@@ -289,7 +289,7 @@ impl MpiTransport {
                 Ok(())
             }
             Ok(got) => Err(mismatch(got.to_string())),
-            Err(rc) if call::is_truncation(rc) => Err(mismatch("more than".into())),
+            Err(rc) if call::is_truncation(rc) => Err(mismatch(format!("more than {len}"))),
             Err(rc) => Err(mpi_error(self.rank, "recv (MPI_Test)", rc).with_peer(peer)),
         }
     }
