@@ -87,6 +87,25 @@ fn run_job(
     run_limited(&mut cmd, LIMIT).0
 }
 
+/// Records a job into `rec` and fails the test unless it succeeded.
+fn record_ok(
+    ferry: &Path,
+    backend: &str,
+    rec: &Path,
+    env: &[(&str, &str)],
+    program: &Path,
+    args: &[&str],
+) -> Output {
+    let monitor = format!("record:{}", rec.display());
+    let out = run_job(ferry, backend, &monitor, env, program, args);
+    assert!(
+        out.status.success(),
+        "recording on {backend}: {}",
+        text(&out.stderr)
+    );
+    out
+}
+
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
@@ -190,15 +209,7 @@ fn a_shorter_jac2d_misses_exactly_the_ten_iterations_at_their_place() {
     let dir = scratch("shorter");
     let (r50, r40) = (dir.join("r50"), dir.join("r40"));
     for (rec, iters) in [(&r50, "50"), (&r40, "40")] {
-        let out = run_job(
-            &ferry,
-            "shm",
-            &format!("record:{}", rec.display()),
-            &[],
-            &ex[0],
-            &["-s", "1000", iters],
-        );
-        assert!(out.status.success(), "{}", text(&out.stderr));
+        record_ok(&ferry, "shm", rec, &[], &ex[0], &["-s", "1000", iters]);
     }
     // Online: the check as the 40-iteration program runs (on another backend).
     let online = run_job(
@@ -298,15 +309,7 @@ fn one_inserted_message_is_one_insertion_and_abort_fails_the_rank() {
     };
     let dir = scratch("insert");
     let rec = dir.join("ref");
-    let out = run_job(
-        &ferry,
-        "shm",
-        &format!("record:{}", rec.display()),
-        &[],
-        &ex[0],
-        &["20"],
-    );
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    record_ok(&ferry, "shm", &rec, &[], &ex[0], &["20"]);
     let check = format!("check:{}", rec.display());
     let out = run_job(&ferry, "tcp", &check, &[], &ex[0], &["20", "10"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -383,15 +386,14 @@ fn diff_format_and_exit_status_and_export_totals_equal_ferry_stats() {
     let (a, b) = (dir.join("a"), dir.join("b"));
     let mut stats = Vec::new();
     for (rec, iters) in [(&a, "30"), (&b, "20")] {
-        let out = run_job(
+        let out = record_ok(
             &ferry,
             "tcp",
-            &format!("record:{}", rec.display()),
+            rec,
             &[("FERRY_STATS", "1")],
             &ex[0],
             &["-s", "400", iters],
         );
-        assert!(out.status.success(), "{}", text(&out.stderr));
         stats.push(stats_totals(&text(&out.stderr)));
     }
     let (a_s, b_s) = (a.display().to_string(), b.display().to_string());
@@ -579,15 +581,7 @@ fn plot_writes_an_svg_and_a_png_that_are_not_uniform_at_4_and_64_ranks() {
     };
     let dir = scratch("plot");
     let four = dir.join("four");
-    let out = run_job(
-        &ferry,
-        "shm",
-        &format!("record:{}", four.display()),
-        &[],
-        &ex[0],
-        &["20"],
-    );
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    record_ok(&ferry, "shm", &four, &[], &ex[0], &["20"]);
     let sixty_four = dir.join("sixty-four");
     std::fs::create_dir_all(&sixty_four).unwrap();
     synthetic(&sixty_four, 64);
