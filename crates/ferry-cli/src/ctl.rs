@@ -176,8 +176,8 @@ impl Drop for Registration {
     }
 }
 
-/// `ferry ctl NAME status`: prints the job's process table. Returns the exit status.
-pub fn status(name: &str) -> Result<u8, String> {
+/// A client of the store of the running job registered as `name`, or why there is none.
+fn job_store(name: &str) -> Result<TcpStoreClient, String> {
     let path = jobs_dir().join(name);
     let Some((addr, secret)) = read_registration(&path) else {
         return Err(format!(
@@ -185,11 +185,14 @@ pub fn status(name: &str) -> Result<u8, String> {
             path.display()
         ));
     };
-    let Some(client) = connect(&addr, &secret) else {
-        return Err(format!(
-            "job `{name}` is not running any more (its launcher at {addr} does not answer)"
-        ));
-    };
+    connect(&addr, &secret).ok_or_else(|| {
+        format!("job `{name}` is not running any more (its launcher at {addr} does not answer)")
+    })
+}
+
+/// `ferry ctl NAME status`: prints the job's process table. Returns the exit status.
+pub fn status(name: &str) -> Result<u8, String> {
+    let client = job_store(name)?;
     let table = client
         .get(STATUS_KEY, Duration::from_secs(2))
         .map_err(|e| format!("cannot read the status of job `{name}`: {e}"))?;
@@ -224,18 +227,7 @@ pub fn matching_ids(table: &str, pattern: &regex::Regex) -> Vec<usize> {
 pub fn remove(name: &str, pattern: &str) -> Result<u8, String> {
     let re = regex::Regex::new(pattern)
         .map_err(|e| format!("`{pattern}` is not a regular expression: {e}"))?;
-    let path = jobs_dir().join(name);
-    let Some((addr, secret)) = read_registration(&path) else {
-        return Err(format!(
-            "no running job named `{name}` (nothing registered in {})",
-            path.display()
-        ));
-    };
-    let Some(client) = connect(&addr, &secret) else {
-        return Err(format!(
-            "job `{name}` is not running any more (its launcher at {addr} does not answer)"
-        ));
-    };
+    let client = job_store(name)?;
     let table = client
         .get(STATUS_KEY, Duration::from_secs(2))
         .map_err(|e| format!("cannot read the processes of job `{name}`: {e}"))?;
