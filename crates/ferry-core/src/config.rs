@@ -155,6 +155,20 @@ pub enum SingleCopy {
     Off,
 }
 
+/// Whether the shared-memory backend streams large messages pipelined through its rings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Pipeline {
+    /// Pipelined unless the host runs more of the job's ranks than it has cores (then a
+    /// pipelined copy, which needs sender and receiver running at once, waits for the core the
+    /// other side needs; single copy needs only the receiver).
+    Auto,
+    /// Always pipelined.
+    On,
+    /// Never: single copy from `single_copy_threshold` (fragments where it is not permitted).
+    Off,
+}
+
 /// Settings of the shared-memory backend (seed 001).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -164,7 +178,10 @@ pub struct Shm {
     /// Payload bytes per slot: messages up to this size travel inline (each slot adds a 40-byte
     /// header, rounded up to whole cache lines).
     pub slot_bytes: usize,
-    /// Messages at least this large use the single-copy path.
+    /// Messages above a slot's payload stream through the ring in chunks while the receiver
+    /// copies earlier chunks out (two copies running at once): `auto`, `on` or `off`.
+    pub pipeline: Pipeline,
+    /// Messages at least this large use the single-copy path where they are not pipelined.
     pub single_copy_threshold: usize,
     /// Single-copy mode.
     pub single_copy: SingleCopy,
@@ -184,6 +201,7 @@ impl Default for Shm {
         Shm {
             ring_slots: 64,
             slot_bytes: 8192,
+            pipeline: Pipeline::Auto,
             single_copy_threshold: 32 * 1024,
             single_copy: SingleCopy::Auto,
             job: None,

@@ -2,9 +2,11 @@
 //!
 //! - [`ShmTransport`]: every rank of the job on one host. Per ordered pair of ranks a bounded
 //!   lock-free single-producer single-consumer ring carries small messages inline; large ones
-//!   move with one copy through cross-memory attach (`process_vm_readv`), with a fragmented
-//!   2-copy fallback when the kernel does not permit it (`shm.single_copy`). Waiting spins
-//!   briefly, then sleeps on a futex doorbell.
+//!   stream through it pipelined, in chunks that the receiver copies out while the sender
+//!   copies in the next ones (`shm.pipeline`), or, when the host's cores are oversubscribed,
+//!   move with one copy through cross-memory attach (`process_vm_readv`), with the chunked
+//!   2-copy path as the fallback when the kernel does not permit it (`shm.single_copy`).
+//!   Waiting spins briefly, then sleeps on a futex doorbell.
 //! - the node-local part of the hybrid backend (`ferry-hybrid`, S2):
 //!   [`ShmTransport::join_node`] joins one node's segment under global rank numbers.
 //!

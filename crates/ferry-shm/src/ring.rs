@@ -2,7 +2,11 @@
 //!
 //! Every slot starts with a 40-byte header whose first word is a sequence number: the producer
 //! writes header and payload, then stores `position + 1` into the slot's sequence word with
-//! release ordering; the consumer polls that word of the slot at its head. So a small message
+//! release ordering; the consumer polls that word of the slot at its head. An entry may span
+//! several consecutive slots (a chunk of a pipelined large message, see [`Producer::push_span`]):
+//! its payload then runs on over the following slots' headers, and the consumer clears those
+//! slots' sequence words before handing the slots back, so that payload bytes left there can
+//! never pass for a published entry on a later lap. So a small message
 //! costs the consumer one cache line (header and up to 24 payload bytes share it) and nobody
 //! polls a shared tail index. The consumer publishes its head on a line of its own; the
 //! producer reads it only when its cached copy says the ring is full. The producer line and the
@@ -23,6 +27,10 @@ use crate::segment::{ACK_WINDOW, RING_CTRL};
 pub(crate) const SLOT_HEADER: usize = 40;
 
 const R_HEAD: usize = 64;
+/// Offset in the slot header of the entry's span (u16): how many consecutive slots it covers.
+const H_SPAN: usize = 34;
+/// Largest span of one entry (the width of its header field).
+pub(crate) const MAX_SPAN: usize = u16::MAX as usize;
 const R_ACKS: usize = 128;
 
 /// Entry types.
@@ -172,6 +180,7 @@ impl Producer {
             (slot.add(28) as *mut u32).write(e.key.generation);
             slot.add(32).write(e.typ);
             slot.add(33).write(e.key.kind.0);
+            (slot.add(H_SPAN) as *mut u16).write(1);
             std::ptr::copy_nonoverlapping(payload.as_ptr(), slot.add(SLOT_HEADER), payload.len());
         }
         self.tail += 1;
@@ -181,6 +190,56 @@ impl Producer {
         self.ring
             .seq(self.tail - 1)
             .swap(self.tail, Ordering::SeqCst);
+        true
+    }
+
+    /// How many consecutive slots are free at the tail without wrapping past the ring's end:
+    /// the largest span [`Producer::push_span`] can take right now.
+    #[inline]
+    pub(crate) fn free_run(&mut self) -> usize {
+        let to_end = self.slots - (self.tail & self.ring.mask);
+        let mut free = self.slots - (self.tail - self.head_cache);
+        if free < to_end {
+            self.head_cache = self.ring.head().load(Ordering::Acquire);
+            free = self.slots - (self.tail - self.head_cache);
+        }
+        free.min(to_end) as usize
+    }
+
+    /// Payload bytes an entry of `span` slots carries.
+    #[inline]
+    pub(crate) fn span_cap(&self, span: usize) -> usize {
+        span * self.ring.slot_bytes - SLOT_HEADER
+    }
+
+    /// Appends one entry covering as many consecutive slots as `payload` needs (at most
+    /// [`MAX_SPAN`] and [`Producer::free_run`]): one header, then the payload in one piece.
+    /// Returns false, writing nothing, when those slots are not free.
+    pub(crate) fn push_span(&mut self, e: &Entry, payload: &[u8]) -> bool {
+        let span = (payload.len() + SLOT_HEADER)
+            .div_ceil(self.ring.slot_bytes)
+            .max(1);
+        if span > MAX_SPAN || span > self.free_run() {
+            return false;
+        }
+        let slot = self.ring.slot(self.tail);
+        // SAFETY: the `span` slots from the tail are free (free_run) and consecutive in memory
+        // (free_run stops at the ring's end), so header and payload lie inside the producer's
+        // part of the ring until the sequence word is published.
+        unsafe {
+            (slot.add(8) as *mut u64).write(e.serial);
+            (slot.add(16) as *mut u64).write(e.total_len);
+            (slot.add(24) as *mut u32).write(e.key.tag);
+            (slot.add(28) as *mut u32).write(e.key.generation);
+            slot.add(32).write(e.typ);
+            slot.add(33).write(e.key.kind.0);
+            (slot.add(H_SPAN) as *mut u16).write(span as u16);
+            std::ptr::copy_nonoverlapping(payload.as_ptr(), slot.add(SLOT_HEADER), payload.len());
+        }
+        let first = self.tail;
+        self.tail += span as u64;
+        // Only the first slot's sequence word is published; see `Consumer::pop` for the others.
+        self.ring.seq(first).swap(first + 1, Ordering::SeqCst);
         true
     }
 }
@@ -232,22 +291,53 @@ impl Consumer {
         }
     }
 
-    /// Copies `dst.len()` payload bytes of the head entry (at most `payload_cap`).
+    /// How many slots the published head entry covers, bounded by the ring's end (a value a
+    /// faulty peer wrote cannot make the consumer read or write outside the ring).
+    #[inline]
+    pub(crate) fn span(&self) -> usize {
+        let slot = self.ring.slot(self.head);
+        // SAFETY: the head entry is published (peek succeeded); the span field is a 2-aligned
+        // header field of its first slot.
+        let span = unsafe { (slot.add(H_SPAN) as *const u16).read() } as usize;
+        let to_end = (self.ring.mask + 1 - (self.head & self.ring.mask)) as usize;
+        span.clamp(1, to_end)
+    }
+
+    /// Payload bytes the head entry can carry (its span's).
+    #[inline]
+    pub(crate) fn head_cap(&self) -> usize {
+        self.span() * self.ring.slot_bytes - SLOT_HEADER
+    }
+
+    /// Copies `dst.len()` payload bytes of the head entry (at most its span's capacity).
     #[inline]
     pub(crate) fn read_payload(&self, dst: &mut [u8]) {
-        debug_assert!(dst.len() <= self.ring.payload_cap());
-        let n = dst.len().min(self.ring.payload_cap());
+        let cap = if dst.len() <= self.ring.payload_cap() {
+            dst.len()
+        } else {
+            self.head_cap()
+        };
+        debug_assert!(dst.len() <= cap);
+        let n = dst.len().min(cap);
         let slot = self.ring.slot(self.head);
         // SAFETY: the head entry is published (peek succeeded) and stays ours until pop();
-        // n is within the slot's payload area.
+        // n is within its span's payload area, which ends inside the ring (`span`).
         unsafe { std::ptr::copy_nonoverlapping(slot.add(SLOT_HEADER), dst.as_mut_ptr(), n) }
     }
 
-    /// Releases the head entry to the producer.
+    /// Releases the head entry (all slots of its span) to the producer.
     #[inline]
     pub(crate) fn pop(&mut self) {
-        self.head += 1;
-        // SeqCst read-modify-write for the same reason as in `Producer::push`.
+        let span = self.span() as u64;
+        // The payload of a span ran over the sequence words of its later slots: clear them
+        // before the producer may reuse the slots, so stale payload bytes never read as a
+        // published entry when the head reaches one of these slots on a later lap.
+        for pos in self.head + 1..self.head + span {
+            self.ring.seq(pos).store(0, Ordering::Relaxed);
+        }
+        self.head += span;
+        // SeqCst read-modify-write for the same reason as in `Producer::push` (it also orders
+        // the clearing stores above before the producer sees the slots free).
         self.ring.head().swap(self.head, Ordering::SeqCst);
     }
 }
@@ -440,6 +530,78 @@ mod tests {
             assert_eq!(b[0], i as u8);
             c.pop();
         }
+        assert!(c.peek().is_none());
+    }
+
+    /// A span's payload runs over the sequence words of its later slots. Payload bytes that
+    /// look exactly like the sequence numbers those slots expect on the next lap must not be
+    /// taken for published entries there (the consumer clears them when it hands the span
+    /// back).
+    #[test]
+    fn span_payload_never_reads_as_an_entry_on_the_next_lap() {
+        let (slots, sb) = (4, 128);
+        let mut h = HeapRing::new(slots, sb);
+        let r = h.ring(slots, sb);
+        let mut p = Producer::new(r);
+        let mut c = Consumer::new(r);
+        let cap = p.span_cap(slots);
+        let mut payload: Vec<u8> = (0..cap).map(|i| i as u8).collect();
+        for k in 1..slots {
+            // Slot k's sequence word; on the next lap that slot holds position slots + k,
+            // published as slots + k + 1.
+            let off = k * sb - SLOT_HEADER;
+            payload[off..off + 8].copy_from_slice(&((slots + k + 1) as u64).to_le_bytes());
+        }
+        assert!(p.push_span(&entry(0, cap), &payload));
+        assert_eq!(p.free_run(), 0, "the span takes the whole ring");
+        assert!(!p.push(&entry(9, 1), &[9]));
+        assert_eq!(c.peek(), Some(entry(0, cap)));
+        assert_eq!(c.span(), slots);
+        let mut got = vec![0u8; cap];
+        c.read_payload(&mut got);
+        assert_eq!(got, payload);
+        c.pop();
+        assert!(c.peek().is_none());
+        // Next lap: one single-slot entry at position `slots`, then nothing.
+        assert!(p.push(&entry(1, 1), &[1]));
+        assert_eq!(c.peek(), Some(entry(1, 1)));
+        c.pop();
+        assert!(
+            c.peek().is_none(),
+            "payload left in the ring was taken for an entry"
+        );
+    }
+
+    /// Spans never wrap past the ring's end: the free run stops there, and a span asked for
+    /// more than the run is refused whole.
+    #[test]
+    fn spans_stop_at_the_ring_end() {
+        let (slots, sb) = (8, 128);
+        let mut h = HeapRing::new(slots, sb);
+        let r = h.ring(slots, sb);
+        let mut p = Producer::new(r);
+        let mut c = Consumer::new(r);
+        for i in 0..6 {
+            assert!(p.push(&entry(i, 1), &[i as u8]));
+        }
+        for _ in 0..6 {
+            c.pop();
+        }
+        // All eight slots are free, but only two lie before the ring's end.
+        assert_eq!(p.free_run(), 2);
+        assert!(!p.push_span(&entry(6, p.span_cap(3)), &vec![6u8; p.span_cap(3)]));
+        let two = p.span_cap(2);
+        assert!(p.push_span(&entry(6, two), &vec![6u8; two]));
+        assert_eq!(
+            p.free_run(),
+            6,
+            "after the end the run starts again at slot 0"
+        );
+        assert_eq!(c.span(), 2);
+        let mut got = vec![0u8; two];
+        c.read_payload(&mut got);
+        assert_eq!(got, vec![6u8; two]);
+        c.pop();
         assert!(c.peek().is_none());
     }
 

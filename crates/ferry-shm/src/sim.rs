@@ -1,16 +1,25 @@
-//! Seeded, replayable simulation of the ring protocol (issue 05): one sender and one receiver
-//! of a real ring (`ring.rs`, in heap memory) take single protocol steps in an order drawn by
-//! a seeded scheduler: pushes into a full ring, single-copy descriptors that the receiver
-//! claims and copies in two separate steps, withdrawals of idle descriptors (the message then
-//! follows as a fragment), a failure of the sender's operation (settle: withdraw or wait) and
-//! kills of either side at a random step.
+//! Seeded, replayable simulation of the ring protocol (issue 05, issue 12): one sender and one
+//! receiver of a real ring (`ring.rs`, in heap memory) take single protocol steps in an order
+//! drawn by a seeded scheduler: pushes into a full ring, single-copy descriptors that the
+//! receiver claims and copies in two separate steps, withdrawals of idle descriptors (the
+//! message then follows as a fragment), pipelined messages streamed as chunks of one to
+//! several slots (spans) while the receiver copies earlier chunks out, a receiver that leaves
+//! the first chunk of a message whose receive is not posted in the ring or takes it early, a
+//! receive given up while its message streams in, a failure of the sender's operation
+//! (settle: withdraw or wait, and an abort entry that closes a cut-off stream, pushed when the
+//! full ring has room) and kills of either side; at a random step, and in
+//! `every_step_kill_and_abandon` at every step of some schedules.
 //!
 //! Checked after every schedule:
-//! - ring entries arrive in the order pushed, none lost or duplicated;
-//! - every message is delivered at most once, with the bytes it had when it was sent;
+//! - ring entries arrive in the order pushed, none lost or duplicated (so a span's stale
+//!   payload never passes for an entry);
+//! - every message is delivered at most once, whole, with the bytes it had when it was sent: a
+//!   half-streamed message is never taken as a whole one;
 //! - no copy ever reads a buffer the sender has reused (withdrawn, aborted or completed);
-//! - without failure or kill every message is delivered; after a sender failure every message
-//!   is delivered intact or reported failed, none is waited for forever;
+//! - nothing is delivered for a receive that was given up;
+//! - without failure or kill every message whose receive was not given up is delivered; after
+//!   a sender failure every message is delivered intact or reported failed, none is waited
+//!   for forever (a cut-off stream is closed by its abort entry);
 //! - exactly one of claim and withdraw wins each descriptor.
 //!
 //! A failing schedule prints its seed; `FERRY_SIM_SEED=N cargo test -p ferry-shm --lib sim`
@@ -23,14 +32,16 @@ use ferry_proto::{MsgKey, MsgKind};
 
 use crate::ring::{
     self, decode_cma, encode_cma, window_free, Claim, Consumer, Entry, Offer, Producer, RingRef,
-    CMA_DESC, T_CMA, T_FRAG, T_INLINE,
+    CMA_DESC, T_ABORT, T_CMA, T_FRAG, T_INLINE,
 };
 use crate::segment::RING_CTRL;
 
-const SLOTS: usize = 4;
+const SLOTS: usize = 8;
 const SLOT_BYTES: usize = 128;
 const MSG_BYTES: usize = 24;
 const POISON: u8 = 0xee;
+/// Largest span (slots) the simulated sender gives one chunk of a pipelined message.
+const SIM_SPAN: u64 = 4;
 
 /// xorshift64*: small, fast, and the same sequence everywhere for a seed.
 struct Rng(u64);
@@ -50,10 +61,71 @@ impl Rng {
     }
 }
 
+/// How a message is sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Inline,
+    SingleCopy,
+    /// Pipelined: chunks of one or more slots through the ring.
+    Stream,
+}
+
+/// Length of message `msg` of kind `kind`: a stream takes 2 to 7 chunks of one slot.
+fn len_of(kind: Kind, msg: u64) -> usize {
+    match kind {
+        Kind::Stream => 100 + (msg as usize * 53) % 500,
+        _ => MSG_BYTES,
+    }
+}
+
+/// The bytes message `msg` carries.
+fn want(kind: &[Kind], msg: usize) -> Vec<u8> {
+    match kind[msg] {
+        Kind::Stream => stream_content(msg as u64, len_of(Kind::Stream, msg as u64)),
+        _ => content(msg as u64),
+    }
+}
+
 fn content(msg: u64) -> Vec<u8> {
     (0..MSG_BYTES)
         .map(|i| (msg as u8).wrapping_mul(31).wrapping_add(i as u8) & 0x7f)
         .collect()
+}
+
+/// The bytes of stream `msg`: little-endian words of small values, the kind a slot's
+/// sequence word holds, so that a span's payload left in the ring and read as a sequence word
+/// on a later lap would be taken for a published entry.
+fn stream_content(msg: u64, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| {
+            let word = (msg * 13 + (i / 8) as u64 * 7) % 120 + 1;
+            if i % 8 == 0 {
+                word as u8
+            } else {
+                0
+            }
+        })
+        .collect()
+}
+
+/// What the receiver does with a stream's chunks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Target {
+    /// Into the posted receive's buffer.
+    Posted,
+    /// Into a buffer of its own (taken before its receive was posted).
+    Early,
+    /// Dropped (its receive was given up).
+    Discard,
+}
+
+/// A stream partly received.
+struct Partial {
+    msg: usize,
+    total: usize,
+    received: usize,
+    buf: Vec<u8>,
+    target: Target,
 }
 
 /// Sender state of one message.
@@ -86,6 +158,33 @@ struct Coverage {
     aborted: u64,
     waited_for_claim: u64,
     lost_race: u64,
+    /// Stream chunks pushed, and those that covered more than one slot.
+    chunks: u64,
+    spans: u64,
+    /// First chunks left in the ring (receive not posted) and taken early.
+    deferred: u64,
+    early: u64,
+    /// Streams whose receive was given up while they streamed in, or before.
+    discarded: u64,
+    /// Cut-off streams (and withdrawn descriptors) closed by an abort entry.
+    stream_aborted: u64,
+}
+
+impl Coverage {
+    fn add(&mut self, c: &Coverage) {
+        self.full_ring += c.full_ring;
+        self.claimed += c.claimed;
+        self.withdrawn += c.withdrawn;
+        self.aborted += c.aborted;
+        self.waited_for_claim += c.waited_for_claim;
+        self.lost_race += c.lost_race;
+        self.chunks += c.chunks;
+        self.spans += c.spans;
+        self.deferred += c.deferred;
+        self.early += c.early;
+        self.discarded += c.discarded;
+        self.stream_aborted += c.stream_aborted;
+    }
 }
 
 struct Sim {
@@ -97,8 +196,12 @@ struct Sim {
     /// Sender buffers, one per message (a reused buffer holds POISON).
     bufs: Vec<Vec<u8>>,
     sent: Vec<Sent>,
-    single_copy: Vec<bool>,
+    kind: Vec<Kind>,
     next_msg: usize,
+    /// The stream being pushed (message, bytes pushed; at least one chunk is out).
+    stream: Option<(usize, usize)>,
+    /// Messages cut off by the failure whose abort entry is still to be pushed.
+    abort_queue: Vec<usize>,
     next_seq: u64,
     /// Ring entries pushed so far (carried in `serial`, checked for FIFO order).
     pushed: u64,
@@ -111,6 +214,11 @@ struct Sim {
     receiver_dead: bool,
     /// Receiver: claimed descriptors not yet copied (msg, seq).
     copying: Vec<(usize, u64)>,
+    /// Receiver: messages below this have their receive posted.
+    posted_upto: usize,
+    /// Receiver: receives given up (their messages must never be delivered).
+    given_up: Vec<bool>,
+    partial: Option<Partial>,
     delivered: BTreeMap<usize, Vec<u8>>,
     reported_failed: Vec<usize>,
     /// Descriptors withdrawn without abort: their message follows as a fragment.
@@ -130,16 +238,24 @@ impl Sim {
         let ring =
             unsafe { RingRef::new((mem.as_mut_ptr() as *mut u8).add(off), SLOTS, SLOT_BYTES) };
         let mut rng = Rng::new(seed);
-        let single_copy = (0..messages).map(|_| rng.below(2) == 0).collect();
+        let kind: Vec<Kind> = (0..messages)
+            .map(|_| match rng.below(3) {
+                0 => Kind::SingleCopy,
+                1 => Kind::Inline,
+                _ => Kind::Stream,
+            })
+            .collect();
         Sim {
             producer: Producer::new(ring),
             consumer: Consumer::new(ring),
             _mem: mem,
             rng,
-            bufs: (0..messages as u64).map(content).collect(),
+            bufs: (0..messages).map(|m| want(&kind, m)).collect(),
             sent: vec![Sent::NotYet; messages],
-            single_copy,
+            kind,
             next_msg: 0,
+            stream: None,
+            abort_queue: Vec::new(),
             next_seq: 0,
             pushed: 0,
             popped: 0,
@@ -149,6 +265,9 @@ impl Sim {
             sender_dead: false,
             receiver_dead: false,
             copying: Vec::new(),
+            posted_upto: 0,
+            given_up: vec![false; messages],
+            partial: None,
             delivered: BTreeMap::new(),
             reported_failed: Vec::new(),
             awaiting_fragment: Vec::new(),
@@ -183,6 +302,12 @@ impl Sim {
     // ----- sender steps ----------------------------------------------------------------
 
     fn send_next(&mut self) {
+        // One fragmented message at a time (the transport's `frag_owner`): a stream under way
+        // goes on first, then fragments of withdrawn descriptors.
+        if let Some((msg, off)) = self.stream {
+            self.push_chunk(msg, off);
+            return;
+        }
         if let Some(&msg) = self.to_fragment.first() {
             let e = self.entry(T_FRAG, msg);
             let data = content(msg as u64);
@@ -196,33 +321,94 @@ impl Sim {
             return;
         }
         let msg = self.next_msg;
-        if self.single_copy[msg] {
-            let seq = self.next_seq;
-            if !window_free(self.ring(), seq) {
+        match self.kind[msg] {
+            Kind::SingleCopy => {
+                let seq = self.next_seq;
+                if !window_free(self.ring(), seq) {
+                    return;
+                }
+                let addr = msg as u64;
+                let desc = encode_cma(1, addr, MSG_BYTES as u64, seq);
+                let e = self.entry(T_CMA, msg);
+                if self.producer.push(&e, &desc) {
+                    self.pushed += 1;
+                    self.next_seq += 1;
+                    self.sent[msg] = Sent::Offered(seq);
+                    self.next_msg += 1;
+                } else {
+                    self.cov.full_ring += 1;
+                }
+            }
+            Kind::Inline => {
+                let e = self.entry(T_INLINE, msg);
+                let data = self.bufs[msg].clone();
+                if self.producer.push(&e, &data) {
+                    self.pushed += 1;
+                    // The ring holds a copy: the buffer may be reused at once.
+                    self.reuse(msg);
+                    self.next_msg += 1;
+                } else {
+                    self.cov.full_ring += 1;
+                }
+            }
+            Kind::Stream => {
+                if self.push_chunk(msg, 0) {
+                    self.next_msg += 1;
+                }
+            }
+        }
+    }
+
+    /// Pushes the next chunk of stream `msg` from byte `off`, over a span of a random number
+    /// of slots (bounded by the free run, as the transport's is by `free_run`).
+    fn push_chunk(&mut self, msg: usize, off: usize) -> bool {
+        let len = self.bufs[msg].len();
+        let run = self.producer.free_run();
+        if run == 0 {
+            self.cov.full_ring += 1;
+            return false;
+        }
+        let span = ((1 + self.rng.below(SIM_SPAN)) as usize).min(run);
+        let chunk = self.producer.span_cap(span).min(len - off);
+        let e = Entry {
+            typ: T_FRAG,
+            key: MsgKey::new(0, MsgKind(0), msg as u32),
+            serial: self.pushed,
+            total_len: len as u64,
+        };
+        let data = self.bufs[msg][off..off + chunk].to_vec();
+        if !self.producer.push_span(&e, &data) {
+            return false;
+        }
+        self.pushed += 1;
+        self.cov.chunks += 1;
+        if chunk > self.producer.span_cap(1) {
+            self.cov.spans += 1;
+        }
+        if off + chunk == len {
+            self.stream = None;
+            // Every byte is in the ring: the buffer is the sender's again.
+            self.reuse(msg);
+        } else {
+            self.stream = Some((msg, off + chunk));
+        }
+        true
+    }
+
+    /// Pushes the abort entries of the failure (stops at a full ring; retried later).
+    fn flush_aborts(&mut self) {
+        while let Some(&msg) = self.abort_queue.first() {
+            let e = Entry {
+                typ: T_ABORT,
+                key: MsgKey::new(0, MsgKind(0), msg as u32),
+                serial: self.pushed,
+                total_len: self.bufs[msg].len() as u64,
+            };
+            if !self.producer.push(&e, &[]) {
                 return;
             }
-            let addr = msg as u64;
-            let desc = encode_cma(1, addr, MSG_BYTES as u64, seq);
-            let e = self.entry(T_CMA, msg);
-            if self.producer.push(&e, &desc) {
-                self.pushed += 1;
-                self.next_seq += 1;
-                self.sent[msg] = Sent::Offered(seq);
-                self.next_msg += 1;
-            } else {
-                self.cov.full_ring += 1;
-            }
-        } else {
-            let e = self.entry(T_INLINE, msg);
-            let data = self.bufs[msg].clone();
-            if self.producer.push(&e, &data) {
-                self.pushed += 1;
-                // The ring holds a copy: the buffer may be reused at once.
-                self.reuse(msg);
-                self.next_msg += 1;
-            } else {
-                self.cov.full_ring += 1;
-            }
+            self.pushed += 1;
+            self.abort_queue.remove(0);
         }
     }
 
@@ -257,12 +443,17 @@ impl Sim {
     /// claimed: here, leave claimed ones to later `settle_step`s).
     fn fail(&mut self) {
         self.failed = true;
-        // Fragments of withdrawn descriptors not pushed yet will never be: tell nobody (the
-        // transport fails the whole message stream's receive through liveness, not modelled).
-        self.to_fragment.clear();
+        // Fragments of withdrawn descriptors not pushed yet will never be, and a stream under
+        // way stops: the receiver is told with abort entries (`settle_failed`).
+        self.abort_queue.append(&mut self.to_fragment);
+        if let Some((msg, _)) = self.stream.take() {
+            self.abort_queue.push(msg);
+            self.reuse(msg);
+        }
     }
 
     fn settle_step(&mut self) {
+        self.flush_aborts();
         for msg in 0..self.sent.len() {
             let Sent::Offered(seq) = self.sent[msg] else {
                 continue;
@@ -322,7 +513,11 @@ impl Sim {
             )));
         }
         let msg = e.key.tag as usize;
+        if msg >= self.bufs.len() {
+            return Err(Violation(format!("entry of unknown message {msg}")));
+        }
         match e.typ {
+            T_FRAG if self.kind[msg] == Kind::Stream => return self.receive_chunk(msg, &e),
             T_INLINE | T_FRAG => {
                 let mut data = vec![0u8; MSG_BYTES];
                 self.consumer.read_payload(&mut data);
@@ -355,10 +550,106 @@ impl Sim {
                     }
                 }
             }
+            T_ABORT => {
+                self.consumer.pop();
+                if let Some(p) = self.partial.take_if(|p| p.msg == msg) {
+                    if p.target != Target::Discard {
+                        self.reported_failed.push(msg);
+                    }
+                    self.cov.stream_aborted += 1;
+                } else if self.awaiting_fragment.contains(&msg) {
+                    self.awaiting_fragment.retain(|&m| m != msg);
+                    self.reported_failed.push(msg);
+                    self.cov.stream_aborted += 1;
+                } else {
+                    return Err(Violation(format!(
+                        "abort of message {msg}, which is not streaming in"
+                    )));
+                }
+            }
             other => return Err(Violation(format!("unknown entry type {other}"))),
         }
         self.popped += 1;
         Ok(())
+    }
+
+    /// One chunk of stream `msg` at the head of the ring.
+    fn receive_chunk(&mut self, msg: usize, e: &Entry) -> Result<(), Violation> {
+        let total = e.total_len as usize;
+        if self.partial.is_none() {
+            let target = if self.given_up[msg] {
+                Target::Discard
+            } else if msg < self.posted_upto {
+                Target::Posted
+            } else if self.rng.below(3) != 0 {
+                // Receive not posted: left in the ring for now (`defer_early`).
+                self.cov.deferred += 1;
+                return Ok(());
+            } else {
+                self.cov.early += 1;
+                Target::Early
+            };
+            self.partial = Some(Partial {
+                msg,
+                total,
+                received: 0,
+                buf: vec![0u8; total],
+                target,
+            });
+        }
+        let Some(mut p) = self.partial.take() else {
+            return Ok(());
+        };
+        if p.msg != msg || p.total != total {
+            return Err(Violation(format!(
+                "chunk of message {msg} interleaved with stream {}",
+                p.msg
+            )));
+        }
+        let chunk = self.consumer.head_cap().min(total - p.received);
+        if p.target != Target::Discard {
+            self.consumer
+                .read_payload(&mut p.buf[p.received..p.received + chunk]);
+        }
+        self.consumer.pop();
+        self.popped += 1;
+        p.received += chunk;
+        if p.received < total {
+            self.partial = Some(p);
+            return Ok(());
+        }
+        if p.target == Target::Discard {
+            self.cov.discarded += 1;
+            return Ok(());
+        }
+        self.deliver(msg, p.buf)
+    }
+
+    /// The receiver posts the receive of the next message.
+    fn post_one(&mut self) {
+        self.posted_upto = (self.posted_upto + 1).min(self.bufs.len());
+    }
+
+    /// The receiver gives up a receive (its operation was abandoned): that of the stream
+    /// streaming in, if any, else that of a stream not received yet.
+    fn give_up_one(&mut self) {
+        if let Some(p) = self.partial.as_mut() {
+            if !self.given_up[p.msg] {
+                self.given_up[p.msg] = true;
+                p.target = Target::Discard;
+                return;
+            }
+        }
+        let open = (0..self.bufs.len()).find(|&m| {
+            self.kind[m] == Kind::Stream
+                && !self.given_up[m]
+                && !self.delivered.contains_key(&m)
+                && !self.reported_failed.contains(&m)
+        });
+        if let Some(m) = open {
+            self.given_up[m] = true;
+            self.posted_upto = self.posted_upto.max(m + 1);
+        }
     }
 
     fn copy_one(&mut self) -> Result<(), Violation> {
@@ -384,7 +675,12 @@ impl Sim {
     }
 
     fn deliver(&mut self, msg: usize, data: Vec<u8>) -> Result<(), Violation> {
-        if data != content(msg as u64) {
+        if self.given_up[msg] && self.kind[msg] == Kind::Stream {
+            return Err(Violation(format!(
+                "message {msg} delivered after its receive was given up"
+            )));
+        }
+        if data != want(&self.kind, msg) {
             return Err(Violation(format!(
                 "message {msg} delivered with wrong bytes"
             )));
@@ -397,17 +693,13 @@ impl Sim {
 
     // ----- the schedule ----------------------------------------------------------------
 
-    fn run(
-        &mut self,
-        fail_at: Option<usize>,
-        kill: Option<(bool, usize)>,
-    ) -> Result<(), Violation> {
-        let steps = 400 + self.bufs.len() * 20;
+    fn run(&mut self, ev: Events) -> Result<(), Violation> {
+        let steps = ev.steps(self.bufs.len());
         for step in 0..steps {
-            if fail_at == Some(step) {
+            if ev.fail_at == Some(step) {
                 self.fail();
             }
-            if let Some((sender, at)) = kill {
+            if let Some((sender, at)) = ev.kill {
                 if at == step {
                     if sender {
                         self.sender_dead = true;
@@ -416,7 +708,10 @@ impl Sim {
                     }
                 }
             }
-            let pick = self.rng.below(10);
+            if ev.give_up_at == Some(step) && !self.receiver_dead {
+                self.give_up_one();
+            }
+            let pick = self.rng.below(12);
             match pick {
                 0..=3 if !self.sender_dead => {
                     if self.failed {
@@ -432,11 +727,16 @@ impl Sim {
                 5 if !self.sender_dead => self.withdraw_step(),
                 6..=8 if !self.receiver_dead => self.receive_one()?,
                 9 if !self.receiver_dead => self.copy_one()?,
+                10 if !self.receiver_dead => self.post_one(),
+                11 if !self.receiver_dead && ev.random_give_ups && self.rng.below(6) == 0 => {
+                    self.give_up_one()
+                }
                 _ => {}
             }
         }
-        // Drain without withdrawals: every live side finishes what it can.
-        for _ in 0..(self.bufs.len() * 8 + 64) {
+        // Drain without withdrawals: every live side finishes what it can; the receiver posts
+        // every receive.
+        for _ in 0..(self.bufs.len() * 16 + 64) {
             if !self.sender_dead {
                 if self.failed {
                     self.settle_step();
@@ -448,24 +748,25 @@ impl Sim {
                 }
             }
             if !self.receiver_dead {
+                self.post_one();
                 self.receive_one()?;
                 self.copy_one()?;
             }
         }
-        self.check_end(fail_at.is_some(), kill.is_some())
+        self.check_end(ev.fail_at.is_some(), ev.kill.is_some())
     }
 
     fn check_end(&self, failed: bool, killed: bool) -> Result<(), Violation> {
-        for (m, want) in self.delivered.iter() {
-            if *want != content(*m as u64) {
+        for (m, got) in self.delivered.iter() {
+            if *got != want(&self.kind, *m) {
                 return Err(Violation(format!("message {m} wrong at the end")));
             }
         }
         if !failed && !killed {
-            if self.delivered.len() != self.bufs.len() {
-                let missing: Vec<usize> = (0..self.bufs.len())
-                    .filter(|m| !self.delivered.contains_key(m))
-                    .collect();
+            let missing: Vec<usize> = (0..self.bufs.len())
+                .filter(|&m| !self.delivered.contains_key(&m) && !self.given_up[m])
+                .collect();
+            if !missing.is_empty() {
                 return Err(Violation(format!("messages {missing:?} never delivered")));
             }
             if !self.reported_failed.is_empty() {
@@ -473,18 +774,24 @@ impl Sim {
             }
         }
         if failed && !killed {
-            // Every message that went out is delivered or reported failed, except withdrawn
-            // ones whose fragment the failed sender never pushed (the receiver learns of
-            // those through the sender's liveness, outside this model).
+            // Every message that went out is delivered, reported failed or given up: a
+            // cut-off stream and a withdrawn descriptor's missing fragment are closed by
+            // their abort entries, nothing is waited for forever.
             for m in 0..self.next_msg {
                 let ok = self.delivered.contains_key(&m)
                     || self.reported_failed.contains(&m)
-                    || self.awaiting_fragment.contains(&m);
+                    || self.given_up[m];
                 if !ok {
                     return Err(Violation(format!(
                         "message {m} neither delivered nor reported failed after the sender's failure"
                     )));
                 }
+            }
+            if let Some(p) = &self.partial {
+                return Err(Violation(format!(
+                    "stream {} still half received after the live sender's failure settled",
+                    p.msg
+                )));
             }
         }
         // The sender never keeps a buffer lent out once its failed operation settled, unless
@@ -504,15 +811,58 @@ impl Sim {
     }
 }
 
-/// Runs schedule `seed`; returns the violation, if any, and what it exercised.
-fn schedule(seed: u64, settle: Settle) -> Result<Coverage, Violation> {
+/// The events of one schedule.
+#[derive(Debug, Clone, Copy, Default)]
+struct Events {
+    /// The sender's operation fails at this step.
+    fail_at: Option<usize>,
+    /// (sender?, step): that side is killed at that step.
+    kill: Option<(bool, usize)>,
+    /// The receiver gives up a receive at this step.
+    give_up_at: Option<usize>,
+    /// The receiver also gives up receives at random steps.
+    random_give_ups: bool,
+}
+
+impl Events {
+    fn steps(&self, messages: usize) -> usize {
+        400 + messages * 30
+    }
+}
+
+/// Draws the number of messages and the events of schedule `seed`.
+fn draw(seed: u64) -> (usize, Events) {
     let mut pick = Rng::new(seed ^ 0x5eed);
     let messages = 1 + pick.below(40) as usize;
     let fail_at = (pick.below(3) == 0).then(|| pick.below(300) as usize);
     let kill = (pick.below(4) == 0).then(|| (pick.below(2) == 0, pick.below(300) as usize));
+    let random_give_ups = pick.below(4) == 0;
+    let ev = Events {
+        fail_at,
+        kill,
+        give_up_at: None,
+        random_give_ups,
+    };
+    (messages, ev)
+}
+
+/// Runs schedule `seed` with events `ev`; returns the violation, if any, and what it
+/// exercised.
+fn schedule_with(
+    seed: u64,
+    messages: usize,
+    settle: Settle,
+    ev: Events,
+) -> Result<Coverage, Violation> {
     let mut sim = Sim::new(seed, messages, settle);
-    sim.run(fail_at, kill)?;
+    sim.run(ev)?;
     Ok(sim.cov)
+}
+
+/// Runs schedule `seed`; returns the violation, if any, and what it exercised.
+fn schedule(seed: u64, settle: Settle) -> Result<Coverage, Violation> {
+    let (messages, ev) = draw(seed);
+    schedule_with(seed, messages, settle, ev)
 }
 
 fn seeds() -> Vec<u64> {
@@ -521,7 +871,7 @@ fn seeds() -> Vec<u64> {
         .and_then(|s| s.parse().ok())
     {
         Some(s) => vec![s],
-        None => (0..5000).collect(),
+        None => (0..8000).collect(),
     }
 }
 
@@ -535,14 +885,7 @@ fn ring_protocol_holds_under_random_schedules() {
     let all = seeds();
     for &seed in &all {
         match schedule(seed, Settle::WithdrawOrWait) {
-            Ok(c) => {
-                total.full_ring += c.full_ring;
-                total.claimed += c.claimed;
-                total.withdrawn += c.withdrawn;
-                total.aborted += c.aborted;
-                total.waited_for_claim += c.waited_for_claim;
-                total.lost_race += c.lost_race;
-            }
+            Ok(c) => total.add(&c),
             Err(Violation(v)) => panic!("schedule {seed} (replay: FERRY_SIM_SEED={seed}): {v}"),
         }
     }
@@ -555,8 +898,72 @@ fn ring_protocol_holds_under_random_schedules() {
                 && c.withdrawn > 0
                 && c.aborted > 0
                 && c.waited_for_claim > 0
-                && c.lost_race > 0,
+                && c.lost_race > 0
+                && c.chunks > 0
+                && c.spans > 0
+                && c.deferred > 0
+                && c.early > 0
+                && c.discarded > 0
+                && c.stream_aborted > 0,
             "the schedules missed a protocol path: {c:?}"
+        );
+    }
+}
+
+/// Kills either side, fails the sender's operation, or gives up a receive at every step of
+/// a few schedules of pipelined messages (not only at random steps): no step of the protocol
+/// lets a half-sent message through, loses a later one or leaves a receiver waiting forever.
+/// `FERRY_SIM_SEED=N` runs only schedule N.
+#[test]
+#[cfg_attr(miri, ignore = "tens of thousands of schedules")]
+fn every_step_kill_and_abandon() {
+    let all: Vec<u64> = match std::env::var("FERRY_SIM_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
+        Some(s) => vec![s],
+        None => (0..6).collect(),
+    };
+    let mut total = Coverage::default();
+    let mut runs = 0u64;
+    for &seed in &all {
+        let messages = 6 + (seed as usize % 5);
+        let steps = Events::default().steps(messages);
+        for step in 0..steps {
+            let cases = [
+                Events {
+                    fail_at: Some(step),
+                    ..Events::default()
+                },
+                Events {
+                    kill: Some((true, step)),
+                    ..Events::default()
+                },
+                Events {
+                    kill: Some((false, step)),
+                    ..Events::default()
+                },
+                Events {
+                    give_up_at: Some(step),
+                    ..Events::default()
+                },
+            ];
+            for ev in cases {
+                match schedule_with(seed, messages, Settle::WithdrawOrWait, ev) {
+                    Ok(c) => total.add(&c),
+                    Err(Violation(v)) => {
+                        panic!("schedule {seed} with {ev:?} (replay: FERRY_SIM_SEED={seed}): {v}")
+                    }
+                }
+                runs += 1;
+            }
+        }
+    }
+    eprintln!("{runs} schedules: {total:?}");
+    if all.len() > 1 {
+        assert!(
+            total.stream_aborted > 0 && total.discarded > 0 && total.spans > 0,
+            "the schedules missed a protocol path: {total:?}"
         );
     }
 }

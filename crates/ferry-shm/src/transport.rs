@@ -2,11 +2,23 @@
 //! job (S2).
 //!
 //! Messages up to a slot's payload travel inline through the pair's ring (2 copies, the lowest
-//! latency). Messages of at least `shm.single_copy_threshold` bytes are moved with one copy: the
-//! sender posts a descriptor (pid, address, length) and the receiver reads the sender's buffer
-//! with `process_vm_readv` straight into its receive buffer, then completes the descriptor
-//! (001 §3.2.2, with cross-memory attach instead of SysV segments). Everything in between, and
-//! everything when single copy is not permitted, is cut into slot-sized fragments (001 §3.2.1).
+//! latency). Larger ones are pipelined by default (`shm.pipeline`): the sender copies them into
+//! the ring in chunks of up to `CHUNK_SPAN` consecutive slots, one header each, while the
+//! receiver copies earlier chunks out into its receive buffer, so the two copies run at once
+//! on two cores (001 §3.2.1 with chunks instead of slot-sized fragments). The first chunk of a
+//! message whose receive is not posted yet stays in the ring for a while (`defer_early`), so
+//! it is not copied a third time through a buffer of its own. When pipelining is off (or the
+//! host's cores are oversubscribed) messages of at least `shm.single_copy_threshold` bytes are
+//! moved with one copy: the sender posts a descriptor (pid, address, length) and the receiver
+//! reads the sender's buffer with `process_vm_readv` straight into its receive buffer, then
+//! completes the descriptor (001 §3.2.2, with cross-memory attach instead of SysV segments).
+//! Everything else goes as chunks too.
+//!
+//! A pipelined message never exposes the caller's memory to a peer (each side copies its own
+//! buffer), so a failed exchange only has to tell the receiver that the rest of a cut-off
+//! message will not come: an abort entry, pushed as soon as the ring has room for it (every
+//! progress pass retries), after which the receiver fails the receive rather than taking the
+//! part it has for the whole.
 //!
 //! A sender never blocks on one message: an exchange progresses all its sends and receives
 //! together, so two ranks sending large messages to each other both serve the other's
@@ -21,7 +33,7 @@ use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ferry_core::config::SingleCopy;
+use ferry_core::config::{Pipeline, SingleCopy};
 use ferry_core::transport::{check_peer, drive_exchange};
 use ferry_core::{
     Config, Error, ErrorKind, Exchange, LaunchInfo, MsgKey, OpState, PrepareError, RecvBuf, RecvOp,
@@ -49,6 +61,9 @@ const FORCED_FRAG: usize = 1 << (usize::BITS - 1);
 /// Flag in a send's progress: a failed operation settled this send (nothing of it is offered
 /// any more); it is never progressed again.
 const SETTLED: usize = 1 << (usize::BITS - 2);
+/// Slots one chunk of a pipelined message covers at most (8 x 8 KiB by default: 64 KiB, the
+/// chunk of the ring floor program; see docs/PERFORMANCE.md for the measurement).
+const CHUNK_SPAN: usize = 8;
 /// How long the lean receive path spins before it starts yielding the core.
 const PURE_SPIN: Duration = Duration::from_micros(5);
 /// How long `wait_for_input` yield-polls before it sleeps on the doorbell.
@@ -136,12 +151,20 @@ pub struct ShmTransport {
     /// or completed) or make room for its fragments. A peer busy copying earlier descriptors
     /// of a window is not stalled, so its later descriptors stay offered (issue 02).
     peer_progress: Vec<Instant>,
+    /// Per peer: the pipelined message at the head of its ring left there because its receive
+    /// was not posted yet, and since when (see `defer_early`).
+    deferred: Vec<Option<(Arrival, Instant)>>,
     /// The fragmented message currently streaming to each peer, by (key, serial).
     frag_owner: Vec<Option<(MsgKey, u64)>>,
     /// Per peer: messages whose fragments a failed operation cut off (or whose descriptors
     /// it had withdrawn for fragments), to be announced with abort entries before the next
     /// fragmented message to that peer: (key, serial, length).
     abort_pending: Vec<Vec<(MsgKey, u64, u64)>>,
+    /// Whether some abort entry could not be pushed yet (its ring was full, as it usually is
+    /// while a pipelined message streams): every progress pass retries, so a receiver holding
+    /// part of a message learns that the rest will not come without waiting for this rank's
+    /// next fragmented message to it.
+    aborts_queued: bool,
     /// Messages their senders abandoned before this rank posted the receive.
     abandoned: std::collections::HashSet<Arrival>,
     /// Messages whose receive this rank gave up (an abandoned or failed operation) before
@@ -155,6 +178,11 @@ pub struct ShmTransport {
     spare_recvs: Vec<RecvOp<'static>>,
     single_copy: bool,
     inline_cap: usize,
+    /// Slots one chunk of a pipelined (fragmented) message covers at most.
+    chunk_span: usize,
+    /// Whether large messages stream pipelined through the rings rather than by single copy
+    /// (`shm.pipeline`, decided at start-up).
+    pipelined: bool,
     threshold: usize,
     stats: Stats,
     policy: WaitPolicy,
@@ -475,8 +503,10 @@ impl ShmTransport {
             posted_at: vec![Instant::now(); n * ACK_WINDOW as usize],
             eager_wait: config.spin().max(Duration::from_micros(200)),
             peer_progress: vec![Instant::now(); n],
+            deferred: vec![None; n],
             frag_owner: vec![None; n],
             abort_pending: vec![Vec::new(); n],
+            aborts_queued: false,
             abandoned: std::collections::HashSet::new(),
             given_up: std::collections::HashSet::new(),
             to_read: Vec::new(),
@@ -484,6 +514,12 @@ impl ShmTransport {
             spare_recvs: Vec::new(),
             single_copy,
             inline_cap,
+            chunk_span: CHUNK_SPAN,
+            pipelined: match config.shm.pipeline {
+                Pipeline::On => true,
+                Pipeline::Off => false,
+                Pipeline::Auto => n <= ferry_core::config::available_cores(),
+            },
             threshold: config.shm.single_copy_threshold.max(inline_cap + 1),
             stats,
             policy: config.wait_policy(n),
@@ -503,6 +539,18 @@ impl ShmTransport {
     /// Whether large messages use the single-copy path (decided at start-up).
     pub fn single_copy(&self) -> bool {
         self.single_copy
+    }
+
+    /// Whether large messages stream pipelined through the rings (decided at start-up).
+    pub fn pipelined(&self) -> bool {
+        self.pipelined
+    }
+
+    /// Whether a message of `len` bytes goes by single copy (a descriptor) rather than
+    /// through the ring.
+    #[inline]
+    fn by_single_copy(&self, len: usize) -> bool {
+        self.single_copy && !self.pipelined && len >= self.threshold
     }
 
     /// Number of ranks sharing this segment (the node's ranks in a hybrid job).
@@ -577,6 +625,9 @@ impl Transport for ShmTransport {
         self.waiting.clear();
         self.want_acks.clear();
         self.want_space.clear();
+        if self.aborts_queued {
+            self.flush_aborts();
+        }
         // Callers may drive the exchange themselves (the data layer's first pass), so an error
         // here settles it too: nothing of it stays offered (see `settle_failed`).
         if let Err(e) = self

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use ferry_core::config::SingleCopy;
+use ferry_core::config::{Pipeline, SingleCopy};
 use ferry_core::{Config, ErrorKind, Exchange, MsgKey, Transport};
 use ferry_shm::ShmTransport;
 
@@ -18,6 +18,13 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
 fn config(single_copy: SingleCopy) -> Config {
     let mut c = Config::default();
     c.shm.single_copy = single_copy;
+    // Single copy where it is on, deterministically (not only when the host's cores are
+    // oversubscribed); without it, large messages stream pipelined through the ring.
+    c.shm.pipeline = if single_copy == SingleCopy::Off {
+        Pipeline::On
+    } else {
+        Pipeline::Off
+    };
     // 4 slots of 1 KiB: a 64 KiB message is far from fitting, so the failed exchange leaves
     // it partly sent.
     c.shm.ring_slots = 4;
@@ -87,4 +94,53 @@ fn cut_off_fragment_stream_does_not_block_the_next_message() {
 #[test]
 fn cut_off_withdrawn_descriptor_does_not_block_the_next_message() {
     cut_off_then_continue(SingleCopy::Auto);
+}
+
+/// The ring to rank 1 is full when rank 0's exchange fails (rank 1 is not receiving yet), so
+/// the abort entry that closes the cut-off stream cannot be pushed then. Rank 0 sends nothing
+/// more to rank 1 and waits for it instead: its waiting pushes the abort once rank 1 makes
+/// room, and rank 1's receive fails instead of waiting for the rest of the message (before,
+/// the abort went out only ahead of rank 0's next fragmented message to rank 1: both waited).
+#[test]
+fn abort_of_a_stream_cut_off_in_a_full_ring_is_pushed_while_the_sender_waits() {
+    let a = pattern(64 << 10, 1);
+    let out =
+        ShmTransport::run_threads(3, &config(SingleCopy::Off), |mut t| -> Result<(), String> {
+            match t.rank() {
+                0 => {
+                    let mut sink = Vec::new();
+                    let mut ex = Exchange::new();
+                    ex.send(1, MsgKey::user(1), &a);
+                    ex.recv(2, MsgKey::user(9), &mut sink);
+                    let e = t
+                        .exchange(&mut ex)
+                        .expect_err("rank 2 finished without sending");
+                    assert_eq!(e.peer(), Some(2), "{e}");
+                    drop(ex);
+                    let mut done = Vec::new();
+                    t.recv(1, MsgKey::user(3), &mut done)
+                        .map_err(|e| format!("waiting for rank 1: {e}"))?;
+                    if done != b"failed" {
+                        return Err(format!("rank 1 says {:?}", String::from_utf8_lossy(&done)));
+                    }
+                }
+                1 => {
+                    std::thread::sleep(Duration::from_millis(300));
+                    let mut got = Vec::new();
+                    let said: &[u8] = match t.recv(0, MsgKey::user(1), &mut got) {
+                        Err(e) if e.kind() == ErrorKind::PeerFailed => b"failed",
+                        Err(e) => return Err(format!("abandoned message: unexpected error {e}")),
+                        Ok(()) => return Err("a cut-off message was received".into()),
+                    };
+                    t.send(0, MsgKey::user(3), said)
+                        .map_err(|e| format!("answer: {e}"))?;
+                }
+                _ => std::thread::sleep(Duration::from_millis(50)),
+            }
+            t.finish().map_err(|e| e.to_string())
+        })
+        .expect("threads");
+    for (r, o) in out.into_iter().enumerate() {
+        o.unwrap_or_else(|e| panic!("rank {r}: {e}"));
+    }
 }

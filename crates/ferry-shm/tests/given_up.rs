@@ -11,7 +11,7 @@
 
 use std::sync::Barrier;
 
-use ferry_core::config::SingleCopy;
+use ferry_core::config::{Pipeline, SingleCopy};
 use ferry_core::{Config, Error, ErrorKind, Exchange, MsgKey, Transport};
 use ferry_shm::ShmTransport;
 
@@ -24,6 +24,13 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
 fn config(single_copy: SingleCopy) -> Config {
     let mut c = Config::default();
     c.shm.single_copy = single_copy;
+    // Single copy where it is on, deterministically (not only when the host's cores are
+    // oversubscribed); without it, large messages stream pipelined through the ring.
+    c.shm.pipeline = if single_copy == SingleCopy::Off {
+        Pipeline::On
+    } else {
+        Pipeline::Off
+    };
     // 4 slots of 1 KiB: a large message streams in hundreds of fragments.
     c.shm.ring_slots = 4;
     c.shm.slot_bytes = 1024;

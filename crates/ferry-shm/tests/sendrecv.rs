@@ -2,13 +2,20 @@
 //! exchange when the send fits into the ring at once, so two ranks sending to each other must
 //! never deadlock, whatever the message size or ring fill (T1, M3).
 
-use ferry_core::config::SingleCopy;
+use ferry_core::config::{Pipeline, SingleCopy};
 use ferry_core::{Config, ErrorKind, MsgKey, RecvBuf, Transport};
 use ferry_shm::ShmTransport;
 
 fn config(single_copy: SingleCopy) -> Config {
     let mut c = Config::default();
     c.shm.single_copy = single_copy;
+    // Single copy where it is on, deterministically (not only when the host's cores are
+    // oversubscribed); without it, large messages stream pipelined through the ring.
+    c.shm.pipeline = if single_copy == SingleCopy::Off {
+        Pipeline::On
+    } else {
+        Pipeline::Off
+    };
     // A tiny ring, so that inline sends find it full and big ones fragment.
     c.shm.ring_slots = 4;
     c.shm.slot_bytes = 256;

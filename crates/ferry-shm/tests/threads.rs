@@ -2,7 +2,7 @@
 //! fragmented, single copy), exchanges that would deadlock with blocking sends, out-of-order
 //! flows, back-pressure, and a property test of arbitrary message-size sequences.
 
-use ferry_core::config::SingleCopy;
+use ferry_core::config::{Pipeline, SingleCopy};
 use ferry_core::{Config, Exchange, MsgKey, Transport};
 use ferry_shm::ShmTransport;
 use proptest::prelude::*;
@@ -10,6 +10,13 @@ use proptest::prelude::*;
 fn config(single_copy: SingleCopy, slots: usize, slot_bytes: usize) -> Config {
     let mut c = Config::default();
     c.shm.single_copy = single_copy;
+    // Single copy where it is on, deterministically (not only when the host's cores are
+    // oversubscribed); without it, large messages stream pipelined through the ring.
+    c.shm.pipeline = if single_copy == SingleCopy::Off {
+        Pipeline::On
+    } else {
+        Pipeline::Off
+    };
     c.shm.ring_slots = slots;
     c.shm.slot_bytes = slot_bytes;
     c.shm.single_copy_threshold = 4096;
@@ -77,6 +84,137 @@ fn ping_pong_every_path_single_copy() {
 #[test]
 fn ping_pong_every_path_two_copies() {
     ping_pong_sizes(&config(SingleCopy::Off, 8, 1024));
+}
+
+/// Pipelined messages with the default ring (64 slots of 8 KiB): chunks spanning several
+/// slots, chunks cut short at the ring's end, sizes around chunk and slot boundaries, up to
+/// 4 MiB, received into growing vectors and into fixed slices.
+#[test]
+fn pipelined_sizes_round_trip_with_the_default_ring() {
+    let mut cfg = Config::default();
+    cfg.shm.pipeline = Pipeline::On;
+    cfg.general.operation_timeout_ms = 20_000;
+    let slot = cfg.shm.slot_bytes;
+    let sizes = [
+        slot - 41,
+        slot - 40,
+        slot + 1,
+        4 * slot,
+        32 << 10,
+        (64 << 10) + 3,
+        8 * slot - 40,
+        8 * slot - 39,
+        (1 << 20) - 1,
+        1 << 20,
+        (3 << 20) + 12_345,
+        4 << 20,
+    ];
+    let out = ShmTransport::run_threads(2, &cfg, |mut t| {
+        assert!(t.pipelined());
+        let peer = 1 - t.rank();
+        let mut buf = Vec::new();
+        for (i, &n) in sizes.iter().enumerate() {
+            let msg = pattern(n, i);
+            if t.rank() == 0 {
+                t.send(peer, MsgKey::user(1), &msg).unwrap();
+                let mut fixed = vec![0u8; n];
+                let mut ex = Exchange::new();
+                ex.recv_into(peer, MsgKey::user(2), &mut fixed);
+                t.exchange(&mut ex).unwrap();
+                drop(ex);
+                assert_eq!(fixed, msg, "size {n} into a slice");
+            } else {
+                t.recv(peer, MsgKey::user(1), &mut buf).unwrap();
+                assert_eq!(buf, msg, "size {n} into a vector");
+                t.send(peer, MsgKey::user(2), &buf).unwrap();
+            }
+        }
+        t.finish().unwrap();
+        t.stats()
+    })
+    .unwrap();
+    assert_eq!(out[1].total_received().messages, sizes.len() as u64);
+    let extra = |s: &ferry_core::Stats, name: &str| {
+        s.extra
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map_or(0, |(_, v)| *v)
+    };
+    assert_eq!(
+        extra(&out[0], "shm single-copy reads") + extra(&out[1], "shm single-copy reads"),
+        0,
+        "pipelined messages never go by single copy"
+    );
+}
+
+/// A pipelined message whose receive is posted just after it started to stream in (the
+/// receiver was finishing the previous one) stays in the ring until then and goes straight
+/// into the receive buffer: it is not copied into a buffer of its own first, which would cost
+/// a third copy.
+#[test]
+fn pipelined_message_waits_in_the_ring_for_its_receive() {
+    let mut cfg = Config::default();
+    cfg.shm.pipeline = Pipeline::On;
+    cfg.general.operation_timeout_ms = 20_000;
+    let n = 1 << 20;
+    let out = ShmTransport::run_threads(2, &cfg, |mut t| {
+        if t.rank() == 0 {
+            let msgs: Vec<Vec<u8>> = (0..8).map(|i| pattern(n, i)).collect();
+            let mut ex = Exchange::new();
+            for m in &msgs {
+                ex.send(1, MsgKey::user(1), m);
+            }
+            t.exchange(&mut ex).unwrap();
+        } else {
+            let mut fixed = vec![0u8; n];
+            for i in 0..8 {
+                let mut ex = Exchange::new();
+                ex.recv_into(0, MsgKey::user(1), &mut fixed);
+                t.exchange(&mut ex).unwrap();
+                drop(ex);
+                assert_eq!(fixed, pattern(n, i), "message {i}");
+            }
+        }
+        t.finish().unwrap();
+        t.stats()
+    })
+    .unwrap();
+    let early = out[1]
+        .extra
+        .iter()
+        .find(|(n, _)| *n == "shm pipelined messages buffered early")
+        .map_or(0, |(_, v)| *v);
+    assert_eq!(early, 0, "messages were copied out before their receive");
+}
+
+/// Two ranks send a pipelined message to each other with blocking sends before either
+/// receives: each send fills the other's ring, and the receiver (inside its own send) takes
+/// the message early once it has waited, so neither send waits for its receive (no
+/// send/send deadlock).
+#[test]
+fn blocking_pipelined_sends_to_each_other_complete() {
+    let mut cfg = Config::default();
+    cfg.shm.pipeline = Pipeline::On;
+    cfg.general.operation_timeout_ms = 20_000;
+    let n = 3 << 20;
+    let out = ShmTransport::run_threads(2, &cfg, |mut t| {
+        let me = t.rank();
+        let peer = 1 - me;
+        t.send(peer, MsgKey::user(1), &pattern(n, me)).unwrap();
+        let mut buf = Vec::new();
+        t.recv(peer, MsgKey::user(1), &mut buf).unwrap();
+        assert_eq!(buf, pattern(n, peer));
+        t.finish().unwrap();
+        t.stats()
+    })
+    .unwrap();
+    let early: u64 = out
+        .iter()
+        .flat_map(|s| s.extra.iter())
+        .filter(|(n, _)| *n == "shm pipelined messages buffered early")
+        .map(|(_, v)| *v)
+        .sum();
+    assert!(early >= 1, "one of the messages must have been taken early");
 }
 
 /// Both ranks send several large messages to each other in one exchange and receive them in

@@ -53,10 +53,18 @@ fn run(extra: &[(&str, String)]) {
     assert!(common::leftovers(&job).is_empty());
 }
 
-/// The exchange fails because rank 2 died.
+/// The exchange fails because rank 2 died (single copy: the descriptor is withdrawn or
+/// waited for).
 #[test]
 fn failed_exchange_by_dead_peer_leaves_nothing_to_read() {
-    run(&[]);
+    run(&[("FERRY_SHM_PIPELINE", "off".into())]);
+}
+
+/// The same with the message pipelined through the ring: the exchange fails with part of it
+/// in the ring; rank 1 never takes that part for the whole message.
+#[test]
+fn failed_pipelined_exchange_by_dead_peer_leaves_nothing_to_read() {
+    run(&[("FERRY_SHM_PIPELINE", "on".into())]);
 }
 
 /// The exchange fails on the optional operation timeout (rank 2 alive but late). The spin
@@ -67,6 +75,17 @@ fn failed_exchange_by_operation_timeout_leaves_nothing_to_read() {
     run(&[
         ("FERRY_GENERAL_OPERATION_TIMEOUT_MS", "100".into()),
         ("FERRY_GENERAL_SPIN_US", "400000".into()),
+        ("FERRY_SHM_PIPELINE", "off".into()),
+    ]);
+}
+
+/// The same with the message pipelined through the ring.
+#[test]
+fn failed_pipelined_exchange_by_operation_timeout_leaves_nothing_to_read() {
+    run(&[
+        ("FERRY_GENERAL_OPERATION_TIMEOUT_MS", "100".into()),
+        ("FERRY_GENERAL_SPIN_US", "400000".into()),
+        ("FERRY_SHM_PIPELINE", "on".into()),
     ]);
 }
 
@@ -75,12 +94,23 @@ fn failed_exchange_by_operation_timeout_leaves_nothing_to_read() {
 /// exchange as well. Ranks are threads, so the reused buffer is plain process memory.
 #[test]
 fn failed_progress_pass_leaves_nothing_to_read() {
+    progress_pass_fails(ferry_core::config::Pipeline::Off);
+}
+
+/// The same with the message pipelined through the ring.
+#[test]
+fn failed_pipelined_progress_pass_leaves_nothing_to_read() {
+    progress_pass_fails(ferry_core::config::Pipeline::On);
+}
+
+fn progress_pass_fails(pipeline: ferry_core::config::Pipeline) {
     use ferry_core::config::SingleCopy;
     use ferry_core::{Config, Exchange, MsgKey, Transport};
     use ferry_shm::ShmTransport;
 
     let mut cfg = Config::default();
     cfg.shm.single_copy = SingleCopy::Auto;
+    cfg.shm.pipeline = pipeline;
     cfg.shm.single_copy_threshold = 4096;
     cfg.general.operation_timeout_ms = 5_000;
     let overwritten = std::sync::Barrier::new(2);

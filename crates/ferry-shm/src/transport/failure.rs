@@ -205,10 +205,8 @@ impl ShmTransport {
                 serial,
                 progress: progress | SETTLED,
             };
-            let single_copy = self.single_copy
-                && s.data.len() >= self.threshold
-                && progress & FORCED_FRAG == 0
-                && progress != 0;
+            let single_copy =
+                self.by_single_copy(s.data.len()) && progress & FORCED_FRAG == 0 && progress != 0;
             if l == self.me {
                 continue;
             }
@@ -222,7 +220,9 @@ impl ShmTransport {
                     self.frag_owner[l] = None;
                 }
                 self.abort_pending[l].push((key, serial, len));
-                self.flush_abort(l);
+                if !self.flush_abort(l) {
+                    self.aborts_queued = true;
+                }
             }
         }
         if err.is_peer_failure() && !self.tolerant {
@@ -235,6 +235,15 @@ impl ShmTransport {
                 );
             }
         }
+    }
+
+    /// Retries every queued abort entry (see `aborts_queued`).
+    pub(super) fn flush_aborts(&mut self) {
+        let mut left = false;
+        for l in 0..self.abort_pending.len() {
+            left |= !self.flush_abort(l);
+        }
+        self.aborts_queued = left;
     }
 
     /// Pushes the abort entries pending for `l`; false if the ring has no room for all yet.

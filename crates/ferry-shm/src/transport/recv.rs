@@ -183,10 +183,14 @@ impl ShmTransport {
                                 Target::Op(i)
                             }
                             None => {
+                                if self.defer_early(l, peer, &arrival, ex) {
+                                    return Ok(());
+                                }
                                 if !self.room_for(total) {
                                     self.stats.bump("shm inbox full stops", 1);
                                     return Ok(());
                                 }
+                                self.stats.bump("shm pipelined messages buffered early", 1);
                                 self.partial_bytes += total;
                                 self.partial_count += 1;
                                 Target::Buf(vec![0u8; total])
@@ -205,7 +209,10 @@ impl ShmTransport {
                     if p.arrival != arrival || p.total != total {
                         return Err(self.protocol(peer, "fragment of another message interleaved"));
                     }
-                    let chunk = cap.min(total - p.received);
+                    let Some(span_cap) = self.rx[l].as_ref().map(|c| c.head_cap()) else {
+                        return Ok(());
+                    };
+                    let chunk = span_cap.min(total - p.received);
                     if let Target::Op(i) = p.target {
                         let ok = ex.recvs.get(i).is_some_and(|r| {
                             r.peer == peer
@@ -331,6 +338,30 @@ impl ShmTransport {
             *popped += 1;
         }
         Ok(())
+    }
+
+    /// Whether the first chunk of a pipelined message from `l` whose receive is not posted
+    /// stays in the ring for now. Taken early, it would be copied into a buffer of its own and
+    /// once more into the receive buffer later (three copies instead of two); left in the
+    /// ring, its receive (typically the program's next call) takes it straight into place
+    /// while the sender keeps filling the ring behind it. It is taken early all the same when
+    /// a receive of this exchange from the same peer waits behind it, or once it has waited
+    /// `eager_wait`: a send never waits for its receive to be posted (no send/send deadlock).
+    fn defer_early(&mut self, l: usize, peer: usize, arrival: &Arrival, ex: &Exchange<'_>) -> bool {
+        if ex
+            .recvs
+            .iter()
+            .any(|r| r.peer == peer && r.state != OpState::Done)
+        {
+            return false;
+        }
+        match self.deferred[l] {
+            Some((a, since)) if a == *arrival => since.elapsed() < self.eager_wait,
+            _ => {
+                self.deferred[l] = Some((*arrival, Instant::now()));
+                true
+            }
+        }
     }
 
     /// Drops the entry at the head of `l`'s ring, of type `typ`, for a message whose receive

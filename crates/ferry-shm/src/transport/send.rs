@@ -3,6 +3,9 @@
 
 use super::*;
 
+/// Chunks a pipelined message is cut into at least (while they fit into `chunk_span` slots).
+const PIPELINE_DEPTH: usize = 4;
+
 impl ShmTransport {
     // ----- sending -------------------------------------------------------------------------
 
@@ -39,6 +42,7 @@ impl ShmTransport {
             return Ok(OpState::Done);
         }
         self.open_tx(l);
+        let by_single_copy = self.by_single_copy(len);
         let Some(tx) = self.tx[l].as_mut() else {
             return Err(self.err(ErrorKind::InvalidArgument, "send").with_peer(peer));
         };
@@ -68,7 +72,7 @@ impl ShmTransport {
         }
         let forced = progress & FORCED_FRAG != 0;
         let progress = progress & !FORCED_FRAG;
-        if self.single_copy && len >= self.threshold && !forced {
+        if by_single_copy && !forced {
             let mut progress = progress;
             if progress == 0 {
                 let seq = self.cma_next[l];
@@ -157,21 +161,32 @@ impl ShmTransport {
             }
             _ => {}
         }
+        let chunk_span = (len / (PIPELINE_DEPTH * self.inline_cap)).clamp(1, self.chunk_span);
         let Some(tx) = self.tx[l].as_mut() else {
             return Err(self.err(ErrorKind::InvalidArgument, "send").with_peer(peer));
         };
-        let cap = self.inline_cap;
         let mut off = progress;
         let mut pushed = 0u64;
+        // At least PIPELINE_DEPTH chunks per message, so that the receiver's copy overlaps the
+        // sender's for all but one chunk (the latency of a medium message), and at most
+        // `chunk_span` slots per chunk (one header and one publication per chunk amortised
+        // over a large message).
         while off < len {
-            let chunk = cap.min(len - off);
+            // A chunk covers up to `chunk_span` consecutive slots: one header and one
+            // publication per chunk instead of per slot, while the receiver copies the
+            // previous chunk out (pipelined). At the ring's end a shorter chunk is pushed.
+            let span = tx.free_run().min(chunk_span);
+            if span == 0 {
+                break;
+            }
+            let chunk = tx.span_cap(span).min(len - off);
             let e = Entry {
                 typ: T_FRAG,
                 key,
                 serial,
                 total_len: len as u64,
             };
-            if !tx.push(&e, &data[off..off + chunk]) {
+            if !tx.push_span(&e, &data[off..off + chunk]) {
                 break;
             }
             pushed += 1;
