@@ -211,6 +211,15 @@ impl Default for Shm {
     }
 }
 
+/// Settings of the data layer (LAIK model).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Data {
+    /// Keep containers in node-shared memory when the backend offers it (S3): a switch between
+    /// ranks of one node copies straight from the old owner's memory.
+    pub shared_containers: bool,
+}
+
 /// The whole configuration.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -221,9 +230,11 @@ pub struct Config {
     pub tcp: Tcp,
     /// Shared-memory backend.
     pub shm: Shm,
+    /// Data layer.
+    pub data: Data,
 }
 
-const SECTIONS: &[&str] = &["general", "tcp", "shm"];
+const SECTIONS: &[&str] = &["general", "tcp", "shm", "data"];
 
 impl Config {
     /// The optional per-operation timeout (`general.operation_timeout_ms`; `None` when 0).

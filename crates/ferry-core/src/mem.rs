@@ -3,12 +3,14 @@
 //! Not selectable through `FERRY_BACKEND`; it exists so that collectives and the data layer can
 //! be tested with many ranks in one test process (threads-as-ranks), independent of sockets.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crossbeam::channel::{unbounded, Receiver, RecvTimeoutError, Sender};
 use ferry_proto::{Arrival, EarlyArrivals, FlowTable, MsgKey};
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::shared::{HeapShared, SharedMemory};
 use crate::stats::Stats;
 use crate::transport::{check_peer, Exchange, OpState, RetiredFlows, Transport, WaitPolicy};
 
@@ -28,6 +30,7 @@ pub struct MemTransport {
     inbox: EarlyArrivals,
     stats: Stats,
     policy: WaitPolicy,
+    shared: Arc<HeapShared>,
 }
 
 impl MemTransport {
@@ -36,8 +39,9 @@ impl MemTransport {
         let (senders, receivers): (Vec<_>, Vec<_>) = (0..size).map(|_| unbounded()).unzip();
         receivers
             .into_iter()
+            .zip(HeapShared::for_job(size))
             .enumerate()
-            .map(|(rank, incoming)| MemTransport {
+            .map(|(rank, (incoming, shared))| MemTransport {
                 rank,
                 peers: senders.clone(),
                 incoming,
@@ -51,6 +55,7 @@ impl MemTransport {
                     // Ranks are threads that may outnumber cores.
                     yield_each_poll: size > crate::config::available_cores(),
                 },
+                shared: Arc::new(shared),
             })
             .collect()
     }
@@ -188,6 +193,10 @@ impl Transport for MemTransport {
 
     fn stats(&self) -> Stats {
         self.stats.clone()
+    }
+
+    fn shared_memory(&self) -> Option<Arc<dyn SharedMemory>> {
+        Some(self.shared.clone())
     }
 }
 

@@ -15,11 +15,13 @@
 //! with a [`ErrorKind::Timeout`] naming the peers still pending. Backends may override `send`
 //! and `recv` with faster single-message paths.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ferry_proto::{MsgKey, MsgKind};
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::shared::SharedMemory;
 use crate::stats::Stats;
 
 /// Progress of one operation of an exchange. Backends own the meaning of the fields between
@@ -395,6 +397,14 @@ pub trait Transport: Send {
             state: OpState::New,
         });
         self.exchange(&mut ex)
+    }
+
+    /// Node-shared memory, if this backend has it (S3): the data layer keeps containers in it
+    /// so that a peer on the same node ([`Transport::node_of`]) copies straight from the
+    /// owner's memory. `None` (the default): the backend cannot share memory, and callers move
+    /// data through messages.
+    fn shared_memory(&self) -> Option<Arc<dyn SharedMemory>> {
+        None
     }
 
     /// Communication statistics of this rank so far (T7).

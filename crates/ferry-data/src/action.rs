@@ -6,6 +6,9 @@
 //! planning, no bounds surprises and — after the first run — no heap allocation: the pack
 //! buffers are reused and the exchange's operation vectors are recycled with
 //! [`Exchange::from_parts`] / [`Exchange::into_parts`].
+//!
+//! Containers in node-shared memory (S3) run their switches with the protocol of `share.rs`
+//! instead, for the pairs of ranks that share a node.
 
 use std::sync::Arc;
 
@@ -17,6 +20,10 @@ use crate::partitioning::{Layout, Mapping};
 use crate::reduce;
 use crate::space::{Range, MAX_DIMS};
 use crate::transition::{FoldSource, Transition};
+
+mod share;
+pub use share::SHARE_MIN_BYTES;
+pub(crate) use share::{Bufs, PeerMaps, ShareCtx, SHARE_KIND};
 
 /// Position of a box in some buffer: element offset of its origin and its strides.
 #[derive(Clone, Copy, Debug)]
@@ -83,6 +90,8 @@ pub struct ActionSeq<T: Element> {
     pub(crate) inplace: bool,
     /// Layout generation of the container it was bound to.
     pub(crate) epoch: u64,
+    /// The sharing protocol's state, built at the first run on a shared container.
+    share: Option<share::SharePlan>,
 }
 
 pub(crate) fn ext_of(r: &Range) -> [usize; MAX_DIMS] {
@@ -251,6 +260,7 @@ impl<T: Element> ActionSeq<T> {
             row_b: Vec::with_capacity(max_row),
             parts: None,
             runs: 0,
+            share: None,
         })
     }
 

@@ -5,11 +5,12 @@ use std::sync::Arc;
 use ferry_coll::ReduceOp;
 use ferry_core::{Element, Error, Result, Transport};
 
-use crate::action::{copy_box, place_in, ActionSeq};
+use crate::action::{copy_box, place_in, ActionSeq, Bufs, PeerMaps, ShareCtx};
 use crate::partitioning::{Layout, LayoutOrder, Mapping, Partitioning};
 use crate::reduce;
 use crate::retire::RetireOnDrop;
 use crate::space::{Index, Range, Space, MAX_DIMS};
+use crate::storage::{Storage, Which};
 use crate::transition::{DataFlow, Transition};
 use crate::Instance;
 
@@ -60,8 +61,13 @@ pub struct Container<T: Element> {
     pub(crate) generic: bool,
     pub(crate) part: Option<Partitioning>,
     pub(crate) layout: Arc<Layout>,
-    pub(crate) storage: Vec<T>,
-    pub(crate) spare: Vec<T>,
+    /// The current buffer (what the views show) and the spare one a switch fills, on the heap
+    /// or in node-shared memory (S3, [`Instance::set_shared_memory`]).
+    pub(crate) storage: Storage<T>,
+    /// Peers' shared regions this container has read from.
+    maps: PeerMaps,
+    /// Pairs of a switch moving fewer bytes keep the message path.
+    share_min: usize,
     pub(crate) cache: Vec<(u64, u64, ActionSeq<T>)>,
     /// Two partitionings laid out over shared boxes (ids and boxes), see
     /// [`Container::share_layout`].
@@ -71,6 +77,8 @@ pub struct Container<T: Element> {
     pub(crate) epoch: u64,
     /// Retires this container's flows when it is dropped; its queue is applied at switches.
     retire: RetireOnDrop,
+    /// Retires the flows of the sharing protocol's control messages (shared containers only).
+    _retire_share: Option<RetireOnDrop>,
     /// Switches completed, and the last one started: after a failure interrupted a switch,
     /// the survivors work out from these who holds what (see [`crate::recovery`]).
     pub(crate) switches: u64,
@@ -82,6 +90,8 @@ impl<T: Element> Container<T> {
     /// created by every rank in the same order (its id tags its messages).
     pub fn new(inst: &mut Instance, name: &str, space: &Space) -> Container<T> {
         let (id, retire) = inst.next_data_id();
+        let shared = inst.shared_memory();
+        let retire_share = shared.as_ref().map(|_| inst.share_ticket(id));
         Container {
             name: name.to_string(),
             id,
@@ -91,12 +101,14 @@ impl<T: Element> Container<T> {
             generic: inst.generic_layout(),
             part: None,
             layout: Arc::new(Layout::default()),
-            storage: Vec::new(),
-            spare: Vec::new(),
+            storage: Storage::new(shared, inst.rank()),
+            maps: PeerMaps::default(),
+            share_min: inst.share_min_bytes(),
             cache: Vec::new(),
             envelope: None,
             epoch: 0,
             retire,
+            _retire_share: retire_share,
             switches: 0,
             last_switch: None,
         }
@@ -144,6 +156,13 @@ impl<T: Element> Container<T> {
     /// Number of indexes this rank owns (each range counted).
     pub fn local_count(&self) -> u64 {
         self.layout.ranges.iter().map(|r| r.size()).sum()
+    }
+
+    /// Whether this rank's storage lives in node-shared memory (S3): the container was made
+    /// by an instance with shared memory and the allocation succeeded (otherwise it is on the
+    /// heap, and peers get its values as messages).
+    pub fn in_shared_memory(&self) -> bool {
+        self.storage.is_shared()
     }
 
     /// Number of mappings (allocations) of this rank's part.
@@ -281,15 +300,16 @@ impl<T: Element> Container<T> {
         if let Some(cur) = self.part.clone() {
             let new = Arc::new(self.layout_for(&cur)?);
             if new.mappings != self.layout.mappings {
-                resize_keep(&mut self.spare, new.total, self.rank)?;
+                self.storage.resize(Which::Spare, new.total)?;
+                let (cur, spare) = self.storage.split();
                 for (no, r) in self.layout.ranges.iter().enumerate() {
                     let src = place_in(&self.layout, no, r)?;
                     let dst = place_in(&new, no, r)?;
                     let e = r.extents();
                     let ext = [e[0] as usize, e[1] as usize, e[2] as usize];
-                    copy_box(&self.storage, src, &mut self.spare, dst, ext, self.generic);
+                    copy_box(cur, src, spare, dst, ext, self.generic);
                 }
-                std::mem::swap(&mut self.storage, &mut self.spare);
+                self.storage.swap();
                 self.layout = new;
             }
         }
@@ -304,16 +324,9 @@ impl<T: Element> Container<T> {
         for p in parts {
             max = max.max(self.layout_for(p)?.total);
         }
-        for v in [&mut self.storage, &mut self.spare] {
-            let more = max.saturating_sub(v.len());
-            v.try_reserve_exact(more).map_err(|e| {
-                Error::new(ferry_core::ErrorKind::ResourceExhausted, "reserve")
-                    .on_rank(self.rank)
-                    .with_detail(format!("{max} elements of {}", T::NAME))
-                    .with_source(e)
-            })?;
-        }
-        Ok(())
+        self.storage
+            .reserve(max)
+            .map_err(|e| e.context("reserve").or_rank(self.rank))
     }
 
     /// Plans and binds the switch from the current partitioning to `to` (D5): run it with
@@ -411,20 +424,45 @@ impl<T: Element> Container<T> {
         op: Option<&ReduceOp<T>>,
     ) -> Result<()> {
         let total = seq.new_layout.total;
+        let old_total = self.layout.total;
+        let mem = match self.storage.sharing() {
+            Some(mem) if seq.shares_with_node(&*t, self.share_min) => Some(mem.clone()),
+            _ => None,
+        };
         if seq.inplace {
-            resize_keep(&mut self.storage, total, self.rank)?;
+            self.storage.resize(Which::Cur, total)?;
+        } else {
+            self.storage.resize(Which::Spare, total)?;
+        }
+        if let Some(mem) = mem {
+            // This rank's current buffer is offered to its readers until the switch ends, on
+            // every path out of it (an error withdraws the offer before it is returned).
+            let offer = self.storage.publish();
+            let bufs = if seq.inplace {
+                Bufs::One(&mut self.storage[..total])
+            } else {
+                let (cur, spare) = self.storage.split();
+                Bufs::Two(&cur[..old_total], &mut spare[..total])
+            };
+            let ctx = ShareCtx {
+                mem: &*mem,
+                offer,
+                maps: &mut self.maps,
+                min_bytes: self.share_min,
+            };
+            let res = seq.execute_shared(t, bufs, ctx);
+            self.storage.withdraw();
+            res.map_err(|e| e.or_rank(self.rank))?;
+        } else if seq.inplace {
             seq.execute_inplace(t, &mut self.storage[..total])
                 .map_err(|e| e.or_rank(self.rank))?;
         } else {
-            resize_keep(&mut self.spare, total, self.rank)?;
-            seq.execute(
-                t,
-                &self.storage[..self.layout.total],
-                &mut self.spare[..total],
-                op,
-            )
-            .map_err(|e| e.or_rank(self.rank))?;
-            std::mem::swap(&mut self.storage, &mut self.spare);
+            let (cur, spare) = self.storage.split();
+            seq.execute(t, &cur[..old_total], &mut spare[..total], op)
+                .map_err(|e| e.or_rank(self.rank))?;
+        }
+        if !seq.inplace {
+            self.storage.swap();
         }
         self.layout = seq.new_layout.clone();
         self.part = Some(seq.transition().to().clone());
@@ -567,7 +605,7 @@ impl<T: Element> Container<T> {
                 } else {
                     Arc::new(self.layout_for(to)?)
                 };
-                resize_keep(&mut self.storage, layout.total, self.rank)?;
+                self.storage.resize(Which::Cur, layout.total)?;
                 if flow == DataFlow::Init {
                     let op = op.ok_or_else(|| {
                         Error::invalid("switch", "the Init data flow needs a reduction")
@@ -582,26 +620,4 @@ impl<T: Element> Container<T> {
             }
         }
     }
-}
-
-/// Sets the length to `n`, reusing capacity: shrinking truncates, growing fills with default
-/// values (new contents of a switch are unspecified unless written). Running out of memory is
-/// an error naming the size, not an abort.
-fn resize_keep<T: Element>(v: &mut Vec<T>, n: usize, rank: usize) -> Result<()> {
-    if v.len() >= n {
-        v.truncate(n);
-        return Ok(());
-    }
-    v.try_reserve_exact(n - v.len()).map_err(|e| {
-        Error::new(ferry_core::ErrorKind::ResourceExhausted, "allocate")
-            .on_rank(rank)
-            .with_detail(format!(
-                "{n} elements of {} ({} bytes) for a container's local part",
-                T::NAME,
-                n.saturating_mul(std::mem::size_of::<T>())
-            ))
-            .with_source(e)
-    })?;
-    v.resize(n, T::default());
-    Ok(())
 }

@@ -15,6 +15,12 @@
 //! generation, so a divergent program fails with a timeout naming the rank, never with
 //! silently mixed-up data. Library code returns errors; it does not panic on bad input.
 //!
+//! Shared containers (S3): given the transport's node-shared memory
+//! ([`Instance::set_shared_memory`]), containers keep their storage there, and a switch between
+//! ranks of one node copies straight from the old owner's memory (one copy instead of pack,
+//! transfer and unpack; see `action/share.rs`). The results are byte-identical to the message
+//! path; ranks on other nodes and backends without shared memory keep the message path.
+//!
 //! No I/O of its own: no environment, no store, no process-global state. What comes from
 //! outside (the elastic job's control channel, `FERRY_LAYOUT_GENERIC`) is handed in by the
 //! facade (`ferry::resize`, `World::data_instance`).
@@ -32,6 +38,7 @@ pub mod resize;
 mod retire;
 pub mod space;
 pub mod space_store;
+mod storage;
 pub mod transition;
 
 pub use action::ActionSeq;
@@ -46,7 +53,7 @@ pub use transition::{DataFlow, Transition};
 
 use std::sync::Arc;
 
-use ferry_core::{Error, MsgKind, Result, RetiredFlows};
+use ferry_core::{Error, MsgKind, Result, RetiredFlows, SharedMemory};
 
 use crate::retire::{RetireOnDrop, Retirements};
 
@@ -67,6 +74,20 @@ pub struct Instance {
     generic_layout: bool,
     /// Flows of dropped groups and containers, retired at the next switch.
     retired: Arc<Retirements>,
+    /// Node-shared memory for containers created afterwards (S3).
+    shared: SharedOpt,
+    /// Pairs moving fewer bytes in a switch keep the message path.
+    share_min: usize,
+}
+
+/// The optional shared memory of an instance (printed as whether it is set).
+#[derive(Clone, Default)]
+struct SharedOpt(Option<Arc<dyn SharedMemory>>);
+
+impl std::fmt::Debug for SharedOpt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "shared" } else { "heap" })
+    }
 }
 
 impl Instance {
@@ -87,6 +108,8 @@ impl Instance {
             next_generation: DATA_GENERATION_BASE,
             generic_layout: false,
             retired: Arc::default(),
+            shared: SharedOpt::default(),
+            share_min: action::SHARE_MIN_BYTES,
         })
     }
 
@@ -113,6 +136,47 @@ impl Instance {
     /// Forces (or not) the generic layout paths for containers created afterwards.
     pub fn set_generic_layout(&mut self, on: bool) {
         self.generic_layout = on;
+    }
+
+    /// Keeps containers created afterwards in `mem`, node-shared memory of the transport
+    /// ([`ferry_core::Transport::shared_memory`]; the facade passes it when
+    /// `data.shared_containers` is on), or on the heap with `None`. Every rank of the job must
+    /// make the same choice: a switch between two ranks of one node follows the sharing
+    /// protocol exactly when their containers were created with shared memory.
+    pub fn set_shared_memory(&mut self, mem: Option<Arc<dyn SharedMemory>>) {
+        self.shared = SharedOpt(mem);
+    }
+
+    /// Pairs of ranks that move fewer than `bytes` in a switch of a container created
+    /// afterwards keep the message path even when the container is shared (default
+    /// [`action::SHARE_MIN_BYTES`]; 0 shares every pair). Every rank must set the same value.
+    pub fn set_share_min_bytes(&mut self, bytes: usize) {
+        self.share_min = bytes;
+    }
+
+    /// See [`Instance::set_share_min_bytes`].
+    pub fn share_min_bytes(&self) -> usize {
+        self.share_min
+    }
+
+    /// Whether containers created now use node-shared memory.
+    pub fn shares_memory(&self) -> bool {
+        self.shared.0.is_some()
+    }
+
+    pub(crate) fn shared_memory(&self) -> Option<Arc<dyn SharedMemory>> {
+        self.shared.0.clone()
+    }
+
+    /// The ticket retiring the sharing protocol's flows of container `id`.
+    pub(crate) fn share_ticket(&self, id: u32) -> RetireOnDrop {
+        RetireOnDrop::new(
+            &self.retired,
+            RetiredFlows::Tag {
+                kind: action::SHARE_KIND,
+                tag: id,
+            },
+        )
     }
 
     /// The creation number of a new container and the ticket that retires its flows when

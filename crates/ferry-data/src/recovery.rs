@@ -28,6 +28,7 @@ use crate::container::Container;
 use crate::partitioner::TaskRange;
 use crate::partitioning::Partitioning;
 use crate::space::{Range, Space};
+use crate::storage::Which;
 
 /// The last switch a container started (recovery after a failure interrupted it).
 #[derive(Clone, Debug)]
@@ -137,15 +138,12 @@ impl<T: Element> Container<T> {
                 .on_rank(self.rank));
             }
         }
-        let mut spare = std::mem::take(&mut self.spare);
-        spare.clear();
-        spare.try_reserve_exact(new.total).map_err(|e| {
-            Error::new(ferry_core::ErrorKind::ResourceExhausted, "assume")
-                .on_rank(self.rank)
-                .with_detail(format!("{} elements of {}", new.total, T::NAME))
-                .with_source(e)
-        })?;
-        spare.resize(new.total, T::default());
+        // Every element of the spare buffer starts as the default, as in a fresh vector.
+        self.storage
+            .resize(Which::Spare, 0)
+            .and_then(|()| self.storage.resize(Which::Spare, new.total))
+            .map_err(|e| e.context("assume").or_rank(self.rank))?;
+        let (cur, spare) = self.storage.split();
         let mut at = 0;
         for (no, r) in new.ranges.iter().enumerate() {
             if r.is_empty() {
@@ -155,7 +153,7 @@ impl<T: Element> Container<T> {
             match values {
                 Some(v) => {
                     let ext = ext_of(r);
-                    copy_box(v, dense(at, ext), &mut spare, dst, ext, self.generic);
+                    copy_box(v, dense(at, ext), spare, dst, ext, self.generic);
                     at += r.size() as usize;
                 }
                 None => {
@@ -166,19 +164,12 @@ impl<T: Element> Container<T> {
                         }
                         let src = place_in(&self.layout, old_no, &o)?;
                         let dst = place_in(&new, no, &o)?;
-                        copy_box(
-                            &self.storage,
-                            src,
-                            &mut spare,
-                            dst,
-                            ext_of(&o),
-                            self.generic,
-                        );
+                        copy_box(cur, src, spare, dst, ext_of(&o), self.generic);
                     }
                 }
             }
         }
-        self.spare = std::mem::replace(&mut self.storage, spare);
+        self.storage.swap();
         self.layout = new;
         self.part = Some(p.clone());
         self.cache.clear();

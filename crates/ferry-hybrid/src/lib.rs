@@ -245,6 +245,12 @@ impl Transport for HybridTransport {
         self.node.get(rank).copied().unwrap_or(0)
     }
 
+    /// The node's shared memory (S3): the data layer shares containers between the ranks of
+    /// one node and sends messages to the others.
+    fn shared_memory(&self) -> Option<std::sync::Arc<dyn ferry_core::SharedMemory>> {
+        self.shm.shared_memory()
+    }
+
     fn wait_policy(&self) -> WaitPolicy {
         self.policy
     }

@@ -14,6 +14,10 @@
 //! ranks come from `FERRY_RANK`; started by hand (`FERRY_BACKEND=shm FERRY_SIZE=N`), ranks race
 //! on an atomic counter in a segment named after `FERRY_SHM_JOB` (default `default`).
 //!
+//! Shared containers (S3): [`ShmTransport`] offers node-shared memory (anonymous memory
+//! files that peers map through `/proc`) so the data layer keeps containers where a peer copies
+//! straight from the owner's memory; see `shared_alloc.rs`.
+//!
 //! No leftovers (S4): the segment's name is removed as soon as every rank has attached, so the
 //! memory disappears with the last process, however it ends. See `segment.rs`.
 
@@ -21,6 +25,7 @@ mod flows;
 mod handoff;
 mod ring;
 mod segment;
+mod shared_alloc;
 #[cfg(test)]
 mod sim;
 mod sys;

@@ -780,6 +780,14 @@ impl Transport for ShmTransport {
         self.stats.clone()
     }
 
+    fn shared_memory(&self) -> Option<Arc<dyn ferry_core::SharedMemory>> {
+        Some(Arc::new(crate::shared_alloc::ShmShared::new(
+            self.seg.clone(),
+            self.local_of.clone(),
+            self.rank,
+        )))
+    }
+
     fn finish(&mut self) -> Result<()> {
         if !self.finished {
             self.finished = true;

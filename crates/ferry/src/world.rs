@@ -182,10 +182,15 @@ impl World {
     }
 
     /// The data layer for this rank over the whole job (`FERRY_LAYOUT_GENERIC`, any value,
-    /// forces its element-wise pack/unpack paths; results are identical).
+    /// forces its element-wise pack/unpack paths; results are identical). With
+    /// `data.shared_containers` and a backend that shares memory, its containers live in
+    /// node-shared memory (S3).
     pub fn data_instance(&self) -> Result<ferry_data::Instance> {
         let mut inst = ferry_data::Instance::for_transport(&*self.transport)?;
         inst.set_generic_layout(self.layout_generic);
+        if self.config.data.shared_containers {
+            inst.set_shared_memory(self.transport.shared_memory());
+        }
         Ok(inst)
     }
 

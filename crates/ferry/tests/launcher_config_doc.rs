@@ -98,7 +98,7 @@ fn every_key_is_documented_with_its_default() {
 fn no_documented_key_is_stale() {
     let doc = doc();
     let keys = keys_and_defaults();
-    for section in ["general", "tcp", "shm"] {
+    for section in ["general", "tcp", "shm", "data"] {
         for line in section_text(&doc, section).lines() {
             let Some(rest) = line.strip_prefix("| `") else {
                 continue;
