@@ -118,7 +118,7 @@ impl Endpoint {
     }
 
     /// Sends the GET for `arrival`, which waits in its sender's outbox (000 §4.4.3).
-    fn pull(&mut self, arrival: Arrival, now: Duration) {
+    pub(crate) fn pull(&mut self, arrival: Arrival, now: Duration) {
         let peer = arrival.source;
         match self.get_conn(peer, "recv", now) {
             Ok(Some(c)) => {

@@ -613,7 +613,7 @@ impl Endpoint {
             let grace = self.grace();
             for id in self.announced.values() {
                 if let Some(m) = self.outbox.get(id) {
-                    if m.data.is_none() && m.state != outbox::OutState::Served {
+                    if m.awaits_pull() {
                         at((m.since + grace).max(self.last_get + grace));
                     }
                 }

@@ -37,6 +37,16 @@ pub(crate) struct OutMsg {
     pub since: Duration,
 }
 
+impl OutMsg {
+    /// An announced message whose payload is still the program's and whose GET has not come:
+    /// the rendezvous copy may take it once the grace is over. One that waits for a connection
+    /// is not announced yet and is never copied for that (the connection is not the peer's
+    /// program, so waiting for it cannot be part of a cycle of blocked senders).
+    pub(crate) fn awaits_pull(&self) -> bool {
+        self.data.is_none() && matches!(self.state, OutState::Sent | OutState::Refused)
+    }
+}
+
 /// A send that waits for room (outbox, or this rank's inbox for a send to itself).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct WaitingSend {
@@ -121,31 +131,43 @@ impl Endpoint {
             return self.send_to_self(w, bufs);
         }
         if tcp_protocol::request_for(key, len, self.cfg.eager_bytes) == FrameType::Announce {
-            if let Some(c) = self.get_conn(peer, "send", now)? {
-                let id = (peer, key, serial);
-                self.outbox.insert(
-                    id,
-                    OutMsg {
-                        data: None,
-                        op: Some(op),
-                        len,
-                        state: OutState::Sent,
-                        since: now,
+            // The payload stays in the program's buffer until the receiver pulls it. Without a
+            // connection yet (the first message to a peer) the entry waits, still borrowed, and
+            // is announced once the connection is up: copying a large first message whole into
+            // the outbox would cost its size in memory and a memcpy for nothing.
+            let conn = self.get_conn(peer, "send", now)?;
+            let id = (peer, key, serial);
+            self.outbox.insert(
+                id,
+                OutMsg {
+                    data: None,
+                    op: Some(op),
+                    len,
+                    state: if conn.is_some() {
+                        OutState::Sent
+                    } else {
+                        OutState::Unsent
                     },
-                );
-                self.announced.insert(op, id);
-                let h = Header {
-                    ty: FrameType::Announce,
-                    key,
-                    source: self.cfg.rank as u32,
-                    dest: peer as u32,
-                    serial,
-                    len: len as u64,
-                };
-                self.transmit(c, h, Payload::None);
-                self.counters.announced += 1;
-                return Ok(false);
+                    since: now,
+                },
+            );
+            self.announced.insert(op, id);
+            match conn {
+                Some(c) => {
+                    let h = Header {
+                        ty: FrameType::Announce,
+                        key,
+                        source: self.cfg.rank as u32,
+                        dest: peer as u32,
+                        serial,
+                        len: len as u64,
+                    };
+                    self.transmit(c, h, Payload::None);
+                    self.counters.announced += 1;
+                }
+                None => self.unsent.push_back(id),
             }
+            return Ok(false);
         }
         if self.outbox_bytes.saturating_add(len) > self.cfg.outbox_bytes && !self.outbox.is_empty()
         {
@@ -313,9 +335,9 @@ impl Endpoint {
             .announced
             .iter()
             .filter(|(_, id)| {
-                self.outbox.get(id).is_some_and(|m| {
-                    m.data.is_none() && m.state != OutState::Served && now >= m.since + grace
-                })
+                self.outbox
+                    .get(id)
+                    .is_some_and(|m| m.awaits_pull() && now >= m.since + grace)
             })
             .map(|(op, id)| (*op, *id))
             .collect();

@@ -4,9 +4,11 @@
 
 use std::time::Duration;
 
-use super::{Action, ConnId, Endpoint, EndpointError, ErrorKind, PeerStatus, Phase};
+use super::inbox::{Posted, RecvState};
+use super::{Action, ConnId, Endpoint, EndpointError, ErrorKind, PeerStatus, Phase, RecvId};
 use crate::frame::{FrameType, Header};
 use crate::ident::MsgKey;
+use crate::matching::Arrival;
 
 #[derive(Debug)]
 pub(crate) struct Finish {
@@ -83,6 +85,7 @@ impl Endpoint {
         }
         if f.linger_until.is_none() {
             if self.owes_live_peers() {
+                self.drain_announced(now);
                 return;
             }
             let lost = self
@@ -154,6 +157,39 @@ impl Endpoint {
             self.remote.clear();
             self.want_get.clear();
             self.posted.retain(|_, p| !p.abandoned);
+        }
+    }
+
+    /// Takes, and throws away, the messages peers announced to this rank (or that it
+    /// refused) and that no receive wants, while this rank cannot say goodbye because live
+    /// peers still have to take messages of its own. Nothing can receive them any more, and
+    /// their senders wait for them to be taken before they end too: two ranks that each end
+    /// owing the other a large message would otherwise wait for each other forever (so would
+    /// any cycle of them). A rank that owes nothing says goodbye at once instead, and its
+    /// senders' finish reports what it never took.
+    fn drain_announced(&mut self, now: Duration) {
+        let mut owed: Vec<Arrival> = self
+            .remote
+            .iter()
+            .filter(|(a, asked)| !**asked && !self.posted.contains_key(a))
+            .map(|(a, _)| *a)
+            .collect();
+        if owed.is_empty() {
+            return;
+        }
+        owed.sort_unstable_by_key(|a| (a.source, a.key, a.serial));
+        for a in owed {
+            // Posted as a receive the program gave up: its message is consumed when it comes.
+            self.posted.insert(
+                a,
+                Posted {
+                    op: RecvId(u64::MAX),
+                    peer: a.source,
+                    state: RecvState::Waiting,
+                    abandoned: true,
+                },
+            );
+            self.pull(a, now);
         }
     }
 
