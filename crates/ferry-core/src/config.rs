@@ -21,6 +21,42 @@ pub fn available_cores() -> usize {
         .unwrap_or(1)
 }
 
+/// Cores of this host that the job's ranks share: the online CPUs, capped by a cgroup (v2)
+/// CPU quota, but not narrowed by this process's affinity mask. A launcher that binds each
+/// rank to its own core (`mpirun`'s default) leaves every rank an affinity mask of one CPU,
+/// which says nothing about how many ranks share the host's cores.
+pub fn host_cores() -> usize {
+    // SAFETY: sysconf only reads a system value.
+    let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    let online = if online > 0 {
+        online as usize
+    } else {
+        available_cores()
+    };
+    let quota = std::fs::read_to_string("/sys/fs/cgroup/cpu.max")
+        .ok()
+        .and_then(|text| cgroup_quota_cores(&text));
+    quota.map_or(online, |q| q.min(online))
+}
+
+/// Whole cores a cgroup v2 `cpu.max` line (`"QUOTA PERIOD"` or `"max PERIOD"`) allows,
+/// rounded up; `None` without a quota.
+fn cgroup_quota_cores(text: &str) -> Option<usize> {
+    let mut parts = text.split_whitespace();
+    let quota: u64 = parts.next()?.parse().ok()?;
+    let period: u64 = parts.next()?.parse().ok()?;
+    if period == 0 {
+        return None;
+    }
+    Some(quota.div_ceil(period).max(1) as usize)
+}
+
+/// Whether `local_ranks` ranks of the job on a host with `host_cores` cores outnumber them
+/// (then a waiting rank may hold the core the rank it waits for needs).
+pub fn oversubscribed(local_ranks: usize, host_cores: usize) -> bool {
+    local_ranks > host_cores
+}
+
 /// How many ranks of a job of `size` ranks run on this host: `FERRY_LOCAL_SIZE` (set by the
 /// launcher), else Open MPI's or Slurm's local count, else `size` (all local, the launcher's
 /// default placement).
@@ -265,7 +301,7 @@ impl Config {
         let yield_each_poll = match self.general.yield_when_idle {
             YieldWhenIdle::Always => true,
             YieldWhenIdle::Never => false,
-            YieldWhenIdle::Auto => local_ranks > available_cores(),
+            YieldWhenIdle::Auto => oversubscribed(local_ranks, host_cores()),
         };
         WaitPolicy {
             spin: self.spin(),
@@ -591,6 +627,51 @@ mod tests {
     fn defaults_are_valid() {
         let c = Config::load(None, &[]).unwrap();
         assert_eq!(c, Config::default());
+    }
+
+    /// `mpirun` binds every rank to one core: its affinity mask then holds one CPU, yet two
+    /// ranks on a two-core host are not oversubscribed, and `auto` must not make them yield
+    /// on every poll. Runs on a thread whose mask is narrowed to one CPU.
+    #[test]
+    fn auto_yield_counts_the_hosts_cores_not_the_affinity_mask() {
+        let host = host_cores();
+        let policies = std::thread::spawn(move || {
+            // SAFETY: cpu_set_t is a plain bit set; the calls read and write this thread's mask.
+            unsafe {
+                let mut set: libc::cpu_set_t = std::mem::zeroed();
+                let size = std::mem::size_of::<libc::cpu_set_t>();
+                assert_eq!(libc::sched_getaffinity(0, size, &mut set), 0);
+                let first = (0..libc::CPU_SETSIZE as usize)
+                    .find(|&c| libc::CPU_ISSET(c, &set))
+                    .expect("a CPU in the mask");
+                libc::CPU_ZERO(&mut set);
+                libc::CPU_SET(first, &mut set);
+                assert_eq!(libc::sched_setaffinity(0, size, &set), 0);
+            }
+            assert_eq!(available_cores(), 1, "the mask was narrowed");
+            assert_eq!(
+                host_cores(),
+                host,
+                "the host's cores do not depend on the mask"
+            );
+            let c = Config::default();
+            (c.wait_policy(host), c.wait_policy(host + 1))
+        })
+        .join()
+        .expect("policy thread");
+        assert!(
+            !policies.0.yield_each_poll,
+            "{host} ranks on {host} cores are not oversubscribed"
+        );
+        assert!(
+            policies.1.yield_each_poll,
+            "{} ranks on {host} cores are",
+            host + 1
+        );
+        assert_eq!(cgroup_quota_cores("max 100000\n"), None);
+        assert_eq!(cgroup_quota_cores("150000 100000\n"), Some(2));
+        assert_eq!(cgroup_quota_cores("50000 100000"), Some(1));
+        assert_eq!(cgroup_quota_cores("garbage"), None);
     }
 
     #[test]

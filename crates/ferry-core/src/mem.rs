@@ -53,7 +53,10 @@ impl MemTransport {
                     timeout: Some(Duration::from_secs(30)),
                     failure_timeout: Duration::from_secs(10),
                     // Ranks are threads that may outnumber cores.
-                    yield_each_poll: size > crate::config::available_cores(),
+                    yield_each_poll: crate::config::oversubscribed(
+                        size,
+                        crate::config::host_cores(),
+                    ),
                 },
                 shared: Arc::new(shared),
             })

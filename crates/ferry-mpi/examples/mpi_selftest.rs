@@ -160,6 +160,124 @@ fn check(t: &mut MpiTransport) -> Result<(), String> {
     }
     println!("ok length-mismatch");
 
+    // Messages around the split length (ferry_mpi::EAGER_BYTES: shorter ones travel in one
+    // piece, longer ones as a first part and a rest), through `send`/`recv` and through
+    // exchanges with both receive flavours, several per flow.
+    let eager = ferry_mpi::EAGER_BYTES;
+    let sizes = [
+        eager - 9,
+        eager - 8,
+        eager - 1,
+        eager,
+        eager + 1,
+        2 * eager + 3,
+        65536,
+    ];
+    for (j, &len) in sizes.iter().enumerate() {
+        let out = pattern(rank, right, len, 0x30 + j as u8);
+        let mut got = Vec::new();
+        t.send(right, MsgKey::user(30), &out).map_err(e)?;
+        t.recv(left, MsgKey::user(30), &mut got).map_err(e)?;
+        if got != pattern(left, rank, len, 0x30 + j as u8) {
+            return Err(format!("split: send/recv of {len} bytes"));
+        }
+    }
+    {
+        let outs: Vec<Vec<u8>> = sizes
+            .iter()
+            .enumerate()
+            .map(|(j, &len)| pattern(rank, right, len, j as u8))
+            .collect();
+        let mut vecs: Vec<Vec<u8>> = vec![Vec::new(); sizes.len()];
+        let mut slices: Vec<Vec<u8>> = sizes.iter().map(|&len| vec![0u8; len]).collect();
+        let mut ex = Exchange::new();
+        for o in &outs {
+            ex.send(right, MsgKey::user(31), o);
+        }
+        for o in &outs {
+            ex.send(right, MsgKey::user(32), o);
+        }
+        for v in vecs.iter_mut() {
+            ex.recv(left, MsgKey::user(31), v);
+        }
+        for s in slices.iter_mut() {
+            ex.recv_into(left, MsgKey::user(32), s);
+        }
+        t.exchange(&mut ex).map_err(e)?;
+        drop(ex);
+        for (j, &len) in sizes.iter().enumerate() {
+            let want = pattern(left, rank, len, j as u8);
+            if vecs[j] != want || slices[j] != want {
+                return Err(format!(
+                    "split: exchange of {len} bytes (message {j} of its flow)"
+                ));
+            }
+        }
+    }
+    // A wrong-length receive names both lengths, also when the message is split (the longer
+    // one) or the receive is (the shorter one), and the flow stays usable afterwards: the rest
+    // of a refused split message must not be taken for the next message's.
+    for (sent, expected) in [(5000usize, 4000usize), (5000, 10), (10, 5000), (5000, 6000)] {
+        t.send(right, MsgKey::user(33), &pattern(rank, right, sent, 1))
+            .map_err(e)?;
+        let mut fixed = vec![0u8; expected];
+        let mut ex = Exchange::new();
+        ex.recv_into(left, MsgKey::user(33), &mut fixed);
+        match t.exchange(&mut ex) {
+            Err(err)
+                if err.kind() == ErrorKind::Protocol
+                    && err.to_string().contains(&format!("has {sent} bytes"))
+                    && err.to_string().contains(&format!("expects {expected}")) => {}
+            other => return Err(format!("{sent} bytes into {expected} gave {other:?}")),
+        }
+        let next = pattern(rank, right, 7000, 2);
+        t.send(right, MsgKey::user(33), &next).map_err(e)?;
+        let mut got = vec![0u8; 7000];
+        let mut ex = Exchange::new();
+        ex.recv_into(left, MsgKey::user(33), &mut got);
+        t.exchange(&mut ex).map_err(e)?;
+        if got != pattern(left, rank, 7000, 2) {
+            return Err(format!("flow after {sent} bytes into {expected} differs"));
+        }
+    }
+    println!("ok split");
+
+    // Exact-tag receives inside `exchange`, `send` and `recv` are matched by MPI as their
+    // message arrives, never through a probe (MPI_Improbe answers from the unexpected queue
+    // only, at several times the cost of a posted receive for short messages).
+    let probed = |t: &MpiTransport| {
+        t.stats()
+            .extra
+            .iter()
+            .find(|(n, _)| *n == "mpi_probed_receives")
+            .map_or(u64::MAX, |e| e.1)
+    };
+    let before = probed(t);
+    for len in [8usize, 64 << 10] {
+        let out = pattern(rank, right, len, 3);
+        for _ in 0..10 {
+            let mut got = Vec::new();
+            t.send(right, MsgKey::user(34), &out).map_err(e)?;
+            t.recv(left, MsgKey::user(34), &mut got).map_err(e)?;
+            let mut fixed = vec![0u8; len];
+            let mut ex = Exchange::new();
+            ex.send(right, MsgKey::user(35), &out);
+            ex.recv_into(left, MsgKey::user(35), &mut fixed);
+            t.exchange(&mut ex).map_err(e)?;
+            if got != pattern(left, rank, len, 3) || fixed != got {
+                return Err(format!("no-probe round of {len} bytes"));
+            }
+        }
+    }
+    let after = probed(t);
+    if after != before {
+        return Err(format!(
+            "{} receives were matched through a probe",
+            after.wrapping_sub(before)
+        ));
+    }
+    println!("ok no-probe");
+
     // A peer out of range is an invalid argument.
     match t.send(size, MsgKey::user(0), b"x") {
         Err(err) if err.kind() == ErrorKind::InvalidArgument => {}

@@ -8,9 +8,12 @@
 //! `cargo build --workspace` works on machines without MPI.
 //!
 //! How ferry's operations map to MPI (see [`MpiTransport`] for details):
-//! - a batched [`Exchange`] becomes `MPI_Isend` for every send and `MPI_Improbe` +
-//!   `MPI_Imrecv` for every receive (so messages of unknown length need no size exchange),
-//!   progressed with `MPI_Test`/`MPI_Testsome`. Inside `exchange()`, `send()` and `recv()`
+//! - a batched [`Exchange`] becomes `MPI_Isend` for every send and a posted `MPI_Irecv` of
+//!   [`EAGER_BYTES`] for every receive, matched by MPI as the message arrives: messages of
+//!   that length or more travel as a first part announcing their length and a rest (so
+//!   messages of unknown length need neither a probe nor a size exchange; keys too large for
+//!   an MPI tag are matched with `MPI_Improbe` + `MPI_Imrecv`), progressed with
+//!   `MPI_Test`/`MPI_Testsome`. Inside `exchange()`, `send()` and `recv()`
 //!   MPI works on the caller's memory (no copy: sends leave from the caller's buffer, receives
 //!   land in its `Vec` or slice); a rank waiting there takes messages nobody asked for yet
 //!   into backend memory, so that a send never waits for an unrelated receive (M3, T1).
@@ -38,4 +41,4 @@ pub mod tags;
 mod transport;
 
 #[cfg(feature = "mpi")]
-pub use transport::{MpiTransport, MAX_EARLY_BYTES, MAX_INFLIGHT_SEND_BYTES};
+pub use transport::{MpiTransport, EAGER_BYTES, MAX_EARLY_BYTES, MAX_INFLIGHT_SEND_BYTES};

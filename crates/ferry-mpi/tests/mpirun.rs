@@ -57,6 +57,8 @@ fn exchanges_under_mpirun() {
             "ok hashed-reorder",
             "ok self",
             "ok length-mismatch",
+            "ok split",
+            "ok no-probe",
             "ok bad-peer",
         ] {
             assert_eq!(

@@ -224,3 +224,39 @@ pub(super) fn is_truncation(rc: c_int) -> bool {
     let ok = unsafe { ffi::MPI_Error_class(rc, &mut class) } == ffi::MPI_SUCCESS as c_int;
     ok && class == ffi::MPI_ERR_TRUNCATE as c_int
 }
+
+/// Cancels a posted receive and waits until MPI is done with it: `Ok(None)` if it was
+/// cancelled before a message matched it, `Ok(Some(bytes))` if a message had matched it and
+/// was received, `Err` with the MPI return code if it failed.
+pub(super) fn cancel_recv(req: &mut ffi::MPI_Request) -> std::result::Result<Option<usize>, c_int> {
+    // SAFETY: the request is a live receive request.
+    let rc = unsafe { ffi::MPI_Cancel(req) };
+    if rc != ffi::MPI_SUCCESS as c_int {
+        return Err(rc);
+    }
+    // SAFETY: MPI_Status is a plain C struct; zeroed is a valid value to be overwritten.
+    let mut status: ffi::MPI_Status = unsafe { std::mem::zeroed() };
+    // A cancelled receive, or one whose (at most EAGER_BYTES-long) message was already
+    // matched, completes without help from another rank.
+    // SAFETY: the request is live; the status is a local.
+    let rc = unsafe { ffi::MPI_Wait(req, &mut status) };
+    if rc != ffi::MPI_SUCCESS as c_int {
+        return Err(rc);
+    }
+    let mut cancelled: c_int = 0;
+    // SAFETY: status was filled by MPI_Wait.
+    let rc = unsafe { ffi::MPI_Test_cancelled(&status, &mut cancelled) };
+    if rc != ffi::MPI_SUCCESS as c_int {
+        return Err(rc);
+    }
+    if cancelled != 0 {
+        return Ok(None);
+    }
+    let mut count: c_int = 0;
+    // SAFETY: status was filled by MPI_Wait for a completed receive.
+    let rc = unsafe { ffi::MPI_Get_count(&status, ffi::RSMPI_UINT8_T, &mut count) };
+    if rc != ffi::MPI_SUCCESS as c_int {
+        return Err(rc);
+    }
+    Ok(Some(count.max(0) as usize))
+}

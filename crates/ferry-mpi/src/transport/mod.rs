@@ -2,15 +2,21 @@
 //!
 //! - `mod.rs`: the transport, its set-up and the [`Transport`] implementation;
 //! - `call.rs`: the raw MPI calls, each turned into a ferry error on failure;
-//! - `progress.rs`: one progress pass over an exchange (sends, receives, requests on the
-//!   caller's memory, draining of messages nobody asked for yet);
+//! - `progress.rs`: one progress pass over an exchange (sends, requests on the caller's memory,
+//!   draining of messages nobody asked for yet);
+//! - `recv.rs`: receives (posted first parts, probed messages, the parts of split messages);
+//! - `split.rs`: the wire format of messages of [`EAGER_BYTES`] and more;
 //! - `wait.rs`: waiting (the exchange driver, the single-message fast paths, shutdown);
 //! - `store.rs`: memory the transport owns (buffer pool, messages kept aside).
 
 mod call;
 mod progress;
+mod recv;
+mod split;
 mod store;
 mod wait;
+
+pub use split::EAGER_BYTES;
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::{c_int, c_void};
@@ -58,10 +64,6 @@ const SETTLE_WARN_AFTER: Duration = Duration::from_secs(10);
 /// (the other active receives hold a backend slot and use serial 0).
 const BORROWED: u64 = u64::MAX;
 
-/// `OpState::Active::progress` of a borrowed receive posted with `MPI_Irecv` (not known to be
-/// matched yet; a matched one, `MPI_Imrecv`, has progress 0).
-const POSTED: usize = 1;
-
 /// An MPI request on memory of the exchange being run by [`Transport::exchange`]: the index of
 /// its operation, which completes when the request does.
 #[derive(Debug, Clone, Copy)]
@@ -69,43 +71,59 @@ enum Borrowed {
     Send {
         op: usize,
     },
-    /// A matched message being received (`MPI_Imrecv`).
-    Recv {
-        op: usize,
-        peer: usize,
-        len: usize,
-    },
-    /// A receive of exactly `len` bytes posted before its message was there (`MPI_Irecv`).
-    Posted {
+    /// The rest of a split message of `len` bytes in all, received after its first part's
+    /// prefix (see [`split`]).
+    Rest {
         op: usize,
         peer: usize,
         len: usize,
     },
 }
 
-/// A receive whose message MPI has matched (`MPI_Improbe`) and is filling (`MPI_Imrecv`) into a
-/// buffer owned by the backend.
+/// What a backend-owned receive buffer is receiving.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SlotKind {
+    /// A message MPI matched (`MPI_Improbe`) of exactly `len` bytes (`MPI_Imrecv`).
+    Whole { len: usize },
+    /// A receive of [`EAGER_BYTES`] posted before its message was there (`MPI_Irecv`): a
+    /// whole short message or the first part of a split one.
+    First,
+    /// The rest of a split message of `len` bytes in all; the buffer already holds the prefix.
+    Rest { len: usize },
+}
+
+/// An MPI receive into a buffer owned by the backend.
 struct RecvSlot {
     req: ffi::MPI_Request,
     buf: Vec<u8>,
-    len: usize,
+    kind: SlotKind,
 }
 
 /// A message taken off MPI's queue while waiting, before any receive asked for it
-/// ([`MpiTransport::drain`]), still being received into slot `slot`.
-#[derive(Debug, Clone, Copy)]
+/// ([`MpiTransport::drain`]).
+#[derive(Debug)]
 struct Drained {
     peer: usize,
     tag: i32,
-    slot: usize,
+    state: DrainState,
+}
+
+#[derive(Debug)]
+enum DrainState {
+    /// Still being received into slot `slot` (a whole message, a first part, or a rest).
+    Receiving(usize),
+    /// The first part of a split message: its rest is received once every earlier first
+    /// part of the flow has asked for its own rest (rests are matched in that order).
+    AwaitRest(Vec<u8>),
 }
 
 /// One rank of a job over MPI (`FERRY_BACKEND=mpi`).
 ///
 /// **Inside [`Transport::exchange`]** (and `send`/`recv`, which are one-operation exchanges)
 /// MPI works on the caller's memory, because the call does not return while MPI uses it: every
-/// exact-tag receive is matched (`MPI_Improbe`) and received (`MPI_Imrecv`) straight into the
-/// caller's `Vec` or slice, and every exact-tag send is an `MPI_Isend` from the caller's buffer.
+/// exact-tag receive posts `MPI_Irecv` of [`EAGER_BYTES`] at once (see [`split`]) and receives
+/// the rest of a longer message straight into the caller's `Vec` or slice, and every exact-tag
+/// send is an `MPI_Isend` from the caller's buffer (after a copied first part, if split).
 /// A large send therefore completes when the receiver's MPI library takes the message, not at
 /// once. So that such a send never waits for an unrelated receive (M3) and two ranks that send
 /// to each other before receiving never deadlock (T1), a rank that waits longer than
@@ -127,6 +145,9 @@ struct Drained {
 /// transport after the first was finished is an error, not an abort.
 pub struct MpiTransport {
     comm: ffi::MPI_Comm,
+    /// A second duplicate of `MPI_COMM_WORLD` for the rests of split messages: draining
+    /// (`MPI_ANY_TAG` on `comm`) never takes a rest whose first part another receive holds.
+    rest_comm: ffi::MPI_Comm,
     rank: usize,
     size: usize,
     nodes: Vec<usize>,
@@ -138,6 +159,14 @@ pub struct MpiTransport {
     done_indices: Vec<c_int>,
     slots: Vec<Option<RecvSlot>>,
     free_slots: Vec<usize>,
+    /// Free buffers of [`EAGER_BYTES`] (posted first parts, first parts being sent).
+    eager_free: Vec<Vec<u8>>,
+    /// Flows `(peer, MPI tag)` with a posted first-part receive whose rest is not yet asked
+    /// for: rests of drained first parts of these flows wait (see [`DrainState::AwaitRest`]).
+    posted_flows: Vec<(usize, i32)>,
+    /// Slots receiving rests nobody will read (of a message whose receive failed on its
+    /// length), so that the flow's later rests match their own first parts.
+    discards: Vec<usize>,
     early: HashMap<(usize, MsgKey), VecDeque<Vec<u8>>>,
     early_bytes: usize,
     early_messages: usize,
@@ -158,6 +187,8 @@ pub struct MpiTransport {
     kept_aside_total: u64,
     drained_total: u64,
     zero_copy_messages: u64,
+    probed_receives: u64,
+    split_messages: u64,
     /// Operations completed so far; the exchange driver drains only once this stops moving.
     completions: u64,
     universe: Option<Universe>,
@@ -198,6 +229,8 @@ impl MpiTransport {
         let mut t = MpiTransport {
             // SAFETY: reading a constant handle exported by the MPI binding.
             comm: unsafe { ffi::RSMPI_COMM_NULL },
+            // SAFETY: as above.
+            rest_comm: unsafe { ffi::RSMPI_COMM_NULL },
             rank: 0,
             size: 1,
             nodes: Vec::new(),
@@ -209,6 +242,9 @@ impl MpiTransport {
             done_indices: Vec::new(),
             slots: Vec::new(),
             free_slots: Vec::new(),
+            eager_free: Vec::new(),
+            posted_flows: Vec::new(),
+            discards: Vec::new(),
             early: HashMap::new(),
             early_bytes: 0,
             early_messages: 0,
@@ -226,6 +262,8 @@ impl MpiTransport {
             kept_aside_total: 0,
             drained_total: 0,
             zero_copy_messages: 0,
+            probed_receives: 0,
+            split_messages: 0,
             completions: 0,
             universe,
             finished: false,
@@ -272,6 +310,18 @@ impl MpiTransport {
             self.comm = comm;
             check(
                 ffi::MPI_Comm_set_errhandler(comm, ffi::RSMPI_ERRORS_RETURN),
+                0,
+                "mpi init (MPI_Comm_set_errhandler)",
+            )?;
+            let mut rest_comm = ffi::RSMPI_COMM_NULL;
+            check(
+                ffi::MPI_Comm_dup(comm, &mut rest_comm),
+                0,
+                "mpi init (MPI_Comm_dup)",
+            )?;
+            self.rest_comm = rest_comm;
+            check(
+                ffi::MPI_Comm_set_errhandler(rest_comm, ffi::RSMPI_ERRORS_RETURN),
                 0,
                 "mpi init (MPI_Comm_set_errhandler)",
             )?;
@@ -408,6 +458,14 @@ impl Transport for MpiTransport {
         let start = Instant::now();
         loop {
             self.progress_sends()?;
+            // A matched message or a rest still arriving needs only polling to finish.
+            if self
+                .slots
+                .iter()
+                .any(|s| matches!(s, Some(slot) if slot.kind != SlotKind::First))
+            {
+                return Ok(());
+            }
             let mut flag: c_int = 0;
             // SAFETY: out-pointer to a local; status ignored.
             let rc = unsafe {
@@ -437,6 +495,9 @@ impl Transport for MpiTransport {
     /// finished with that memory before returning.
     fn exchange(&mut self, ex: &mut Exchange<'_>) -> Result<()> {
         let result = self.drive(ex);
+        if result.is_err() {
+            self.cancel_posted(ex);
+        }
         if !self.borrowed_reqs.is_empty() {
             self.settle_borrowed(ex);
         }
@@ -449,8 +510,8 @@ impl Transport for MpiTransport {
         self.send_direct(peer, key, data)
     }
 
-    /// `MPI_Improbe`, then `MPI_Imrecv` straight into `buf`; when no message is there yet,
-    /// waits as [`Transport::exchange`] does.
+    /// Posts the receive at once (exact tags, no probe), copies a short message into `buf` or
+    /// receives a split one's rest straight into it; waits as [`Transport::exchange`] does.
     fn recv(&mut self, peer: usize, key: MsgKey, buf: &mut Vec<u8>) -> Result<()> {
         self.recv_direct(peer, key, buf)
     }
@@ -487,6 +548,8 @@ impl Transport for MpiTransport {
         s.extra
             .push(("mpi_zero_copy_messages", self.zero_copy_messages));
         s.extra.push(("mpi_drained_total", self.drained_total));
+        s.extra.push(("mpi_probed_receives", self.probed_receives));
+        s.extra.push(("mpi_split_messages", self.split_messages));
         s
     }
 

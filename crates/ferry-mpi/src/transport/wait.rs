@@ -1,7 +1,6 @@
 //! Waiting: the exchange driver, the single-message fast paths of `send` and `recv`, settling
 //! the caller's memory after a failure, and shutdown.
 
-use std::ffi::c_int;
 use std::time::{Duration, Instant};
 
 use ferry_core::error::{Error, ErrorKind, Result};
@@ -10,7 +9,8 @@ use ferry_core::{MsgKey, Transport};
 use mpi::ffi;
 
 use super::call::{self, mpi_error};
-use super::{Borrowed, MpiTransport, BORROWED, NAP, POSTED, SETTLE_WARN_AFTER, YIELD_FOR};
+use super::split::EAGER_BYTES;
+use super::{Borrowed, MpiTransport, SlotKind, BORROWED, NAP, SETTLE_WARN_AFTER, YIELD_FOR};
 
 impl MpiTransport {
     /// Runs `ex` to completion or failure: busy polling (MPI needs calls to make progress),
@@ -54,11 +54,7 @@ impl MpiTransport {
             // exchange keeps completing and receives its later messages in place), and no
             // matched receive under way (it finishes without any other rank's help; a posted
             // one may wait for anything, so it does not stop the draining).
-            let receiving = ex.recvs.iter().any(|r| {
-                matches!(r.state, OpState::Active { serial, progress }
-                    if serial != BORROWED || progress != POSTED)
-            });
-            if !receiving && elapsed - moved_at >= self.policy.spin {
+            if !self.receiving(ex) && elapsed - moved_at >= self.policy.spin {
                 self.drain()?;
             }
             if elapsed < self.policy.spin + YIELD_FOR {
@@ -91,9 +87,7 @@ impl MpiTransport {
         // SAFETY: `data` outlives this call, and the call does not return before the request
         // completed: here, or in `exchange`, which settles requests on the caller's memory
         // before returning, also after a failure.
-        let mut req = unsafe { call::isend(self.comm, data, peer, wire.tag, self.rank)? };
-        self.stats.record_send(peer, data.len());
-        self.zero_copy_messages += 1;
+        let mut req = unsafe { self.isend_exact(peer, wire.tag, data)? };
         match call::test(&mut req) {
             Ok(true) => {
                 self.stats.calls += 1;
@@ -114,8 +108,10 @@ impl MpiTransport {
         }
     }
 
-    /// [`Transport::recv`]: if the message is there (exact tags, nothing kept aside), one
-    /// `MPI_Imrecv` straight into `buf`; otherwise an exchange of this one receive.
+    /// [`Transport::recv`]: for exact tags with nothing kept aside, posts the first-part
+    /// receive at once and polls it alone for the spin time (a short message is usually well
+    /// under a microsecond away), then copies it into `buf`; everything else (a split message,
+    /// a longer wait, hashed tags) continues as an exchange of this one receive.
     pub(super) fn recv_direct(
         &mut self,
         peer: usize,
@@ -129,79 +125,79 @@ impl MpiTransport {
             || self.early_messages > 0
             || !self.drained.is_empty()
             || !self.borrowed_reqs.is_empty();
-        let matched = if general {
-            None
-        } else {
-            self.progress_sends()?;
-            self.probe_for(peer, wire.tag)?
-        };
-        let Some(mut m) = matched else {
+        if general {
             let mut ex = Exchange::new();
             ex.recv(peer, key, buf);
             return self.exchange(&mut ex);
-        };
-        buf.clear();
-        buf.try_reserve_exact(m.len).map_err(|_| {
-            Error::new(ErrorKind::ResourceExhausted, "recv")
-                .on_rank(self.rank)
-                .with_peer(peer)
-                .with_detail(format!(
-                    "cannot allocate a receive buffer for a message of {} bytes",
-                    m.len
-                ))
-        })?;
-        // SAFETY: `buf` has capacity for `m.len` bytes and is not resized until the request
-        // completed: here, or in `exchange`, which settles requests on the caller's memory
-        // before returning, also after a failure.
-        let mut req = unsafe { call::imrecv(&mut m, buf.as_mut_ptr(), self.rank)? };
-        self.zero_copy_messages += 1;
-        match call::test(&mut req) {
-            Ok(true) => {
-                // SAFETY: MPI wrote exactly the matched `m.len` bytes into the capacity.
-                unsafe { buf.set_len(m.len) };
-                self.stats.record_recv(peer, m.len);
-                self.stats.calls += 1;
-                Ok(())
-            }
-            Ok(false) => {
-                let mut ex = Exchange::new();
-                ex.recv(peer, key, buf);
-                ex.recvs[0].state = OpState::Active {
-                    serial: BORROWED,
-                    progress: 0,
-                };
-                self.borrowed_reqs.push(req);
-                self.borrowed_ops.push(Borrowed::Recv {
-                    op: 0,
-                    peer,
-                    len: m.len,
-                });
-                self.exchange(&mut ex)
-            }
-            Err(rc) => Err(mpi_error(self.rank, "recv (MPI_Test)", rc).with_peer(peer)),
         }
-    }
-
-    /// Probes for the next message of `(peer, tag)` for at most the spin time, in a loop
-    /// leaner than the exchange driver's (a small message is usually well under a microsecond
-    /// away); `None` if none came.
-    fn probe_for(&mut self, peer: usize, tag: i32) -> Result<Option<call::Matched>> {
+        self.progress_sends()?;
+        let slot = self.post_first(peer, wire.tag)?;
         let mut start = None;
         let mut polls: u32 = 0;
-        loop {
-            if let Some(m) = call::improbe(self.comm, self.rank, peer as c_int, tag)? {
-                return Ok(Some(m));
+        let first = loop {
+            match self.test_slot(slot, peer) {
+                Ok(Some((_, first))) => break Some(first),
+                Ok(None) => {}
+                Err(e) => {
+                    self.unpost(peer, wire.tag);
+                    return Err(e);
+                }
             }
             polls = polls.wrapping_add(1);
             if polls.is_multiple_of(64)
                 && start.get_or_insert_with(Instant::now).elapsed() >= self.policy.spin
             {
-                return Ok(None);
+                break None;
             }
-            // Spin like the driver's first phase (no yield per poll): under `mpirun` each rank
-            // is bound to one core, so `yield_when_idle = auto` sees one core per two ranks and
-            // would yield on every poll (8 B latency 1.07 us instead of 0.30).
+            // Spin like the driver's first phase (no yield per poll): a rank bound to its own
+            // core gains nothing from yielding it.
             std::hint::spin_loop();
+        };
+        match first {
+            Some(first) if first.len() < EAGER_BYTES => {
+                self.unpost(peer, wire.tag);
+                buf.clear();
+                let copied = buf.try_reserve_exact(first.len()).map(|()| {
+                    buf.extend_from_slice(&first);
+                });
+                let len = first.len();
+                self.recycle_any(first);
+                copied.map_err(|_| {
+                    Error::new(ErrorKind::ResourceExhausted, "recv")
+                        .on_rank(self.rank)
+                        .with_peer(peer)
+                        .with_detail(format!("cannot allocate {len} bytes"))
+                })?;
+                self.stats.record_recv(peer, len);
+                self.stats.calls += 1;
+                Ok(())
+            }
+            Some(first) => {
+                // A split message: its rest is received as part of an exchange, into `buf`.
+                let mut ex = Exchange::new();
+                ex.recv(peer, key, buf);
+                let asked = self.first_arrived(&mut ex.recvs[0], 0, wire.tag, first, true);
+                if let Err(e) = asked {
+                    if !self.borrowed_reqs.is_empty() {
+                        self.settle_borrowed(&mut ex);
+                    }
+                    return Err(e);
+                }
+                if ex.recvs[0].state == OpState::Done {
+                    self.stats.calls += 1;
+                    return Ok(());
+                }
+                self.exchange(&mut ex)
+            }
+            None => {
+                let mut ex = Exchange::new();
+                ex.recv(peer, key, buf);
+                ex.recvs[0].state = OpState::Active {
+                    serial: 0,
+                    progress: slot,
+                };
+                self.exchange(&mut ex)
+            }
         }
     }
 
@@ -248,9 +244,20 @@ impl MpiTransport {
             }
             let mut pending_recvs = false;
             for idx in 0..self.slots.len() {
+                let posted = matches!(&self.slots[idx], Some(s) if s.kind == SlotKind::First);
+                if posted {
+                    // Left by an exchange that did not return normally: nothing will
+                    // receive its message.
+                    if let Some(mut slot) = self.slots[idx].take() {
+                        if call::cancel_recv(&mut slot.req).is_err() {
+                            std::mem::forget(slot.buf);
+                        }
+                    }
+                    continue;
+                }
                 if self.slots[idx].is_some() {
                     match self.test_slot(idx, self.rank) {
-                        Ok(Some(buf)) => self.recycle(buf),
+                        Ok(Some((_, buf))) => self.recycle(buf),
                         Ok(None) => pending_recvs = true,
                         Err(e) => {
                             result = Err(e);
@@ -294,6 +301,9 @@ impl MpiTransport {
         unsafe {
             if self.comm != ffi::RSMPI_COMM_NULL {
                 ffi::MPI_Comm_free(&mut self.comm);
+            }
+            if self.rest_comm != ffi::RSMPI_COMM_NULL {
+                ffi::MPI_Comm_free(&mut self.rest_comm);
             }
         }
         // Dropping the universe calls MPI_Finalize (only when this transport initialised MPI).
