@@ -141,3 +141,55 @@ fn a_dead_peer_fails_every_survivor_and_is_named() {
         );
     }
 }
+
+/// The same programs under `mpirun` on the mpi backend (ferry's collectives over MPI
+/// point-to-point), when `mpirun` is installed and the examples were built with
+/// `--features ferry/mpi` (as `.ci/run` builds them where MPI is installed).
+#[test]
+fn persistent_collectives_under_mpirun_on_the_mpi_backend() {
+    const TEST: &str = "persistent_collectives_under_mpirun_on_the_mpi_backend";
+    let Some((_, ex)) = built_tools(TEST, &["t_persist", "bcast_gather"]) else {
+        return;
+    };
+    let Some(mpirun) = std::env::var_os("PATH").and_then(|p| {
+        std::env::split_paths(&p)
+            .map(|d| d.join("mpirun"))
+            .find(|m| m.exists())
+    }) else {
+        return support::skip_or_fail(TEST, "mpirun is not installed");
+    };
+    let runs: [(&std::path::PathBuf, Vec<&str>); 3] = [
+        (&ex[0], vec!["20"]),
+        (
+            &ex[1],
+            vec!["gather", "binomial", "100", "lazy", "10", "2", "persistent"],
+        ),
+        (
+            &ex[1],
+            vec!["allreduce", "chain", "100", "lazy", "10", "2", "persistent"],
+        ),
+    ];
+    for (prog, args) in runs {
+        let mut cmd = std::process::Command::new(&mpirun);
+        cmd.args(["--allow-run-as-root", "--oversubscribe", "-n", "4"])
+            .arg(prog)
+            .args(&args)
+            .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+            .env("FERRY_BACKEND", "mpi")
+            .env_remove("FERRY_LOG");
+        let (out, _) = run_limited(&mut cmd, Duration::from_secs(120));
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        if stderr.contains("is not available in this build") {
+            return support::skip_or_fail(
+                TEST,
+                "the examples were built without the mpi backend (--features ferry/mpi)",
+            );
+        }
+        assert!(out.status.success(), "{args:?}: {stdout}{stderr}");
+        assert!(
+            stdout.contains("persistent ok") || stdout.contains("mode persistent"),
+            "{args:?}: {stdout}{stderr}"
+        );
+    }
+}
