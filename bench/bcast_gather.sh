@@ -8,6 +8,9 @@
 # message) and never forwards, so its two modes are: `lazy` (only the algorithm's pairs ever
 # connect) and `mesh` (every pair connected first by an all-to-all of empty messages, the cost
 # reported as set-up). 004's "ring" is ferry's `chain` (each rank talks to rank +-1 only).
+# Broadcast and gather run twice: `persistent` (set up once with Comm::bcast_init /
+# gather_init, then start + wait per call, as 004 timed them) and `call` (the one-shot call
+# repeated), so the table shows what the persistent object saves.
 #
 # Every configuration runs ITERS timed calls after 5 warm-up calls (004 discarded 5 of 100),
 # rounds interleaved so they see the same load; the figure is the median over rounds of the
@@ -33,7 +36,7 @@ while getopts "r:i:b:o:k:h" opt; do
         b) BACKENDS=$OPTARG ;;
         o) OUT=$OPTARG ;;
         k) RAW=$OPTARG ;;
-        *) sed -n '2,19p' "$0"; exit 2 ;;
+        *) sed -n '2,22p' "$0"; exit 2 ;;
     esac
 done
 FERRY="$ROOT/target/release/ferry"
@@ -45,12 +48,12 @@ mkdir -p "$RAW"
 LOG="$RAW/runs.txt"
 : > "$LOG"
 
-one() { # backend ranks op alg ints conn
+one() { # backend ranks op alg ints conn mode
     local line
-    if line=$(timeout 120 "$FERRY" run -n "$2" --backend "$1" "$EX" "$3" "$4" "$5" "$6" "$ITERS" 5 2>>"$RAW/stderr.txt"); then
+    if line=$(timeout 120 "$FERRY" run -n "$2" --backend "$1" "$EX" "$3" "$4" "$5" "$6" "$ITERS" 5 "$7" 2>>"$RAW/stderr.txt"); then
         echo "$1 $2 $line" >> "$LOG"
     else
-        echo "$1 $2 $3 $4 $5 $6 FAILED" >> "$LOG"
+        echo "$1 $2 $3 $4 $5 $6 mode $7 FAILED" >> "$LOG"
     fi
 }
 
@@ -60,13 +63,14 @@ for r in $(seq "$ROUNDS"); do
         for op in bcast gather; do
             for alg in linear chain binomial; do
                 for ints in 1 100 1000; do
-                    for conn in lazy mesh; do one "$b" 32 "$op" "$alg" "$ints" "$conn"; done
+                    for conn in lazy mesh; do one "$b" 32 "$op" "$alg" "$ints" "$conn" persistent; done
+                    one "$b" 32 "$op" "$alg" "$ints" lazy call
                 done
             done
         done
         for n in 16 64; do
             for alg in auto chain; do
-                for ints in 1 1000; do one "$b" "$n" allreduce "$alg" "$ints" lazy; done
+                for ints in 1 1000; do one "$b" "$n" allreduce "$alg" "$ints" lazy call; done
             done
         done
     done
@@ -84,7 +88,7 @@ for l in open(log):
         continue
     b, n, op, alg, ints, conn = w[:6]
     kv = dict(zip(w[6::2], w[7::2]))
-    runs.setdefault((b, int(n), op, alg, int(ints), conn), []).append(kv)
+    runs.setdefault((b, int(n), op, alg, int(ints), conn, kv.get("mode", "call")), []).append(kv)
 def med(k, key):
     v = [float(r[key]) for r in runs.get(k, [])]
     return statistics.median(v) if v else None
@@ -93,20 +97,26 @@ def fmt(x, d=1):
 lines = []
 lines.append(f"Seed 004's experiment, 32 ranks on 2 cores (oversubscribed), {iters} timed calls after 5 "
              f"warm-up ones, median of {rounds} interleaved rounds of the slowest rank's mean call time "
-             f"(us). `lazy`: only the algorithm's pairs connect; `mesh`: every pair connected first "
-             f"(set-up in ms). Peers: the most peers one rank exchanged messages with.")
+             f"(us). Persistent: set up once (`Comm::bcast_init` / `gather_init`; init in ms), then "
+             f"start + wait per call; call: the one-shot collective repeated. `lazy`: only the "
+             f"algorithm's pairs connect; `mesh`: every pair connected first (set-up in ms). Peers: "
+             f"the most peers one rank exchanged messages with.")
 lines.append("")
-lines.append("| backend | op | algorithm | ints | lazy us | mesh us | mesh/lazy | peers lazy | mesh set-up ms |")
-lines.append("|---|---|---|---:|---:|---:|---:|---:|---:|")
+lines.append("| backend | op | algorithm | ints | persistent lazy us | persistent mesh us | mesh/lazy | call lazy us | persistent/call | peers lazy | init ms | mesh set-up ms |")
+lines.append("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+def ratio(a, b):
+    return "-" if not b or a is None else f"{a / b:.2f}"
 for b in sorted({k[0] for k in runs}):
     for op in ("bcast", "gather"):
         for alg in ("linear", "chain", "binomial"):
             for ints in (1, 100, 1000):
-                kl, km = (b, 32, op, alg, ints, "lazy"), (b, 32, op, alg, ints, "mesh")
-                lz, ms = med(kl, "avg_us"), med(km, "avg_us")
-                ratio = "-" if not lz or ms is None else f"{ms / lz:.2f}"
-                lines.append(f"| {b} | {op} | {alg} | {ints} | {fmt(lz)} | {fmt(ms)} | {ratio} | "
-                             f"{fmt(med(kl, 'peers'), 0)} | {fmt(med(km, 'setup_ms'), 1)} |")
+                kl = (b, 32, op, alg, ints, "lazy", "persistent")
+                km = (b, 32, op, alg, ints, "mesh", "persistent")
+                kc = (b, 32, op, alg, ints, "lazy", "call")
+                lz, ms, cl = med(kl, "avg_us"), med(km, "avg_us"), med(kc, "avg_us")
+                lines.append(f"| {b} | {op} | {alg} | {ints} | {fmt(lz)} | {fmt(ms)} | {ratio(ms, lz)} | "
+                             f"{fmt(cl)} | {ratio(lz, cl)} | {fmt(med(kl, 'peers'), 0)} | "
+                             f"{fmt(med(kl, 'init_ms'), 2)} | {fmt(med(km, 'setup_ms'), 1)} |")
 lines.append("")
 lines.append("Chain (topology-following, X7) against the flat automatic allreduce (sum), same runs:")
 lines.append("")
@@ -115,7 +125,8 @@ lines.append("|---|---:|---:|---:|---:|---:|---:|---:|")
 for b in sorted({k[0] for k in runs}):
     for n in (16, 64):
         for ints in (1, 1000):
-            kf, kc = (b, n, "allreduce", "auto", ints, "lazy"), (b, n, "allreduce", "chain", ints, "lazy")
+            kf = (b, n, "allreduce", "auto", ints, "lazy", "call")
+            kc = (b, n, "allreduce", "chain", ints, "lazy", "call")
             f, c = med(kf, "avg_us"), med(kc, "avg_us")
             ratio = "-" if not f or c is None else f"{c / f:.2f}"
             lines.append(f"| {b} | {n} | {ints} | {fmt(f)} | {fmt(c)} | {ratio} | "

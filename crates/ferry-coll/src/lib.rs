@@ -24,7 +24,8 @@
 //! [`Algorithm::Direct`] and [`Algorithm::Master`]), binomial tree, recursive doubling (with
 //! Rabenseifner's halving variant), ring and pipelined chain, node-aware hierarchy, the
 //! neighbour-only chain (X7); virtual topologies and neighbour collectives in [`topo`] (X6);
-//! `select.rs`
+//! persistent broadcast, gather and allreduce, set up once and started many times, in
+//! [`Persistent`]; `select.rs`
 //! picks one by message size and group size from crossovers measured on the target machine
 //! (docs/PERFORMANCE.md, `bench/crossovers.sh`), and [`CollOptions`] forces one.
 
@@ -36,6 +37,7 @@ mod group;
 mod hier;
 mod linear;
 mod op;
+mod persist;
 mod rdouble;
 mod ring;
 mod select;
@@ -48,6 +50,7 @@ use ferry_core::{Element, Error, Result, Transport};
 use comm::{Buf, CollKind, Ctx};
 pub use group::Group;
 pub use op::{CustomOp, ReduceOp};
+pub use persist::{Persistent, PersistentKind};
 pub use select::allreduce_choice;
 pub use topo::{neighbor_allgather, neighbor_alltoall, Cartesian, Graph, Topology};
 

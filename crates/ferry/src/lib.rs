@@ -103,7 +103,7 @@ mod respawn;
 pub mod session;
 mod world;
 
-pub use comm::{run_threads, Comm};
+pub use comm::{run_threads, Comm, PersistentColl};
 pub use communicator::Communicator;
 pub use ferry_coll as coll;
 pub use ferry_core::{

@@ -16,6 +16,8 @@
 //!   ([`Comm::gather_into`], [`Comm::allgather_into`], [`Comm::scatter_into`],
 //!   [`Comm::alltoall_into`]) that reuse this communicator's scratch space instead of
 //!   allocating per call;
+//! - persistent collectives, set up once and started many times: [`Comm::bcast_init`],
+//!   [`Comm::gather_init`], [`Comm::allreduce_init`] ([`PersistentColl`]);
 //! - the data layer: [`Comm::container`], [`Comm::partitioning`], [`Comm::switch`];
 //! - virtual topologies (X6, X7): [`Comm::set_cartesian`], [`Comm::set_graph`],
 //!   [`Comm::cart_shift`], [`Comm::neighbor_allgather`], [`Comm::neighbor_alltoall`]; on a
@@ -23,7 +25,10 @@
 
 mod coll;
 mod p2p;
+mod persist;
 mod topo;
+
+pub use persist::PersistentColl;
 
 use ferry_coll::Group;
 use ferry_core::mem::MemTransport;

@@ -165,3 +165,58 @@ fn a_cartesian_communicator_keeps_results_and_offers_neighbour_exchange() {
     .unwrap();
     assert_eq!(out, [10; 5]);
 }
+
+#[test]
+fn persistent_collectives_free_their_flows() {
+    // Without retirement every persistent collective would leave its flows (one per peer and
+    // direction, plus the init's) in the transport's table: 300 of them, hundreds of entries.
+    let counts = run_threads(4, |mut c: Comm| {
+        let r = c.rank();
+        let mut after_first = 0;
+        for i in 0..300u32 {
+            let mut b = c.bcast_init(vec![r as u32; 2], (i % 4) as usize)?;
+            b.run(&mut c)?;
+            assert_eq!(b.data()?, [i % 4, i % 4]);
+            b.free(&mut c)?;
+            let mut g = c.gather_init(vec![r as u8], 1)?;
+            g.run(&mut c)?;
+            if r == 1 {
+                assert_eq!(g.output()?, Some(&[0u8, 1, 2, 3][..]));
+            }
+            g.free(&mut c)?;
+            let mut a = c.allreduce_init(vec![1i32], Op::Sum)?;
+            a.run(&mut c)?;
+            assert_eq!(a.data()?, [4]);
+            a.free(&mut c)?;
+            let n = c.transport().flow_count().unwrap_or(0);
+            if i == 0 {
+                after_first = n;
+            }
+        }
+        Ok((
+            after_first,
+            c.transport().flow_count().unwrap_or(usize::MAX),
+        ))
+    })
+    .unwrap();
+    for (first, last) in counts {
+        assert!(last <= first + 4, "flows grew from {first} to {last}");
+    }
+}
+
+#[test]
+fn persistent_collective_on_a_cartesian_communicator_keeps_to_the_chain() {
+    run_threads(5, |mut c: Comm| {
+        c.set_cartesian(&[5], &[false])?;
+        let b = c.bcast_init(vec![0u8; 3], 2)?;
+        assert_eq!(b.algorithm(), crate::coll::Algorithm::Chain);
+        let r = c.rank();
+        let want: Vec<usize> = [r.wrapping_sub(1), r + 1]
+            .into_iter()
+            .filter(|&x| x < 5)
+            .collect();
+        assert_eq!(b.peers(), want);
+        b.free(&mut c)
+    })
+    .unwrap();
+}
