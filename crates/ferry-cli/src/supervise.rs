@@ -189,7 +189,9 @@ pub(crate) fn supervise(
                     let others = unfinished.iter().enumerate().any(|(k, &u)| k != r && u);
                     if let (Some((text, _)), None) = (&failure, stop) {
                         if respawn.replace(rank, r, text, others, store, output) {
-                            states[r] = "running".to_string();
+                            // Ranks still starting read this: the job lost a rank before it
+                            // was up, which a replacement cannot make good.
+                            states[r] = format!("running (replacement {})", rank.incarnation);
                             running += 1;
                             continue;
                         }

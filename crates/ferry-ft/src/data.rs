@@ -2,7 +2,8 @@
 //! communicator: switches that fail like the communicator's other operations, containers
 //! carried over a shrink ([`salvage`]: the survivors' values move, the failed ranks' part is
 //! reported lost) and containers made recoverable by buddy checkpoints ([`Checkpoints`]: the
-//! failed ranks' part is restored too).
+//! failed ranks' part is restored too, over the survivors after a shrink or into the
+//! replacements after a REBUILD).
 //!
 //! Partitionings of a communicator are made over [`Communicator::group`] (its live members,
 //! with the communicator generation's message generation), so the switches of a new
@@ -30,6 +31,8 @@ use ferry_data::recovery::held_by_survivors;
 use ferry_data::{Container, DataFlow, Partitioner, Partitioning, Range, Space, TaskRange};
 
 use crate::{Communicator, FailureMode};
+
+mod rebuild;
 
 /// Tag of the buddy copy of a container checkpoint (the communicator's user tags; apart from
 /// [`crate::Recoverable`]'s).
@@ -203,7 +206,11 @@ struct Saved<T> {
 /// keeps a copy of its part of the container and sends one to its buddy (the next member of
 /// the communicator); after a failure and a shrink, [`Checkpoints::restore`] brings every
 /// part of the last checkpoint back from whoever holds it (the owner, or else its buddy) and
-/// switches the container to the partitioning the program asks for over the survivors.
+/// switches the container to the partitioning the program asks for over the survivors. After
+/// a REBUILD (every member calls `restore`, the replacements with a fresh `Checkpoints`), each
+/// replacement gets its part and its buddy copy back from its neighbours in the ring, so the
+/// job holds two copies of every part again, and the container switches to the partitioning
+/// asked for over the rebuilt communicator.
 ///
 /// A part is lost only if a rank and its buddy both fail before a checkpoint re-established
 /// the copies; then `restore` fails on every survivor naming them. Memory: two copies of this
@@ -235,12 +242,15 @@ impl<T: Element> Checkpoints<T> {
     }
 
     fn refuse(&self, comm: &Communicator, op: &'static str) -> Result<()> {
-        if comm.options().failure != FailureMode::Shrink {
+        if !matches!(
+            comm.options().failure,
+            FailureMode::Shrink | FailureMode::Rebuild
+        ) {
             return Err(Error::new(ErrorKind::Unsupported, op)
                 .on_rank(comm.world_rank())
                 .with_detail(format!(
-                    "checkpoints of `{}`: buddy recovery needs a SHRINK communicator, this one \
-                     is {:?}",
+                    "checkpoints of `{}`: buddy recovery needs a SHRINK or REBUILD \
+                     communicator, this one is {:?}",
                     self.name,
                     comm.options().failure
                 )));
@@ -325,11 +335,12 @@ impl<T: Element> Checkpoints<T> {
         Ok(())
     }
 
-    /// Collective on `comm` after a shrink: puts the values of the last checkpoint into `c`
-    /// and switches it to `to` (a partitioning over `comm`'s members); returns the
-    /// checkpoint's epoch, to which the program rolls back. `None`: no checkpoint was ever
-    /// committed; `c` is in `to` with unspecified values and the program starts over. Fails
-    /// on every survivor, naming them, if parts were lost (a rank and its buddy both failed).
+    /// Collective on `comm` after a shrink or a rebuild: puts the values of the last
+    /// checkpoint into `c` and switches it to `to` (a partitioning over `comm`'s members);
+    /// returns the checkpoint's epoch, to which the program rolls back. `None`: no checkpoint
+    /// was ever committed; `c` is in `to` with unspecified values and the program starts over.
+    /// Fails on every member, naming them, if parts were lost (a rank and its buddy both
+    /// failed). On a REBUILD communicator the replacements call it too (see the type's doc).
     pub fn restore(
         &mut self,
         comm: &Communicator,
@@ -338,6 +349,9 @@ impl<T: Element> Checkpoints<T> {
     ) -> Result<Option<u64>> {
         self.refuse(comm, "restore")?;
         check_members(comm, to, "restore")?;
+        if comm.options().failure == FailureMode::Rebuild {
+            return self.restore_rebuilt(comm, c, to);
+        }
         let me = comm.world_rank();
         let Some(s) = &self.saved else {
             c.assume(to, None)?;

@@ -33,7 +33,7 @@ use ferry_core::{Element, Error, ErrorKind, Result};
 
 use crate::{Communicator, FailureMode};
 
-mod rebuild;
+pub(crate) mod rebuild;
 
 /// Tag of the buddy copy sent at a checkpoint (the communicator's user tags).
 const TAG_BUDDY: u32 = 0x7e00_0000;

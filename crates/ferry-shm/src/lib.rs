@@ -33,4 +33,4 @@ mod transport;
 
 pub use handoff::{create_job_segment, SHM_FD_VAR};
 pub use segment::{remove_job_segments, segment_name};
-pub use transport::{ShmTransport, DEFAULT_JOB};
+pub use transport::{ShmTransport, StartupWatch, DEFAULT_JOB};

@@ -77,6 +77,7 @@ mod rings;
 mod send;
 mod startup;
 
+pub use startup::StartupWatch;
 use startup::{arrive, attach_block, decide_single_copy, wait_all};
 
 /// Where a partially received fragmented message goes.
@@ -239,6 +240,16 @@ impl ShmTransport {
     /// (`FERRY_SHM_JOB` / `shm.job`, default `default`); ranks are drawn from a counter in the
     /// segment (001 §4.2), so N copies started by hand number themselves 0..N-1.
     pub fn from_env(config: &Config, launch: &LaunchInfo) -> Result<ShmTransport> {
+        ShmTransport::from_env_watched(config, launch, &|| None)
+    }
+
+    /// [`ShmTransport::from_env`], giving up the wait for the ranks of the launcher's segment
+    /// when `watch` returns an error (see [`StartupWatch`]).
+    pub fn from_env_watched(
+        config: &Config,
+        launch: &LaunchInfo,
+        watch: StartupWatch<'_>,
+    ) -> Result<ShmTransport> {
         let size = launch
             .size
             .ok_or_else(|| Error::config("the shm backend needs FERRY_SIZE (number of ranks)"))?;
@@ -257,7 +268,7 @@ impl ShmTransport {
         let layout = Layout::for_job(size, config.shm.ring_slots, config.shm.slot_bytes)?;
         if let Some(seg) = crate::handoff::inherited_segment(layout)? {
             let deadline = Instant::now() + config.startup_timeout();
-            return ShmTransport::join_segment(seg, local, None, size, config, deadline);
+            return ShmTransport::join_segment(seg, local, None, size, config, deadline, watch);
         }
         let name = segment_name(&job, None);
         let t = ShmTransport::join(
@@ -373,7 +384,15 @@ impl ShmTransport {
             crate::handoff::sweep_stale();
         });
         let seg = Segment::open_named(&name, layout, deadline)?;
-        ShmTransport::join_segment(seg, spec.local, spec.members, local_size, config, deadline)
+        ShmTransport::join_segment(
+            seg,
+            spec.local,
+            spec.members,
+            local_size,
+            config,
+            deadline,
+            &|| None,
+        )
     }
 
     /// Joins the opened segment `seg` of `local_size` ranks as index `local` (drawn from the
@@ -385,6 +404,7 @@ impl ShmTransport {
         local_size: usize,
         config: &Config,
         deadline: Instant,
+        watch: StartupWatch<'_>,
     ) -> Result<ShmTransport> {
         let seg = Arc::new(seg);
         let name = seg.name.clone().unwrap_or_else(|| "(inherited)".into());
@@ -418,8 +438,16 @@ impl ShmTransport {
             // Last to arrive: every rank has the segment mapped, the name can go (S4).
             seg.unlink();
         }
-        wait_all(&seg, local_size, |s| s.attached(), deadline, "attach", me)
-            .map_err(|e| fail(&seg, e.on_rank(me)))?;
+        wait_all(
+            &seg,
+            local_size,
+            |s| s.attached(),
+            deadline,
+            "attach",
+            me,
+            watch,
+        )
+        .map_err(|e| fail(&seg, e.on_rank(me)))?;
         let single_copy =
             decide_single_copy(&seg, config, deadline, &[me]).map_err(|e| e.on_rank(me))?;
         let (global_of, rank, size) = match members {

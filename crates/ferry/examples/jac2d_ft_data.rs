@@ -9,7 +9,10 @@
 //! read grid is checkpointed to the buddy ranks ([`ferry::ft::data::Checkpoints`]). When a
 //! rank dies the survivors revoke, shrink, make the partitionings over the survivors, restore
 //! the grid of the last checkpoint into them (the dead rank's rows from its buddy), roll back
-//! to its iteration and go on.
+//! to its iteration and go on. `FERRY_FT_MODE=shrink` (default) or `rebuild`: under
+//! `ferry run --respawn K` the launcher restarts a killed rank, the survivors and the
+//! replacement form a communicator of the original size, the replacement gets its rows (and
+//! its buddy copy) back from its neighbours and every rank rolls back to the checkpoint.
 //!
 //! Results do not depend on the number of ranks: each cell is computed from the same
 //! neighbours in the same order, the residuum is summed per global row (a rank owns whole
@@ -154,18 +157,19 @@ fn run(o: Opts) -> ferry::Result<()> {
         )));
     }
     let opts = Options::from_env(Options::new(FailureMode::Shrink, MessageMode::Cont))?;
-    if opts.failure != FailureMode::Shrink {
+    if !matches!(opts.failure, FailureMode::Shrink | FailureMode::Rebuild) {
         return Err(Error::config(format!(
-            "FERRY_FT_MODE: jac2d_ft_data recovers in mode shrink, not {:?}",
+            "FERRY_FT_MODE: jac2d_ft_data recovers in mode shrink or rebuild, not {:?}",
             opts.failure
         )));
     }
     let world = ferry::init()?;
     let nprocs = world.size();
     let mut inst = Instance::new(world.rank(), nprocs)?;
-    let mut comm = Communicator::new(world.into_transport(), opts)?;
+    let mut comm = world.ft_communicator(opts)?;
     let me = comm.world_rank();
-    if comm.rank() == 0 {
+    // A replacement (REBUILD) joins a running job: the header was printed long ago.
+    if comm.rank() == 0 && !comm.is_replacement() {
         let mut h = format!(
             "{size} x {size} cells (mem {:.1} MB), running {maxiter} iterations with {nprocs} tasks",
             0.000016 * size as f64 * size as f64
@@ -185,16 +189,20 @@ fn run(o: Opts) -> ferry::Result<()> {
     let mut r = 0;
     let mut saved = Checkpoints::<f64>::new("jac2d grid");
     let mut parts = Parts::new(&comm, &space, o.no_corners)?;
-    for c in grids.iter_mut() {
-        parts.adopt(c)?;
-        data::switch(&comm, c, &parts.write, DataFlow::None, None)?;
+    // A replacement starts from the survivors' last checkpoint (the restore below lays its
+    // grids out); the others start from the initial values.
+    let mut restore = comm.is_replacement();
+    if !restore {
+        for c in grids.iter_mut() {
+            parts.adopt(c)?;
+            data::switch(&comm, c, &parts.write, DataFlow::None, None)?;
+        }
+        init(&mut grids[r], size)?;
     }
-    init(&mut grids[r], size)?;
     let mut st = Progress {
         iter: 0,
         checkpointed: None,
     };
-    let mut restore = false;
     loop {
         let attempt = (|| -> Result<(), Failure> {
             if restore {
@@ -219,12 +227,13 @@ fn run(o: Opts) -> ferry::Result<()> {
                 }
                 eprintln!(
                     "jac2d_ft_data: rank {me}: recovered on generation {} with {} ranks {:?}, \
-                     rolled back to iteration {} (restore {:.3} ms)",
+                     rolled back to iteration {} (restore {:.3} ms, {} bytes held for recovery)",
                     comm.generation(),
                     comm.size(),
                     comm.members(),
                     st.iter,
-                    t0.elapsed().as_secs_f64() * 1e3
+                    t0.elapsed().as_secs_f64() * 1e3,
+                    saved.held_bytes()
                 );
             }
             iterate(
@@ -248,7 +257,8 @@ fn run(o: Opts) -> ferry::Result<()> {
                 if !f.agreed {
                     abandon(&comm).unwrap_or_else(|e| die(&e));
                 }
-                comm = comm.shrink().unwrap_or_else(|e| die(&e));
+                // SHRINK compacts over the survivors; REBUILD gets replacements.
+                comm = comm.recover().unwrap_or_else(|e| die(&e));
                 restore = true;
             }
             Err(f) => die(&f.e),

@@ -63,6 +63,160 @@ fn job_file_store(launch: &LaunchInfo) -> Result<Option<Arc<dyn Store>>> {
     Ok(Some(Arc::new(store)))
 }
 
+/// What the launcher (`ferry run`) reports about the other ranks while this one starts: a rank
+/// that ends during start-up fails the others' start-up at once with an error naming it,
+/// instead of leaving them waiting for `general.startup_timeout_ms` for what it will never
+/// publish. The launcher writes its process table to the store
+/// ([`ferry_core::respawn::LAUNCHER_STATUS_KEY`]) whenever a rank ends or is replaced; this
+/// reads it, at most once per interval (longer for larger jobs, so that waiting ranks do not
+/// crowd the launcher's store), and only while this rank waits for something a peer has not
+/// published yet. Without the launcher's table it never reports anything.
+pub struct LauncherWatch {
+    launch: LaunchInfo,
+    rank: usize,
+    every: Duration,
+    /// Connected on first use: most start-ups never wait long enough to ask.
+    store: Mutex<Option<Arc<dyn Store>>>,
+    last: Mutex<Option<std::time::Instant>>,
+}
+
+impl LauncherWatch {
+    /// The watch of rank `rank` of a job of `size` ranks started as `launch` says; `store`
+    /// is the job's store if this rank is connected already.
+    pub fn new(
+        launch: &LaunchInfo,
+        rank: usize,
+        size: usize,
+        store: Option<Arc<dyn Store>>,
+    ) -> LauncherWatch {
+        let every = Duration::from_millis((size as u64).saturating_mul(5).clamp(100, 1000));
+        LauncherWatch {
+            launch: launch.clone(),
+            rank,
+            every,
+            store: Mutex::new(store),
+            last: Mutex::new(None),
+        }
+    }
+
+    /// How often it reads the launcher's table at most.
+    pub fn every(&self) -> Duration {
+        self.every
+    }
+
+    /// The error this rank's start-up fails with because of a rank the launcher saw end
+    /// (or replace) before the job was up; `None` while every other rank runs or ended well,
+    /// when it was asked less than [`LauncherWatch::every`] ago, or without a launcher.
+    pub fn failed(&self) -> Option<Error> {
+        self.launch.rendezvous.as_ref()?;
+        {
+            let mut last = self.last.lock().ok()?;
+            if last.is_some_and(|t| t.elapsed() < self.every) {
+                return None;
+            }
+            *last = Some(std::time::Instant::now());
+        }
+        let store = {
+            let mut guard = self.store.lock().ok()?;
+            if guard.is_none() {
+                *guard = connect_store(&self.launch).ok().flatten();
+            }
+            guard.clone()?
+        };
+        let table = store
+            .get(ferry_core::respawn::LAUNCHER_STATUS_KEY, Duration::ZERO)
+            .ok()?;
+        startup_failure(&String::from_utf8_lossy(&table), self.rank)
+    }
+}
+
+/// The first rank but `me` in the launcher's process table (lines
+/// `L<id>:<host>:<pid> rank <r> <state>`) whose state says it ended badly or was replaced.
+fn startup_failure(table: &str, me: usize) -> Option<Error> {
+    let mut failed = Vec::new();
+    for line in table.lines() {
+        let mut words = line.splitn(4, ' ');
+        let (Some(_), Some("rank"), Some(r), Some(state)) =
+            (words.next(), words.next(), words.next(), words.next())
+        else {
+            continue;
+        };
+        let Ok(r) = r.parse::<usize>() else { continue };
+        if r == me || state == "running" || state == "done" {
+            continue;
+        }
+        let what = if state.starts_with("running (replacement") {
+            "failed (the launcher started a replacement, which cannot join a job that never \
+             started)"
+                .to_string()
+        } else {
+            state.to_string()
+        };
+        failed.push((r, what));
+    }
+    let first = failed.first()?.0;
+    // The table does not say which went first: a rank that gave up because of another one
+    // is listed as well, so every one is named.
+    let all: Vec<String> = failed
+        .iter()
+        .map(|(r, what)| format!("rank {r} {what}"))
+        .collect();
+    Some(
+        Error::new(ErrorKind::PeerFailed, "init")
+            .on_rank(me)
+            .with_peer(first)
+            .with_detail(format!(
+                "{} during start-up, before this rank's start-up completed (the launcher's \
+                 report); the job cannot start without {}",
+                all.join(" and "),
+                if all.len() == 1 { "it" } else { "them" }
+            )),
+    )
+}
+
+/// The job's store for a rank's start-up: a read that waits longer than the
+/// [`LauncherWatch`]'s interval waits in slices of it and gives up as soon as the watch
+/// reports a failed rank.
+pub struct WatchedStore {
+    inner: Arc<dyn Store>,
+    watch: Arc<LauncherWatch>,
+}
+
+impl WatchedStore {
+    /// `inner` under `watch`.
+    pub fn new(inner: Arc<dyn Store>, watch: Arc<LauncherWatch>) -> WatchedStore {
+        WatchedStore { inner, watch }
+    }
+}
+
+impl Store for WatchedStore {
+    fn set(&self, key: &str, value: &[u8]) -> Result<()> {
+        self.inner.set(key, value)
+    }
+
+    fn get(&self, key: &str, timeout: Duration) -> Result<Vec<u8>> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left <= self.watch.every() {
+                return self.inner.get(key, left);
+            }
+            match self.inner.get(key, self.watch.every()) {
+                Err(e) if e.kind() == ErrorKind::Timeout => {
+                    if let Some(failed) = self.watch.failed() {
+                        return Err(failed);
+                    }
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn fetch_add(&self, key: &str, delta: i64) -> Result<i64> {
+        self.inner.fetch_add(key, delta)
+    }
+}
+
 /// Prefix of the keys under which TCP ranks publish their listening addresses.
 const TCP_ADDR_PREFIX: &str = "tcp/addr/";
 /// Key of the bundle of every rank's address, written by rank 0.
@@ -283,5 +437,75 @@ mod tests {
         assert!(e.to_string().contains("malformed"), "{e}");
         assert!(decode_bundle(&encode_bundle(&[b"x".to_vec()]), 2).is_err());
         assert!(decode_bundle(&[1, 0, 0, 0, b'a', b'b'], 1).is_err());
+    }
+
+    #[test]
+    fn the_launcher_table_names_the_ranks_that_ended_during_start_up() {
+        let ok = "L0:h:10 rank 0 running\nL1:h:11 rank 1 done\nL2:h:12 rank 2 running\n";
+        assert!(startup_failure(ok, 0).is_none());
+        let table = "L0:h:10 rank 0 running\nL1:h:11 rank 1 exited with code 3\n\
+                     L2:h:13 rank 2 running (replacement 1)\n";
+        let e = startup_failure(table, 0).unwrap();
+        assert_eq!(e.kind(), ErrorKind::PeerFailed);
+        let text = e.to_string();
+        assert!(
+            text.contains("rank 0")
+                && text.contains("rank 1 exited with code 3 and rank 2 failed (the launcher")
+                && text.contains("during start-up"),
+            "{text}"
+        );
+        // Its own line does not count (a replacement reads a table that shows itself).
+        let mine = "L0:h:10 rank 0 running (replacement 1)\nL1:h:11 rank 1 running\n";
+        assert!(startup_failure(mine, 0).is_none());
+        assert!(startup_failure("garbage\n\n", 0).is_none());
+    }
+
+    #[test]
+    fn a_watched_read_gives_up_when_the_launcher_reports_a_failed_rank() {
+        let srv = TestStoreServer::start("s").unwrap();
+        let launch = LaunchInfo {
+            rank: Some(0),
+            size: Some(2),
+            rendezvous: Some(srv.local_addr().to_string()),
+            secret: Some("s".into()),
+            ..LaunchInfo::default()
+        };
+        let store = connect_store(&launch).unwrap().unwrap();
+        let watch = Arc::new(LauncherWatch::new(&launch, 0, 2, None));
+        let watched = WatchedStore::new(store.clone(), watch);
+        // Present keys come at once; a missing one waits while every rank runs.
+        store.set("k", b"v").unwrap();
+        assert_eq!(watched.get("k", Duration::from_secs(5)).unwrap(), b"v");
+        store
+            .set(
+                ferry_core::respawn::LAUNCHER_STATUS_KEY,
+                b"L0:h:1 rank 0 running\nL1:h:2 rank 1 running\n",
+            )
+            .unwrap();
+        let t0 = std::time::Instant::now();
+        let e = watched
+            .get("missing", Duration::from_millis(600))
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
+        assert!(t0.elapsed() >= Duration::from_millis(550));
+        // Rank 1 ended: the wait ends within about one interval, naming it.
+        store
+            .set(
+                ferry_core::respawn::LAUNCHER_STATUS_KEY,
+                b"L0:h:1 rank 0 running\nL1:h:2 rank 1 was killed by signal 9 (SIGKILL)\n",
+            )
+            .unwrap();
+        let t0 = std::time::Instant::now();
+        let e = watched.get("missing", Duration::from_secs(30)).unwrap_err();
+        assert!(t0.elapsed() < Duration::from_secs(5), "{e}");
+        assert_eq!(
+            (e.kind(), e.peer()),
+            (ErrorKind::PeerFailed, Some(1)),
+            "{e}"
+        );
+        assert!(
+            e.to_string().contains("rank 1 was killed by signal 9"),
+            "{e}"
+        );
     }
 }

@@ -57,12 +57,20 @@ pub(crate) fn build_transport(config: &Config, launch: &LaunchInfo) -> Result<Bo
         // the configuration file (R2a).
         BackendKind::Tcp => Box::new(tcp_transport(config, launch)?),
         // Shared memory (S1, R2b): launcher variables or a hand start with FERRY_SIZE.
-        BackendKind::Shm => Box::new(ferry_shm::ShmTransport::from_env(config, launch)?),
+        BackendKind::Shm => {
+            let watch = start_watch(launch, None);
+            Box::new(ferry_shm::ShmTransport::from_env_watched(
+                config,
+                launch,
+                &|| watch.as_ref().and_then(|w| w.failed()),
+            )?)
+        }
         // Shared memory within a node, TCP between nodes (S2); needs the launcher's store.
         BackendKind::Hybrid => {
             let store = crate::bootstrap::connect_store(launch)?.ok_or_else(|| {
                 Error::config("the hybrid backend needs the launcher's store (FERRY_RENDEZVOUS)")
             })?;
+            let store = watched(launch, store);
             Box::new(ferry_hybrid::HybridTransport::from_env(
                 config, launch, &*store,
             )?)
@@ -118,6 +126,7 @@ fn tcp_transport(config: &Config, launch: &LaunchInfo) -> Result<ferry_tcp::TcpT
             ));
         };
         let secret = launch.secret.as_deref().unwrap_or_default();
+        let store = watched(launch, store);
         let store: Arc<dyn ferry_core::Store> = if size <= crate::bootstrap::MAX_BUNDLED_RANKS {
             Arc::new(crate::bootstrap::AddressBundle::new(store, rank, size))
         } else {
@@ -135,6 +144,27 @@ fn tcp_transport(config: &Config, launch: &LaunchInfo) -> Result<ferry_tcp::TcpT
         }
     }
     Ok(t)
+}
+
+/// The launcher's watch over the start-up of a job `ferry run` started (rank and size known,
+/// a store to read its table from); `None` otherwise.
+fn start_watch(
+    launch: &LaunchInfo,
+    store: Option<Arc<dyn ferry_core::Store>>,
+) -> Option<Arc<crate::bootstrap::LauncherWatch>> {
+    launch.rendezvous.as_ref()?;
+    let (rank, size) = (launch.rank?, launch.size?);
+    Some(Arc::new(crate::bootstrap::LauncherWatch::new(
+        launch, rank, size, store,
+    )))
+}
+
+/// `store` giving up long waits when the launcher reports a rank failed during start-up.
+fn watched(launch: &LaunchInfo, store: Arc<dyn ferry_core::Store>) -> Arc<dyn ferry_core::Store> {
+    match start_watch(launch, Some(store.clone())) {
+        Some(w) => Arc::new(crate::bootstrap::WatchedStore::new(store, w)),
+        None => store,
+    }
 }
 
 /// The backend to use: `FERRY_BACKEND` if set; otherwise, with more than one rank, shared

@@ -6,97 +6,69 @@
 //!   right, and the job goes on over the survivors to the end;
 //! - `jac2d_ft_data` (issues 07 and 08): the 2d Jacobi on `ferry_data` containers with
 //!   buddy checkpoints (`ferry::ft::data::Checkpoints`) survives a kill with the undisturbed
-//!   run's final line and only undisturbed `Residuum` lines.
+//!   run's final line and only undisturbed `Residuum` lines; in `FERRY_FT_MODE=rebuild` under
+//!   `ferry run --respawn 1` the killed rank is replaced, gets its rows and its buddy copy back
+//!   from its neighbours, and the job ends on 4 ranks with the undisturbed output.
 
 mod support;
 
-use std::io::{BufRead, BufReader, Read};
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
-use support::procs::{built_tools, job, rank_pids};
+use support::procs::{built_tools, job, rebuild_job, Watched};
 use support::run_limited;
 
 const BACKENDS: &[&str] = &["tcp", "shm", "hybrid"];
 
 struct KillRun {
+    ok: bool,
     stdout: Vec<String>,
     stderr: String,
     killed: bool,
 }
 
-/// Runs `ex args` on 4 ranks and SIGKILLs rank `victim` once `ready` holds for the stdout
-/// lines so far and `delay` passed after that.
+/// Runs `cmd` (a job of 4 ranks) and SIGKILLs rank `victim` once `ready` holds for the
+/// stdout lines so far and `delay` passed after that.
 fn run_with_kill(
-    ferry: &PathBuf,
-    ex: &PathBuf,
-    backend: &str,
-    args: &[&str],
+    cmd: Command,
+    what: &str,
     victim: usize,
     ready: &dyn Fn(&[String]) -> bool,
     delay: Duration,
 ) -> KillRun {
-    let mut cmd = job(ferry, 4, backend, true, ex, args);
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = cmd.spawn().expect("spawn ferry");
-    let out_lines = Arc::new(Mutex::new(Vec::<String>::new()));
-    let o2 = out_lines.clone();
-    let out = child.stdout.take().unwrap();
-    let t_out = std::thread::spawn(move || {
-        for l in BufReader::new(out).lines().map_while(Result::ok) {
-            o2.lock().unwrap().push(l);
-        }
-    });
-    let mut err = child.stderr.take().unwrap();
-    let t_err = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s);
-        s
-    });
-    let start = Instant::now();
     let limit = Duration::from_secs(60);
-    let mut pids = Vec::new();
-    while start.elapsed() < Duration::from_secs(20) && pids.len() < 4 {
-        pids = rank_pids(child.id());
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    assert_eq!(pids.len(), 4, "{backend}: not every rank started");
-    while !ready(&out_lines.lock().unwrap()) && child.try_wait().unwrap().is_none() {
-        assert!(start.elapsed() < limit, "{backend}: never ready to kill");
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    let mut run = Watched::spawn(cmd);
+    let pids = run.rank_pids(4, Duration::from_secs(20));
+    assert_eq!(pids.len(), 4, "{what}: not every rank started");
+    let seen = run.wait_for(limit, |out, _| ready(out));
+    assert!(seen || !run.running(), "{what}: never ready to kill");
     std::thread::sleep(delay);
-    let pid = pids.iter().find(|(r, _)| *r == victim).unwrap().1;
-    let killed = child.try_wait().unwrap().is_none()
-        && Command::new("kill")
-            .args(["-KILL", &pid.to_string()])
-            .status()
-            .is_ok_and(|s| s.success());
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            break;
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "{backend}: {ex:?} hung after rank {victim} was killed:\n{}",
-                out_lines.lock().unwrap().join("\n")
-            );
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    t_out.join().unwrap();
-    let stderr = t_err.join().unwrap();
-    let stdout = out_lines.lock().unwrap().clone();
+    let killed = run.kill(&[victim]);
+    let end = run.finish(limit, &format!("{what} after rank {victim} was killed"));
     KillRun {
-        stdout,
-        stderr,
+        ok: end.ok,
+        stdout: end.stdout,
+        stderr: end.stderr,
         killed,
+    }
+}
+
+/// The final line of a disturbed run equals the undisturbed one's (and comes once, last),
+/// and every `Residuum` line is one of the undisturbed run's (a rollback may repeat one).
+fn judge_lines(reference: &[String], stdout: &[String], ctx: &str) {
+    let final_line = reference.last().unwrap();
+    assert!(final_line.starts_with("Global value sum after 400 iterations: "));
+    assert_eq!(stdout.last(), Some(final_line), "{ctx}");
+    assert_eq!(
+        stdout
+            .iter()
+            .filter(|l| l.starts_with("Global value sum"))
+            .count(),
+        1,
+        "{ctx}"
+    );
+    for l in stdout.iter().filter(|l| l.starts_with("Residuum")) {
+        assert!(reference.contains(l), "`{l}` is not undisturbed; {ctx}");
     }
 }
 
@@ -123,10 +95,8 @@ fn containers_are_carried_over_a_shrink_and_the_lost_part_is_named() {
     // Rank 0 included; the kill lands within the first few hundred of the 1500 rounds.
     for (backend, victim) in BACKENDS.iter().zip([0, 2, 1]) {
         let run = run_with_kill(
-            &ferry,
-            &ex[0],
-            backend,
-            &["1500"],
+            job(&ferry, 4, backend, true, &ex[0], &["1500"]),
+            &format!("{backend}: t_ft_data"),
             victim,
             &|_| true,
             Duration::from_millis(300),
@@ -201,10 +171,8 @@ fn jac2d_on_recoverable_containers_survives_a_killed_rank_on_every_backend() {
         );
         // Killed after iteration 101's residuum, well before the end (400).
         let run = run_with_kill(
-            &ferry,
-            &ex[0],
-            backend,
-            &args,
+            job(&ferry, 4, backend, true, &ex[0], &args),
+            &format!("{backend}: jac2d_ft_data"),
             victim,
             &|l| l.iter().any(|l| l.starts_with("Residuum after 101 ")),
             Duration::ZERO,
@@ -215,20 +183,7 @@ fn jac2d_on_recoverable_containers_survives_a_killed_rank_on_every_backend() {
             run.stderr
         );
         assert!(run.killed, "the victim ran; {ctx}");
-        let final_line = reference.last().unwrap();
-        assert!(final_line.starts_with("Global value sum after 400 iterations: "));
-        assert_eq!(run.stdout.last(), Some(final_line), "{ctx}");
-        assert_eq!(
-            run.stdout
-                .iter()
-                .filter(|l| l.starts_with("Global value sum"))
-                .count(),
-            1,
-            "{ctx}"
-        );
-        for l in run.stdout.iter().filter(|l| l.starts_with("Residuum")) {
-            assert!(reference.contains(l), "`{l}` is not undisturbed; {ctx}");
-        }
+        judge_lines(&reference, &run.stdout, &ctx);
         let recovered = run
             .stderr
             .lines()
@@ -239,5 +194,71 @@ fn jac2d_on_recoverable_containers_survives_a_killed_rank_on_every_backend() {
             !run.stderr.contains("exited with code") && !run.stderr.contains("error"),
             "every survivor exits 0; {ctx}"
         );
+    }
+}
+
+#[test]
+fn jac2d_on_recoverable_containers_rebuilds_a_killed_rank_on_every_backend() {
+    let test = "jac2d_on_recoverable_containers_rebuilds_a_killed_rank_on_every_backend";
+    let Some((ferry, ex)) = built_tools(test, &["jac2d_ft_data"]) else {
+        return;
+    };
+    let args = ["-s", "1000", "400"];
+    // Each rank holds its 250 rows of 1000 values and its buddy's: 2 x 2 MB.
+    let held = "4000000 bytes held for recovery)";
+    for (backend, victim) in BACKENDS.iter().zip([0, 2, 3]) {
+        let (out, _) = run_limited(
+            &mut rebuild_job(&ferry, 4, backend, 1, &ex[0], &args),
+            Duration::from_secs(60),
+        );
+        assert!(out.status.success(), "{backend}: undisturbed run: {out:?}");
+        let reference: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect();
+        // Killed after iteration 101's residuum, well before the end (400); one respawn is
+        // all the run needs.
+        let run = run_with_kill(
+            rebuild_job(&ferry, 4, backend, 1, &ex[0], &args),
+            &format!("{backend}: jac2d_ft_data in REBUILD mode"),
+            victim,
+            &|l| l.iter().any(|l| l.starts_with("Residuum after 101 ")),
+            Duration::ZERO,
+        );
+        let ctx = format!(
+            "{backend}, rank {victim} killed:\n{}\n{}",
+            run.stdout.join("\n"),
+            run.stderr
+        );
+        assert!(run.killed, "the victim ran; {ctx}");
+        assert!(run.ok, "the job exits 0; {ctx}");
+        assert!(
+            run.stderr.contains(&format!(
+                "rank {victim} was killed by signal 9 (SIGKILL); started a replacement"
+            )),
+            "{ctx}"
+        );
+        judge_lines(&reference, &run.stdout, &ctx);
+        // Every rank, the replacement too, rolled back to the same checkpoint on 4 ranks and
+        // holds two copies again (its own part and its buddy's).
+        let recovered: Vec<&str> = run
+            .stderr
+            .lines()
+            .filter(|l| l.contains("recovered on generation 1 with 4 ranks"))
+            .collect();
+        assert_eq!(recovered.len(), 4, "{ctx}");
+        fn to(l: &str) -> Option<&str> {
+            l.split("rolled back to iteration ")
+                .nth(1)?
+                .split(' ')
+                .next()
+        }
+        assert!(
+            recovered
+                .iter()
+                .all(|l| to(l).is_some() && to(l) == to(recovered[0]) && l.ends_with(held)),
+            "{ctx}"
+        );
+        assert!(!run.stderr.contains("error"), "{ctx}");
     }
 }

@@ -12,13 +12,11 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
-use support::procs::{built_tools, job, rank_pids, text};
+use support::procs::{self, built_tools, killed_by_launcher, text, Rng, Watched};
 use support::run_limited;
 
 const BACKENDS: &[&str] = &["tcp", "shm", "hybrid"];
@@ -30,43 +28,9 @@ const ARGS: &[&str] = &["-s", "400", "400"];
 /// costs one more respawn but not the result.
 const RESPAWN: u32 = 4;
 
-/// xorshift, seeded per test (`FERRY_TEST_SEED` replays).
-struct Rng(u64);
-
-impl Rng {
-    fn from_env(test: &str) -> Rng {
-        let seed = std::env::var("FERRY_TEST_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| {
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(1, |d| d.as_nanos() as u64)
-            });
-        eprintln!("{test}: FERRY_TEST_SEED={seed}");
-        Rng(seed | 1)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n.max(1)
-    }
-}
-
 /// `ferry run -n 4 --respawn K [--backend B] jac2d_ft ARGS` in REBUILD mode.
 fn rebuild_job(ferry: &PathBuf, ex: &PathBuf, backend: &str, respawn: u32) -> Command {
-    let mut cmd = job(ferry, 4, backend, false, ex, ARGS);
-    // `job` puts `run -n 4 --backend B` first; the option goes anywhere before the program.
-    let args: Vec<std::ffi::OsString> = cmd.get_args().map(|a| a.to_os_string()).collect();
-    let mut c = Command::new(ferry);
-    c.arg(&args[0])
-        .args(["--respawn", &respawn.to_string()])
-        .args(&args[1..])
-        .env("FERRY_FT_MODE", "rebuild");
-    cmd = c;
-    cmd
+    procs::rebuild_job(ferry, 4, backend, respawn, ex, ARGS)
 }
 
 /// The undisturbed run's stdout lines and how long it took.
@@ -92,125 +56,44 @@ struct Run {
 /// Runs the job and SIGKILLs `victims[0]` after `first`, then each next victim `then` after
 /// every rank reported the previous rebuild. Rank pids are read anew for every kill: a
 /// victim may be a replacement.
-fn run_with_kills(mut cmd: Command, victims: &[usize], first: Duration, then: Duration) -> Run {
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = cmd.spawn().expect("spawn ferry");
-    let out = child.stdout.take().unwrap();
-    let t_out = std::thread::spawn(move || {
-        BufReader::new(out)
-            .lines()
-            .map_while(Result::ok)
-            .collect::<Vec<String>>()
-    });
-    let err_lines = Arc::new(Mutex::new(Vec::<String>::new()));
-    let err = BufReader::new(child.stderr.take().unwrap());
-    let e2 = err_lines.clone();
-    let t_err = std::thread::spawn(move || {
-        for l in err.lines().map_while(Result::ok) {
-            e2.lock().unwrap().push(l);
-        }
-    });
-    let start = Instant::now();
+fn run_with_kills(cmd: Command, victims: &[usize], first: Duration, then: Duration) -> Run {
+    let mut job = Watched::spawn(cmd);
     let limit = Duration::from_secs(90);
-    while start.elapsed() < Duration::from_secs(20) && rank_pids(child.id()).len() < 4 {
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    let t0 = Instant::now();
+    job.rank_pids(4, Duration::from_secs(20));
+    let t0 = std::time::Instant::now();
     let mut killed = Vec::new();
     for (i, &v) in victims.iter().enumerate() {
         if i == 0 {
             std::thread::sleep(first.saturating_sub(t0.elapsed()));
         } else {
             let line = format!("recovered on generation {i} with 4 ranks");
-            while start.elapsed() < limit
-                && child.try_wait().unwrap().is_none()
-                && err_lines
-                    .lock()
-                    .unwrap()
-                    .iter()
-                    .filter(|l| l.contains(&line))
-                    .count()
-                    < 4
-            {
-                std::thread::sleep(Duration::from_millis(1));
-            }
+            job.wait_for(limit, |_, err| {
+                err.iter().filter(|l| l.contains(&line)).count() >= 4
+            });
             std::thread::sleep(then);
         }
-        let Some((_, pid)) = rank_pids(child.id()).into_iter().find(|(r, _)| *r == v) else {
+        if !job.kill(&[v]) {
             break;
-        };
-        if Command::new("kill")
-            .args(["-KILL", &pid.to_string()])
-            .status()
-            .is_ok_and(|s| s.success())
-        {
-            killed.push(v);
         }
+        killed.push(v);
     }
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "jac2d_ft hung (victims {victims:?}):\n{}",
-                err_lines.lock().unwrap().join("\n")
-            );
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    };
-    let stdout = t_out.join().unwrap();
-    t_err.join().unwrap();
-    let stderr = err_lines.lock().unwrap().join("\n");
+    let end = job.finish(limit, &format!("jac2d_ft (victims {victims:?})"));
     // A kill that hit a process which had already ended its work (a zombie) is no kill: count
     // only the deaths the launcher reported.
+    let deaths = killed_by_launcher(&end.stderr);
     let mut reported: Vec<usize> = Vec::new();
     for &v in &killed {
-        let deaths = stderr
-            .lines()
-            .filter(|l| killed_ranks(l).contains(&v))
-            .count();
-        if reported.iter().filter(|&&r| r == v).count() < deaths {
+        let n = deaths.iter().filter(|&&d| d == v).count();
+        if reported.iter().filter(|&&r| r == v).count() < n {
             reported.push(v);
         }
     }
-    let killed = reported;
     Run {
-        ok: status.success(),
-        stdout,
-        stderr,
-        killed,
+        ok: end.ok,
+        stdout: end.stdout,
+        stderr: end.stderr,
+        killed: reported,
     }
-}
-
-/// Ranks a launcher line reports killed by SIGKILL: `ferry: rank 2 was killed by signal 9 ...`
-/// or, merged, `ferry: ranks 1,3-4 was killed by signal 9 ...`.
-fn killed_ranks(line: &str) -> Vec<usize> {
-    let Some(head) = line.strip_prefix("ferry: ").and_then(|l| {
-        l.split(" was killed by signal 9")
-            .next()
-            .filter(|_| l.contains(" was killed by signal 9"))
-    }) else {
-        return Vec::new();
-    };
-    let list = head
-        .strip_prefix("ranks ")
-        .or_else(|| head.strip_prefix("rank "))
-        .unwrap_or("");
-    let mut out = Vec::new();
-    for part in list.split(',') {
-        let mut ends = part.splitn(2, '-').map(|x| x.trim().parse::<usize>());
-        match (ends.next(), ends.next()) {
-            (Some(Ok(a)), None) => out.push(a),
-            (Some(Ok(a)), Some(Ok(b))) => out.extend(a..=b),
-            _ => {}
-        }
-    }
-    out
 }
 
 /// Must-show 2 on one run: exit 0, the final line once and equal to the undisturbed one,
@@ -291,7 +174,7 @@ fn killed_run(
             .stderr
             .lines()
             .filter(|l| l.contains("started a replacement"))
-            .flat_map(killed_ranks)
+            .flat_map(killed_by_launcher)
             .collect();
         let mut counted = Vec::new();
         for &v in &run.killed {
@@ -350,14 +233,8 @@ fn a_kill_beyond_the_respawn_budget_names_the_rank_not_restarted() {
         return;
     };
     // tcp: shm has its own fault under abandoned fragmented messages (docs/FAULT-TOLERANCE.md).
-    let mut c = rebuild_job(&ferry, &ex[0], "tcp", 1);
     // The larger grid runs long enough for two kills.
-    let args: Vec<std::ffi::OsString> = c.get_args().map(|a| a.to_os_string()).collect();
-    let n = args.len();
-    c = Command::new(&ferry);
-    c.args(&args[..n - 3])
-        .args(["-s", "1000", "400"])
-        .env("FERRY_FT_MODE", "rebuild");
+    let c = procs::rebuild_job(&ferry, 4, "tcp", 1, &ex[0], &["-s", "1000", "400"]);
     let run = run_with_kills(
         c,
         &[1, 2],
@@ -393,14 +270,14 @@ fn a_kill_beyond_the_respawn_budget_names_the_rank_not_restarted() {
 #[test]
 fn launcher_kill_lines_are_read_merged_or_not() {
     assert_eq!(
-        killed_ranks("ferry: rank 2 was killed by signal 9 (SIGKILL); started a replacement"),
+        killed_by_launcher("ferry: rank 2 was killed by signal 9 (SIGKILL); started a replacement"),
         [2]
     );
     assert_eq!(
-        killed_ranks("ferry: ranks 1,3-4 was killed by signal 9 (SIGKILL)"),
+        killed_by_launcher("ferry: ranks 1,3-4 were killed by signal 9 (SIGKILL)"),
         [1, 3, 4]
     );
-    assert!(killed_ranks("ferry: rank 2 exited with code 1").is_empty());
+    assert!(killed_by_launcher("ferry: rank 2 exited with code 1").is_empty());
 }
 
 #[test]

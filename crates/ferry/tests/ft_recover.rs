@@ -12,43 +12,16 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use support::procs::{built_tools, job, rank_pids};
+use support::procs::{built_tools, job, killed_by_launcher, Rng, Watched};
 use support::{run_limited, target_dir};
 
 const BACKENDS: &[&str] = &["tcp", "shm", "hybrid"];
 /// Small enough for the default suite, long enough (about 1 s) to be killed in the middle.
 const ARGS: &[&str] = &["-s", "400", "400"];
-
-/// A small deterministic generator for kill times (xorshift), seeded per test.
-struct Rng(u64);
-
-impl Rng {
-    fn from_env(test: &str) -> Rng {
-        let seed = std::env::var("FERRY_TEST_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| {
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(1, |d| d.as_nanos() as u64)
-            });
-        eprintln!("{test}: FERRY_TEST_SEED={seed}");
-        Rng(seed | 1)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n.max(1)
-    }
-}
 
 /// The undisturbed run: its stdout lines and how long it took.
 fn undisturbed(ferry: &PathBuf, ex: &PathBuf, backend: &str) -> (Vec<String>, Duration) {
@@ -94,38 +67,8 @@ fn run_with_kills(
     victims: &[usize],
     when: &[When],
 ) -> KillRun {
-    let mut cmd = job(ferry, 4, backend, true, ex, args);
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = cmd.spawn().expect("spawn ferry");
-    let out = child.stdout.take().unwrap();
-    let t_out = std::thread::spawn(move || {
-        BufReader::new(out)
-            .lines()
-            .map_while(Result::ok)
-            .collect::<Vec<String>>()
-    });
-    let err_lines = Arc::new(Mutex::new(Vec::<String>::new()));
-    let mut err = BufReader::new(child.stderr.take().unwrap());
-    let e2 = err_lines.clone();
-    let t_err = std::thread::spawn(move || {
-        let mut line = String::new();
-        while err.read_line(&mut line).is_ok_and(|n| n > 0) {
-            e2.lock().unwrap().push(std::mem::take(&mut line));
-        }
-        let mut rest = String::new();
-        let _ = err.read_to_string(&mut rest);
-    });
-    let start = Instant::now();
-    let mut pids = Vec::new();
-    while start.elapsed() < Duration::from_secs(20) {
-        pids = rank_pids(child.id());
-        if pids.len() == 4 {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    let mut run = Watched::spawn(job(ferry, 4, backend, true, ex, args));
+    let pids = run.rank_pids(4, Duration::from_secs(20));
     assert_eq!(pids.len(), 4, "{backend}: not every rank started");
     let t0 = Instant::now();
     let mut killed = Vec::new();
@@ -138,14 +81,10 @@ fn run_with_kills(
                 }
             }
             When::AfterRecovery(a) => {
-                let gen = killed.len();
-                let seen = |l: &String| l.contains(&format!("recovered on generation {gen} "));
-                while start.elapsed() < Duration::from_secs(50)
-                    && child.try_wait().unwrap().is_none()
-                    && !err_lines.lock().unwrap().iter().any(seen)
-                {
-                    std::thread::sleep(Duration::from_millis(1));
-                }
+                let line = format!("recovered on generation {} ", killed.len());
+                run.wait_for(Duration::from_secs(50), |_, err| {
+                    err.iter().any(|l| l.contains(&line))
+                });
                 std::thread::sleep(a);
             }
             When::WithPrevious => {}
@@ -157,73 +96,23 @@ fn run_with_kills(
             group.push(victims[i]);
         }
         i += 1;
-        let pids_of: Vec<String> = group
-            .iter()
-            .map(|v| pids.iter().find(|(r, _)| r == v).unwrap().1.to_string())
-            .collect();
-        if Command::new("kill")
-            .arg("-KILL")
-            .args(&pids_of)
-            .status()
-            .is_ok_and(|s| s.success())
-        {
+        if run.kill(&group) {
             killed.extend(group);
         }
     }
-    let limit = Duration::from_secs(60);
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            break;
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "{backend}: jac2d_ft hung (victims {victims:?}):\n{}",
-                err_lines.lock().unwrap().concat()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    let stdout = t_out.join().unwrap();
-    t_err.join().unwrap();
-    let stderr = err_lines.lock().unwrap().concat();
+    let end = run.finish(
+        Duration::from_secs(60),
+        &format!("{backend}: jac2d_ft (victims {victims:?})"),
+    );
     // kill(1) also succeeds on a rank that has already exited and is not yet reaped (the job
     // ended first): only the launcher's report says that the signal ended the rank.
-    let signalled = killed_by_launcher(&stderr);
+    let signalled = killed_by_launcher(&end.stderr);
     killed.retain(|v| signalled.contains(v));
     KillRun {
-        stdout,
-        stderr,
+        stdout: end.stdout,
+        stderr: end.stderr,
         killed,
     }
-}
-
-/// Ranks the launcher reports killed by SIGKILL (`ferry: rank 2 was killed by signal 9 ...`,
-/// `ferry: ranks 1-2,4 were killed by signal 9 ...`).
-fn killed_by_launcher(stderr: &str) -> Vec<usize> {
-    let mut ranks = Vec::new();
-    for l in stderr.lines() {
-        let Some(rest) = l
-            .strip_prefix("ferry: ranks ")
-            .or_else(|| l.strip_prefix("ferry: rank "))
-        else {
-            continue;
-        };
-        let Some((list, _)) = rest
-            .split_once(" was killed by signal 9")
-            .or_else(|| rest.split_once(" were killed by signal 9"))
-        else {
-            continue;
-        };
-        for part in list.split(',') {
-            let (a, b) = part.split_once('-').unwrap_or((part, part));
-            if let (Ok(a), Ok(b)) = (a.trim().parse::<usize>(), b.trim().parse::<usize>()) {
-                ranks.extend(a..=b);
-            }
-        }
-    }
-    ranks
 }
 
 /// Issue 08 must-show 1 on one run: survivors exit 0, the final line once and equal to the

@@ -155,3 +155,56 @@ fn ranks_start_prepared_without_a_fork_of_the_launcher() {
         "{stderr}"
     );
 }
+
+/// Issue 08: a rank that ends before its start-up completed costs the others no start-up
+/// timeout (60 s by default). Rank 1 exits before it initialises, under `--keep-going` (the
+/// launcher leaves the others running) and under `--respawn 1` (the launcher replaces it,
+/// which cannot help a job that never started): every other rank's init fails within a few
+/// seconds with an error naming rank 1, on tcp, shm and hybrid.
+#[test]
+fn a_rank_that_ends_during_start_up_fails_the_others_at_once_naming_it() {
+    let test = "a_rank_that_ends_during_start_up_fails_the_others_at_once_naming_it";
+    let Some((ferry, ex)) = built_tools(test, &["t_startup"]) else {
+        return;
+    };
+    let script = r#"if [ "$FERRY_RANK" = 1 ] && [ -z "$FERRY_INCARNATION" ]; then exit 3; fi
+exec "$0" "$@""#;
+    let prog = ex[0].to_string_lossy().into_owned();
+    for backend in ["tcp", "shm", "hybrid"] {
+        for mode in ["--keep-going", "--respawn"] {
+            let mut cmd = support::procs::job(
+                &ferry,
+                4,
+                backend,
+                mode == "--keep-going",
+                &"sh".into(),
+                &["-c", script, &prog],
+            );
+            if mode == "--respawn" {
+                cmd = support::procs::rebuild_job(
+                    &ferry,
+                    4,
+                    backend,
+                    1,
+                    &"sh".into(),
+                    &["-c", script, &prog],
+                );
+            }
+            let (out, took) = run_limited(&mut cmd, Duration::from_secs(50));
+            let stderr = text(&out.stderr);
+            let ctx = format!("{backend} {mode}, {took:?}:\n{stderr}");
+            assert!(!out.status.success(), "{ctx}");
+            assert!(took < Duration::from_secs(15), "{ctx}");
+            let named = stderr
+                .lines()
+                .filter(|l| {
+                    l.starts_with("t_startup: error: rank ")
+                        && l.contains("rank 1 ")
+                        && l.contains("during start-up")
+                })
+                .count();
+            assert_eq!(named, 3, "every other rank names rank 1; {ctx}");
+            assert!(!out.stdout.starts_with(b"startup ok"), "{ctx}");
+        }
+    }
+}

@@ -88,7 +88,7 @@ impl<T: Element> Recoverable<T> {
                     self.name
                 )));
         }
-        let (next, prev) = ((i + 1) % n, (i + n - 1) % n);
+        let prev = (i + n - 1) % n;
         if !fresh(i) {
             let Some(ck) = &self.ckpt else {
                 return Err(Error::new(ErrorKind::Protocol, "restore")
@@ -99,43 +99,21 @@ impl<T: Element> Recoverable<T> {
                         self.name
                     )));
             };
-            let mut sends: Vec<(usize, u32, &[u8])> = Vec::new();
-            if fresh(prev) {
-                sends.push((prev, TAG_RESTORE + prev as u32, as_bytes(&ck.buddy)));
-            }
-            if fresh(next) {
-                sends.push((next, TAG_BUDDY_BACK + i as u32, as_bytes(&ck.own)));
-            }
-            comm.sendrecv(&sends, &mut [])?;
+            let tags = (TAG_RESTORE, TAG_BUDDY_BACK);
+            let what = format!("recoverable `{}`", self.name);
+            refill(comm, &fresh, Copies::Held(&ck.own, &ck.buddy), tags, &what)?;
             return Ok(Restored {
                 epoch: Some(epoch),
                 range,
                 data: ck.own.clone(),
             });
         }
-        let (mut own_buf, mut buddy_buf) = (Vec::new(), Vec::new());
-        comm.sendrecv(
-            &[],
-            &mut [
-                (next, TAG_RESTORE + i as u32, &mut own_buf),
-                (prev, TAG_BUDDY_BACK + prev as u32, &mut buddy_buf),
-            ],
-        )?;
-        let mut own = vec![T::default(); part_len(i)];
-        let mut buddy = vec![T::default(); part_len(prev)];
-        for (dst, buf, from) in [(&mut own, &own_buf, next), (&mut buddy, &buddy_buf, prev)] {
-            if !copy_from_bytes(dst, buf) {
-                return Err(Error::new(ErrorKind::Protocol, "restore")
-                    .on_rank(me)
-                    .with_peer(members[from])
-                    .with_detail(format!(
-                        "recoverable `{}`: {} bytes, expected {}",
-                        self.name,
-                        buf.len(),
-                        std::mem::size_of_val(dst.as_slice())
-                    )));
-            }
-        }
+        let tags = (TAG_RESTORE, TAG_BUDDY_BACK);
+        let what = format!("recoverable `{}`", self.name);
+        let lens = (part_len(i), part_len(prev));
+        let Some((own, buddy)) = refill(comm, &fresh, Copies::Wanted(lens), tags, &what)? else {
+            return Err(Error::new(ErrorKind::Protocol, "restore").on_rank(me));
+        };
         self.ckpt = Some(Checkpoint {
             epoch,
             members: members.to_vec(),
@@ -148,4 +126,68 @@ impl<T: Element> Recoverable<T> {
             data: own,
         })
     }
+}
+
+/// What a member brings to [`refill`]: the checkpoint's copies it holds (its own part, its
+/// predecessor's part), or the lengths of those it wants back.
+pub(crate) enum Copies<'a, T> {
+    Held(&'a [T], &'a [T]),
+    Wanted((usize, usize)),
+}
+
+/// After a REBUILD, gives every member that holds no checkpoint copies (`fresh`, by
+/// communicator rank) its own part from its buddy (the next member) and, from its predecessor,
+/// the predecessor's part that it held as buddy; a holder sends what its fresh neighbours
+/// need. Tags: `tags.0` plus the receiver's rank for the own part, `tags.1` plus the
+/// sender's rank for the buddy copy. Returns the received (own, buddy) copies in a fresh
+/// member, `None` in a holder. `what` names the data in errors. The caller has checked that
+/// no two neighbours are both fresh (their parts would be lost).
+pub(crate) fn refill<T: Element>(
+    comm: &Communicator,
+    fresh: &dyn Fn(usize) -> bool,
+    mine: Copies<'_, T>,
+    tags: (u32, u32),
+    what: &str,
+) -> Result<Option<(Vec<T>, Vec<T>)>> {
+    let (n, i) = (comm.size(), comm.rank());
+    let (next, prev) = ((i + 1) % n, (i + n - 1) % n);
+    let (own_len, buddy_len) = match mine {
+        Copies::Held(own, buddy) => {
+            let mut sends: Vec<(usize, u32, &[u8])> = Vec::new();
+            if fresh(prev) {
+                sends.push((prev, tags.0 + prev as u32, as_bytes(buddy)));
+            }
+            if fresh(next) {
+                sends.push((next, tags.1 + i as u32, as_bytes(own)));
+            }
+            if !sends.is_empty() {
+                comm.sendrecv(&sends, &mut [])?;
+            }
+            return Ok(None);
+        }
+        Copies::Wanted(lens) => lens,
+    };
+    let (mut own_buf, mut buddy_buf) = (Vec::new(), Vec::new());
+    comm.sendrecv(
+        &[],
+        &mut [
+            (next, tags.0 + i as u32, &mut own_buf),
+            (prev, tags.1 + prev as u32, &mut buddy_buf),
+        ],
+    )?;
+    let mut own = vec![T::default(); own_len];
+    let mut buddy = vec![T::default(); buddy_len];
+    for (dst, buf, from) in [(&mut own, &own_buf, next), (&mut buddy, &buddy_buf, prev)] {
+        if !copy_from_bytes(dst, buf) {
+            return Err(Error::new(ErrorKind::Protocol, "restore")
+                .on_rank(comm.world_rank())
+                .with_peer(comm.members()[from])
+                .with_detail(format!(
+                    "{what}: {} bytes of a checkpoint copy, expected {}",
+                    buf.len(),
+                    std::mem::size_of_val(dst.as_slice())
+                )));
+        }
+    }
+    Ok(Some((own, buddy)))
 }

@@ -3,6 +3,11 @@
 
 use super::*;
 
+/// Asked while a rank waits for the others of the launcher's segment at start-up: an error
+/// ends the wait with it. Whoever started the ranks may know that one ended before it
+/// attached, which the segment cannot show (such a rank left no pid in it).
+pub type StartupWatch<'a> = &'a dyn Fn() -> Option<Error>;
+
 /// Claims rank block `r` for this process and publishes its probe word.
 pub(super) fn attach_block(seg: &Segment, r: usize) -> Result<Box<u64>> {
     let pid = sys::my_pid() as u64;
@@ -63,6 +68,7 @@ pub(super) fn wait_all(
     deadline: Instant,
     what: &str,
     me: usize,
+    watch: StartupWatch<'_>,
 ) -> Result<()> {
     let mut last_check = Instant::now();
     let mut next = (me + 1) % n.max(1);
@@ -85,6 +91,10 @@ pub(super) fn wait_all(
         }
         if now.duration_since(last_check) >= LIVENESS_EVERY {
             last_check = now;
+            // Ranks that never attached have no pid here; whoever started them may know.
+            if let Some(e) = watch() {
+                return Err(e);
+            }
             for _ in 0..LIVENESS_BATCH.min(n) {
                 let r = next;
                 next = (next + 1) % n;
@@ -172,6 +182,7 @@ pub(super) fn decide_single_copy(
         deadline,
         "single-copy probe",
         voters.first().copied().unwrap_or(0),
+        &|| None,
     )?;
     let all_ok = (0..n).all(|r| seg.cma_ok(r).load(Ordering::Acquire) == 1);
     let reporter = voters.contains(&0);
