@@ -113,13 +113,17 @@ fn progress_pass_fails(pipeline: ferry_core::config::Pipeline) {
     cfg.shm.pipeline = pipeline;
     cfg.shm.single_copy_threshold = 4096;
     cfg.general.operation_timeout_ms = 5_000;
+    // Rank 2's message is in the ring before rank 0's pass (not merely 50 ms later, which a
+    // loaded machine does not guarantee: the pass then found nothing wrong, rank 0's check
+    // panicked and rank 1 waited for it at the barrier forever).
+    let sent = std::sync::Barrier::new(2);
     let overwritten = std::sync::Barrier::new(2);
     let received = std::sync::Barrier::new(2);
     let out = ShmTransport::run_threads(3, &cfg, |mut t| -> Result<String, String> {
         let key = MsgKey::user(3);
         match t.rank() {
             0 => {
-                std::thread::sleep(Duration::from_millis(50));
+                sent.wait();
                 let mut buf = vec![0xa5u8; 1 << 20];
                 let mut small = [0u8; 5];
                 let mut ex = Exchange::new();
@@ -148,7 +152,9 @@ fn progress_pass_fails(pipeline: ferry_core::config::Pipeline) {
                 }
             }
             _ => {
-                t.send(0, key, &[7u8; 10]).map_err(|e| e.to_string())?;
+                let r = t.send(0, key, &[7u8; 10]).map_err(|e| e.to_string());
+                sent.wait();
+                r?;
                 Ok("sent".into())
             }
         }
