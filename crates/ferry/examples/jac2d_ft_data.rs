@@ -22,7 +22,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use ferry::coll::ReduceOp;
-use ferry::data::{Container, DataFlow, Instance, Partitioner, Partitioning, Space};
+use ferry::data::{Container, DataFlow, Partitioner, Partitioning, Space};
 use ferry::ft::data::{self, Checkpoints};
 use ferry::ft::recover::abandon;
 use ferry::ft::{Communicator, FailureMode, MessageMode, Options};
@@ -162,7 +162,8 @@ fn run(o: Opts) -> ferry::Result<()> {
     }
     let world = ferry::init()?;
     let nprocs = world.size();
-    let mut inst = Instance::new(world.rank(), nprocs)?;
+    // The facade's data layer: honours data.shared_containers (and FERRY_LAYOUT_GENERIC).
+    let mut inst = world.data_instance()?;
     let mut comm = Communicator::new(world.into_transport(), opts)?;
     let me = comm.world_rank();
     if comm.rank() == 0 {
