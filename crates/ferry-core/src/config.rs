@@ -248,12 +248,24 @@ impl Default for Shm {
 }
 
 /// Settings of the data layer (LAIK model).
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Data {
     /// Keep containers in node-shared memory when the backend offers it (S3): a switch between
     /// ranks of one node copies straight from the old owner's memory.
     pub shared_containers: bool,
+    /// With shared containers, pairs of ranks that move fewer bytes than this in a switch keep
+    /// the message path.
+    pub shared_min_bytes: usize,
+}
+
+impl Default for Data {
+    fn default() -> Self {
+        Data {
+            shared_containers: false,
+            shared_min_bytes: 32 * 1024,
+        }
+    }
 }
 
 /// The whole configuration.

@@ -25,7 +25,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use ferry::coll::ReduceOp;
-use ferry::data::{Container, DataFlow, Instance, Partitioner, Partitioning, Space};
+use ferry::data::{Container, DataFlow, Partitioner, Partitioning, Space};
 use ferry::ft::data::{self, Checkpoints};
 use ferry::ft::recover::abandon;
 use ferry::ft::{Communicator, FailureMode, MessageMode, Options};
@@ -165,7 +165,8 @@ fn run(o: Opts) -> ferry::Result<()> {
     }
     let world = ferry::init()?;
     let nprocs = world.size();
-    let mut inst = Instance::new(world.rank(), nprocs)?;
+    // The facade's data layer: honours data.shared_containers (and FERRY_LAYOUT_GENERIC).
+    let mut inst = world.data_instance()?;
     let mut comm = world.ft_communicator(opts)?;
     let me = comm.world_rank();
     // A replacement (REBUILD) joins a running job: the header was printed long ago.

@@ -18,7 +18,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use ferry::coll::ReduceOp;
-use ferry::data::{Block, Container, DataFlow, Instance, Partitioner, Partitioning, Space};
+use ferry::data::{Block, Container, DataFlow, Partitioner, Partitioning, Space};
 use ferry::ft::data::{self, salvage};
 use ferry::ft::{Communicator, FailureMode, MessageMode, Options};
 use ferry::{Error, ErrorKind};
@@ -60,7 +60,8 @@ fn check(c: &mut Container<i64>, lost: &[ferry::data::Range]) -> ferry::Result<u
 fn run(rounds: u64, elems: u64) -> ferry::Result<bool> {
     let world = ferry::init()?;
     let w = world.rank();
-    let mut inst = Instance::new(w, world.size())?;
+    // The facade's data layer: honours data.shared_containers (and FERRY_LAYOUT_GENERIC).
+    let mut inst = world.data_instance()?;
     let opts = Options::from_env(Options::new(FailureMode::Shrink, MessageMode::Cont))?;
     let mut comm = Communicator::new(world.into_transport(), opts)?;
     let space = Space::new1(elems)?;

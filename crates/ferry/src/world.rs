@@ -221,6 +221,7 @@ impl World {
         if self.config.data.shared_containers {
             inst.set_shared_memory(self.transport.shared_memory());
         }
+        inst.set_share_min_bytes(self.config.data.shared_min_bytes);
         Ok(inst)
     }
 
