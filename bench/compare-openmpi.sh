@@ -15,8 +15,10 @@
 #   floors : bench/c/tcp_pingpong (polling and blocking), bench/c/shm_pingpong, and the copy
 #            floors bench/c/memcpy_bw (one memcpy, cache-resident) and bench/c/shm_ring_bw
 #            (pipelined copy-in/copy-out through a shared 16 x 64 KiB ring)
-# Figures: latency 8 B (2 ranks), bandwidth 64 KiB and 1 MiB (2 ranks), allreduce 8 B and
-# 1 MiB (2 and 4 ranks); shm also bandwidth 4 MiB and latency 32 KiB - 4 MiB; mpi: latency 8 B, 64 KiB, 1 MiB and bandwidth 64 KiB, 1 MiB. All C
+# Figures: latency 8 B (2 ranks; tcp also 1, 2 and 4 MiB against the polling ping-pong of
+# the same sizes), bandwidth 64 KiB and 1 MiB (2 ranks), allreduce 8 B and 1 MiB (2 and 4
+# ranks); shm also bandwidth 4 MiB and latency 32 KiB - 4 MiB; mpi: latency 8 B, 64 KiB, 1 MiB
+# and bandwidth 64 KiB, 1 MiB. All C
 # programs are ours (bench/c/), with the OSU 5.x methodology of the ferry examples
 # (crates/ferry/examples/osu_*.rs). Also draws bandwidth against message size (ferry, Open MPI
 # and the floors, best of the rounds) as an SVG.
@@ -43,7 +45,7 @@ while getopts "r:o:k:b:p:h" opt; do
         k) RAW=$OPTARG ;;
         b) BACKENDS=$OPTARG ;;
         p) PLOT=$OPTARG ;;
-        *) sed -n '2,34p' "$0"; exit 2 ;;
+        *) sed -n '2,29p' "$0"; exit 2 ;;
     esac
 done
 mkdir -p "$RAW"
@@ -116,6 +118,9 @@ for round in $(seq 1 "$RUNS"); do
     if has tcp; then
         run ferry_tcp_lat "$FERRY" run -n 2 --backend tcp -- "$EX/osu_latency" -m 8
         run ompi_tcp_lat "$MPIRUN" "${MPIFLAGS[@]}" -np 2 "${OMPI_TCP[@]}" "$BIN/c_osu_latency" -m 8
+        run floor_tcp_spin_large "$BIN/tcp_pingpong" -s -m 4194304
+        run ferry_tcp_lat_large "$FERRY" run -n 2 --backend tcp -- "$EX/osu_latency" -m 1048576:4194304
+        run ompi_tcp_lat_large "$MPIRUN" "${MPIFLAGS[@]}" -np 2 "${OMPI_TCP[@]}" "$BIN/c_osu_latency" -m 1048576:4194304
         run ferry_tcp_bw "$FERRY" run -n 2 --backend tcp -- "$EX/osu_bw" -m 1048576
         run ompi_tcp_bw "$MPIRUN" "${MPIFLAGS[@]}" -np 2 "${OMPI_TCP[@]}" "$BIN/c_osu_bw" -m 1048576
         for n in 2 4; do
@@ -205,6 +210,10 @@ for b in ["tcp", "shm"]:
                             (2097152, "2 MiB"), (4194304, "4 MiB")):
             spec.append((f"shm latency {label}, 2 ranks", "ferry_shm_lat", "ompi_shm_lat", size,
                          "us", False, "<= 1.0x", None))
+    if b == "tcp":
+        for size, label in ((1048576, "1 MiB"), (2097152, "2 MiB"), (4194304, "4 MiB")):
+            spec.append((f"tcp latency {label}, 2 ranks", "ferry_tcp_lat_large", "ompi_tcp_lat_large",
+                         size, "us", False, "<= 1.0x", "floor_tcp_spin_large"))
     for n in (2, 4):
         for size, label in ((8, "8 B"), (1048576, "1 MiB")):
             goal = "<= 1.0x" if (b == "shm" or (n == 4 and size == 8)) else "-"
@@ -238,7 +247,7 @@ for label, fr, om, size, unit, hb, goal, floor in spec:
     if floor:
         flb, flm, _ = fig(floor, size, hb)
         fl = f"{fmt(flb)} ({fmt(flm)})"
-        if fb and flb and floor == "floor_tcp_spin":
+        if fb and flb and floor in ("floor_tcp_spin", "floor_tcp_spin_large"):
             fl += f", ferry/floor {fb / flb:.2f}x"
     lines.append(f"| {label} | {unit} | {fmt(fb)} ({fmt(fm)}) | {fmt(ob)} ({fmt(omed)}) | {ratio} | {goal} | {fl} |")
 flb, flm, _ = fig("floor_tcp_block", 8, False)

@@ -2,7 +2,7 @@
  * for ferry's comparison (bench/compare-openmpi.sh); prints the same format as
  * crates/ferry/examples/osu_latency.rs: '#' header, then "size latency_us" per line.
  * 1000 warm-up + 10000 timed round trips up to 8 KiB, 10 + 100 above; sizes 1 B .. MAX
- * (-m MAX, default 4 MiB). Latency = half the round trip. */
+ * (-m MAX, default 4 MiB; -m MIN:MAX starts at MIN). Latency = half the round trip. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,13 +11,21 @@
 #define LARGE 8192
 
 int main(int argc, char **argv) {
-    long max = 1L << 22;
+    long max = 1L << 22, min = 1;
     int rank, size;
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     for (int i = 1; i + 1 < argc; i++)
-        if (!strcmp(argv[i], "-m")) max = atol(argv[++i]);
+        if (!strcmp(argv[i], "-m")) {
+            const char *v = argv[++i], *colon = strchr(v, ':');
+            if (colon) {
+                min = atol(v);
+                max = atol(colon + 1);
+            } else {
+                max = atol(v);
+            }
+        }
     if (size < 2) {
         if (rank == 0) fprintf(stderr, "osu_latency: needs 2 ranks\n");
         MPI_Abort(MPI_COMM_WORLD, 1);
@@ -29,7 +37,9 @@ int main(int argc, char **argv) {
         printf("# C/MPI osu_latency (OSU methodology)\n");
         printf("# Size          Latency (us)\n");
     }
-    for (long s = 1; s <= max; s *= 2) {
+    long first = 1;
+    while (first < min) first *= 2;
+    for (long s = first; s <= max; s *= 2) {
         int iters = s > LARGE ? 100 : 10000, skip = s > LARGE ? 10 : 1000;
         double t0 = 0;
         MPI_Barrier(MPI_COMM_WORLD);

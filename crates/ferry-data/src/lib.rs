@@ -215,6 +215,18 @@ impl Instance {
         ferry_coll::barrier(t, group).map_err(|e| e.context("data finalize").or_rank(self.rank))
     }
 
+    /// Takes `group`, which the program built itself (`Group::new` with a generation of its
+    /// own choosing), into the instance's bookkeeping: when its last copy is dropped, the
+    /// flows of its generation (its collectives and every point-to-point message keyed with
+    /// it) are retired at the next switch, [`Instance::retire_pending`] or
+    /// [`Instance::finalize`], like those of the groups [`Instance::shrink`] hands out. The
+    /// caller promises what `Transport::retire_flows` asks: once the group is gone, this rank
+    /// sends and receives nothing more with its generation.
+    pub fn adopt(&self, group: Group) -> Group {
+        let ticket = RetireOnDrop::new(&self.retired, RetiredFlows::Generation(group.generation()));
+        group.with_token(Arc::new(ticket))
+    }
+
     /// A group of `parent` without the members at group indexes `removed` (D2, examples.md
     /// §0.3): the others keep their order and are renumbered densely. Each call hands out a
     /// fresh generation, identical on every rank that makes the same calls. When the last copy

@@ -26,7 +26,7 @@
 use std::time::{Duration, Instant};
 
 use ferry_coll::Group;
-use ferry_core::{Error, Exchange, MsgKey, MsgKind, Result, Transport};
+use ferry_core::{Error, Exchange, MsgKey, MsgKind, Result, RetiredFlows, Transport};
 
 /// Generation of the world group after the `e`-th change is this base plus `e`; apart from the
 /// collective layer's generation 0 and the data layer's groups (`DATA_GENERATION_BASE` up).
@@ -345,6 +345,14 @@ impl Elastic {
         };
         let (new_epoch, _, group, _) = decode(&msg).map_err(|e| ctx(e.with_peer(master)))?;
         let changed = new_epoch != epoch;
+        if changed && new_epoch >= 3 {
+            // The world two epochs back ended at the previous resize point, and the switches
+            // that migrated its data ran before this one: its flows carry nothing any more.
+            // (Epoch 0's world is generation 0, shared with everything else, and stays.)
+            t.retire_flows(RetiredFlows::Generation(
+                RESIZE_GENERATION_BASE.wrapping_add(new_epoch - 2),
+            ));
+        }
         tracing::debug!(
             rank,
             phase,
@@ -441,6 +449,54 @@ mod tests {
         assert_eq!(out[1], (vec![0, 2, 3], None, 1, 0));
         assert_eq!(out[2], (vec![0, 2, 3], Some(1), 1, 0));
         assert_eq!(out[3], (vec![0, 2, 3], Some(2), 1, 0));
+    }
+
+    /// Removes the last member of a world of ranks `0..self.0` at every resize point.
+    struct RemoveLast(usize);
+
+    impl ResizeSource for RemoveLast {
+        fn removal_requests(&mut self) -> Result<Vec<usize>> {
+            self.0 -= 1;
+            Ok(vec![self.0])
+        }
+        fn check_alive(&mut self) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn worlds_of_ended_epochs_retire_their_flows() {
+        // 12 ranks; each resize point removes the last member, and the new world runs a
+        // collective (flows of its generation). Rank 0 sees 10 epochs go by: only the flows of
+        // the last two worlds (and the decisions') may stay.
+        let out = MemTransport::run(12, |mut t| {
+            let mut el = Elastic::new(&t, None).unwrap();
+            let mut world = Group::world(12);
+            let mut epoch = 0;
+            let mut flows = Vec::new();
+            let mut source = RemoveLast(12);
+            for phase in 1..=10 {
+                let r = el
+                    .allow_world_resize(&mut t, &mut source, &world, epoch, phase)
+                    .unwrap();
+                if r.my_index.is_none() {
+                    break;
+                }
+                let mut v = [1u64];
+                ferry_coll::allreduce(&mut t, &r.group, &mut v, &ferry_coll::ReduceOp::Sum)
+                    .unwrap();
+                assert_eq!(v[0], r.group.size() as u64);
+                (world, epoch) = (r.group, r.epoch);
+                flows.push(t.flow_count().unwrap());
+            }
+            flows
+        });
+        let flows = &out[0];
+        assert_eq!(flows.len(), 10);
+        assert!(
+            flows[9] <= flows[2],
+            "rank 0's flow table grew with every epoch: {flows:?}"
+        );
     }
 
     #[test]

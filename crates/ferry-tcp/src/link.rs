@@ -9,7 +9,7 @@ use std::net::TcpStream;
 use std::sync::Arc;
 
 use ferry_proto::endpoint::{Payload, RecvId, SendBuffers, SendId};
-use ferry_proto::frame::{Header, HEADER_LEN};
+use ferry_proto::frame::{FrameType, Header, HEADER_LEN};
 
 /// Bytes of the per-connection read buffer. Payloads larger than what is buffered are read
 /// straight into their destination, so this only bounds small-frame batching.
@@ -95,8 +95,12 @@ pub(crate) struct Link {
     /// A flush wrote bytes while zero-copy DATA was queued (the receiver is pulling): keeps
     /// the endpoint's rendezvous grace running. Read and cleared by the transport.
     pub streamed: bool,
-    /// A flush wrote bytes (progress, for the polling budget). Read and cleared.
-    pub wrote: bool,
+    /// Bytes the flushes wrote (progress, for the polling budget). Read and cleared.
+    pub wrote: usize,
+    /// GETs written on this link whose DATA (or MISS) has not been read yet: while there are
+    /// any, a header is read on its own, so that the large payload that likely follows lands
+    /// straight in the receive's buffer instead of partly in the read buffer first.
+    pub gets_out: usize,
 }
 
 impl Link {
@@ -115,7 +119,8 @@ impl Link {
             after: After::Keep,
             write_shut: false,
             streamed: false,
-            wrote: false,
+            wrote: 0,
+            gets_out: 0,
         }
     }
 
@@ -128,6 +133,9 @@ impl Link {
     pub fn push(&mut self, header: &Header, payload: Payload) {
         if matches!(payload, Payload::Op(..)) {
             self.borrowed += 1;
+        }
+        if header.ty == FrameType::Get {
+            self.gets_out += 1;
         }
         self.wq.push_back(OutFrame {
             header: header.encode(),
@@ -147,9 +155,10 @@ impl Link {
         }
     }
 
-    /// Reads into the free part of the buffer; `Ok(0)` is end of stream. The flag says the
-    /// read came back short, i.e. the socket is drained for now (saves a futile `read`).
-    pub fn fill(&mut self) -> io::Result<(usize, bool)> {
+    /// Reads into the free part of the buffer, at most `limit` bytes; `Ok(0)` is end of
+    /// stream. The flag says the read came back short, i.e. the socket is drained for now
+    /// (saves a futile `read`).
+    pub fn fill(&mut self, limit: usize) -> io::Result<(usize, bool)> {
         if self.rpos == self.rend {
             self.rpos = 0;
             self.rend = 0;
@@ -158,8 +167,10 @@ impl Link {
             self.rend -= self.rpos;
             self.rpos = 0;
         }
-        let room = self.rbuf.len() - self.rend;
-        let n = self.sock.read(&mut self.rbuf[self.rend..])?;
+        let room = (self.rbuf.len() - self.rend).min(limit.max(1));
+        let n = self
+            .sock
+            .read(&mut self.rbuf[self.rend..self.rend + room])?;
         self.rend += n;
         Ok((n, n < room))
     }
@@ -216,7 +227,7 @@ impl Link {
                 Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
                 Ok(n) => {
                     self.streamed |= self.borrowed > 0;
-                    self.wrote = true;
+                    self.wrote += n;
                     n
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Flushed::WouldBlock),
@@ -245,7 +256,6 @@ impl Link {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ferry_proto::frame::FrameType;
     use ferry_proto::MsgKey;
     use std::net::TcpListener;
 
@@ -358,6 +368,26 @@ mod tests {
         assert_eq!(l.borrowed, 0);
         let got = drain(&mut l, &mut b, HEADER_LEN + 1000, None, &mut Vec::new());
         assert!(got[HEADER_LEN..].iter().all(|&x| x == 6));
+    }
+
+    #[test]
+    fn with_a_get_outstanding_a_header_is_read_alone() {
+        let (a, mut b) = pair();
+        let mut l = Link::new(a, Some(1), false);
+        l.push(&header(FrameType::Get, 1, 0), Payload::None);
+        assert_eq!(l.gets_out, 1);
+        l.flush(None, &mut Vec::new()).unwrap();
+        let data = header(FrameType::Data, 1, 100_000);
+        b.write_all(&data.encode()).unwrap();
+        b.write_all(&vec![3u8; 100_000]).unwrap();
+        l.sock.set_nonblocking(false).unwrap();
+        // What the driver asks for while a GET is outstanding: the header only, so that the
+        // payload can be read straight into the receive's buffer.
+        let (n, _) = l.fill(HEADER_LEN).unwrap();
+        assert_eq!(n, HEADER_LEN);
+        assert_eq!(l.buffered(), HEADER_LEN);
+        let (n, _) = l.fill(usize::MAX).unwrap();
+        assert!(n > 0 && l.buffered() > HEADER_LEN);
     }
 
     #[test]

@@ -49,3 +49,61 @@ fn creating_100k_groups_and_containers_keeps_flow_tables_flat_over_tcp() {
         assert_flat(&format!("tcp, 2 ranks, rank {rank}"), samples, 8, 16 * 1024);
     }
 }
+
+/// Groups the program builds itself (`Group::new` with generations of its own), handed to the
+/// data instance with `Instance::adopt`: 5,000 of them, each used for an allreduce and a
+/// point-to-point message keyed with its generation and then dropped, keep tcp's flow table
+/// flat (without `adopt` it grows by three flows per group).
+#[test]
+fn adopted_user_groups_retire_their_flows_over_tcp() {
+    use ferry_core::{MsgKey, MsgKind, Transport};
+    let store = MemStore::new();
+    let config = Config::default();
+    let flows: Vec<Vec<usize>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..2)
+            .map(|rank| {
+                let (store, config) = (&store, &config);
+                scope.spawn(move || {
+                    let mut t = TcpTransport::from_store(rank, 2, store, config, "adopt")
+                        .expect("tcp rank starts");
+                    let inst = ferry::data::Instance::for_transport(&t).expect("instance");
+                    let mut samples = Vec::new();
+                    let mut got = Vec::new();
+                    for i in 0..5_000u32 {
+                        let g = ferry::coll::Group::new(vec![0, 1], 5_000 + i).expect("group");
+                        let g = inst.adopt(g);
+                        let mut v = [1u32];
+                        ferry::coll::allreduce(&mut t, &g, &mut v, &ferry::coll::ReduceOp::Sum)
+                            .expect("allreduce");
+                        assert_eq!(v[0], 2);
+                        let key = MsgKey::new(g.generation(), MsgKind::USER, 9);
+                        if rank == 0 {
+                            t.send(1, key, &i.to_le_bytes()).expect("send");
+                        } else {
+                            t.recv(0, key, &mut got).expect("recv");
+                            assert_eq!(got, i.to_le_bytes());
+                        }
+                        drop(g);
+                        inst.retire_pending(&mut t);
+                        if (i + 1) % 500 == 0 {
+                            samples.push(t.flow_count().expect("tcp counts its flows"));
+                        }
+                    }
+                    t.finish().expect("finish");
+                    samples
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("rank thread"))
+            .collect()
+    });
+    for (rank, f) in flows.iter().enumerate() {
+        let max = f.iter().copied().max().unwrap_or(0);
+        assert!(
+            max <= f[0] + 8,
+            "rank {rank}: the flow table grew with the groups: {f:?}"
+        );
+    }
+}

@@ -132,6 +132,12 @@ pub struct TcpTransport {
     next_timer: Option<Duration>,
     /// Bumped whenever bytes move (the exchange driver keeps polling while it changes).
     moved: u64,
+    /// The current write burst: bytes written with gaps shorter than the spin, and when the
+    /// last of them was written (see `progress::note_written`).
+    burst: (u64, Duration),
+    /// The exchange driver polls at least until then: peers are still reading a large burst
+    /// this rank wrote, and their answer follows.
+    poll_until: Duration,
     stats: Stats,
     pending_error: Option<Error>,
     finished: bool,
@@ -349,6 +355,8 @@ impl TcpTransport {
             op_gen: 0,
             next_timer: None,
             moved: 0,
+            burst: (0, Duration::ZERO),
+            poll_until: Duration::ZERO,
             stats: Stats::new(rank, size, NAME),
             pending_error: None,
             finished: false,

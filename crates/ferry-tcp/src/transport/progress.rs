@@ -7,6 +7,14 @@ use super::*;
 
 /// Progress calls a corked ACCEPT may wait for a frame to travel with (bounded delay).
 const CORK_CALLS: u64 = 8;
+/// Write bursts smaller than this do not extend the polling (a small message's answer comes
+/// within the spin, or not soon at all).
+const BURST_MIN: u64 = 256 << 10;
+/// The reading rate assumed for a peer taking a burst this rank wrote (bytes per second; a
+/// loopback reader does 5-10 GB/s on the target machines, a loaded one less).
+const PEER_READ_RATE: u64 = 2_000_000_000;
+/// Longest polling extension after a burst (8 MiB at [`PEER_READ_RATE`]).
+const BURST_POLL_MAX: Duration = Duration::from_millis(4);
 
 impl TcpTransport {
     pub(super) fn progress_inner(&mut self, ex: &mut Exchange<'_>) -> Result<bool> {
@@ -112,6 +120,27 @@ impl TcpTransport {
         (!l.connecting && !l.want_write && l.wq.is_empty()).then_some(c)
     }
 
+    /// `n` bytes were written. A large message leaves this rank faster than its receiver
+    /// takes it (the socket buffers hold megabytes), so after the write completes the peer
+    /// still reads for up to the burst's size over its reading rate, and only then answers: a
+    /// ping-pong of 1-4 MiB left each rank idle for 100-800 us per message, longer than the
+    /// spin, and every message paid a sleep and a wake-up (~1 voluntary context switch per
+    /// message). The exchange driver keeps polling while such a burst can still be being read.
+    pub(super) fn note_written(&mut self, n: usize) {
+        let now = self.now();
+        let (mut bytes, last) = self.burst;
+        if now.saturating_sub(last) > self.set.policy.spin {
+            bytes = 0;
+        }
+        bytes = bytes.saturating_add(n as u64);
+        self.burst = (bytes, now);
+        if bytes >= BURST_MIN {
+            let reading =
+                Duration::from_nanos(bytes.saturating_mul(1_000_000_000) / PEER_READ_RATE);
+            self.poll_until = self.poll_until.max(now + reading.min(BURST_POLL_MAX));
+        }
+    }
+
     /// Runs `ex` to completion like `ferry_core::transport::drive_exchange`, except that the
     /// polling budget (`general.spin_us`) counts from the last time bytes moved, not from the
     /// start of the exchange. A stream of large messages has short gaps (the socket buffer is
@@ -150,7 +179,7 @@ impl TcpTransport {
                     self.rank, ex, limit,
                 ));
             }
-            if now.duration_since(active) < policy.spin {
+            if now.duration_since(active) < policy.spin || self.clock < self.poll_until {
                 std::hint::spin_loop();
                 if policy.yield_each_poll || polls.is_multiple_of(64) {
                     std::thread::yield_now();
@@ -161,5 +190,37 @@ impl TcpTransport {
                 self.wait_for_input(left.min(slice))?;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferry_core::store::MemStore;
+
+    fn transport() -> TcpTransport {
+        let store = MemStore::new();
+        TcpTransport::from_store(0, 1, &store, &Config::default(), "burst").unwrap()
+    }
+
+    #[test]
+    fn a_large_write_burst_keeps_the_driver_polling_while_the_peer_reads_it() {
+        let mut t = transport();
+        let spin = t.set.policy.spin;
+        t.clock = Duration::from_secs(1);
+        // Small writes (a ping-pong of small messages) do not extend the spin.
+        t.note_written(64 << 10);
+        assert!(t.poll_until <= t.clock);
+        // A burst: writes closer together than the spin add up; 1 MiB at 2 GB/s is 524 us.
+        t.clock += spin / 2;
+        t.note_written((1 << 20) - (64 << 10));
+        let want = Duration::from_nanos((1u64 << 20) * 1_000_000_000 / PEER_READ_RATE);
+        assert_eq!(t.poll_until, t.clock + want);
+        // Bursts further apart than the spin start afresh; the extension is bounded.
+        t.clock += spin * 3;
+        t.note_written(64 << 10);
+        assert!(t.poll_until < t.clock + want);
+        t.note_written(1 << 30);
+        assert_eq!(t.poll_until, t.clock + BURST_POLL_MAX);
     }
 }

@@ -8,7 +8,7 @@ use std::net::Shutdown;
 
 use ferry_core::RecvBuf;
 use ferry_proto::endpoint::{Landed, Lost, Sink};
-use ferry_proto::frame::{Header, HEADER_LEN};
+use ferry_proto::frame::{FrameType, Header, HEADER_LEN};
 
 use super::ops::{recv_index, ExBufs};
 use super::*;
@@ -38,7 +38,8 @@ impl TcpTransport {
             &mut self.written,
         );
         let streamed = std::mem::take(&mut l.streamed);
-        if std::mem::take(&mut l.wrote) {
+        let wrote = std::mem::take(&mut l.wrote);
+        if wrote > 0 {
             self.moved = self.moved.wrapping_add(1);
         }
         let mut gone = None;
@@ -68,6 +69,9 @@ impl TcpTransport {
                 }
             }
             Err(e) => gone = Some(Some(Lost::Error(e.to_string()))),
+        }
+        if wrote > 0 {
+            self.note_written(wrote);
         }
         let now = self.now();
         if streamed {
@@ -223,6 +227,9 @@ impl TcpTransport {
                             Err(e) => return self.link_fault(id, format!("malformed frame: {e}")),
                         };
                         l.rpos += HEADER_LEN;
+                        if matches!(h.ty, FrameType::Data | FrameType::Miss) {
+                            l.gets_out = l.gets_out.saturating_sub(1);
+                        }
                         frames += 1;
                         let dest = match self.ep.on_header(id, h, now) {
                             Sink::Done => None,
@@ -258,7 +265,12 @@ impl TcpTransport {
                     if budget == 0 || drained {
                         return;
                     }
-                    match l.fill() {
+                    let limit = if l.gets_out > 0 {
+                        HEADER_LEN - l.buffered()
+                    } else {
+                        usize::MAX
+                    };
+                    match l.fill(limit) {
                         Ok((0, _)) => return self.link_lost(id, Lost::Eof),
                         Ok((n, short)) => {
                             self.moved = self.moved.wrapping_add(1);
@@ -308,7 +320,7 @@ impl TcpTransport {
                                 .read(&mut dst[done..total])
                                 .map(|n| (n, true, n < want))
                         }
-                        _ => l.fill().map(|(n, short)| (n, false, short)),
+                        _ => l.fill(usize::MAX).map(|(n, short)| (n, false, short)),
                     };
                     match res {
                         Ok((0, _, _)) => return self.link_lost(id, Lost::Eof),
