@@ -4,6 +4,8 @@
 use std::borrow::Cow;
 use std::fmt;
 
+use crate::MsgKey;
+
 /// Result type of every communicating call in ferry.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -61,6 +63,10 @@ pub struct Error {
     rank: Option<usize>,
     peer: Option<usize>,
     detail: Option<String>,
+    /// The message the failed operation was about, when the backend knows it (a receive whose
+    /// message its live sender withdrew): lets a caller tell which of several pending
+    /// operations with the same peer the error concerns.
+    key: Option<MsgKey>,
     source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
 }
 
@@ -73,6 +79,7 @@ impl Error {
             rank: None,
             peer: None,
             detail: None,
+            key: None,
             source: None,
         }
     }
@@ -95,6 +102,12 @@ impl Error {
         self
     }
 
+    /// Names the message the failed operation was about (see [`Error::key`]).
+    pub fn with_key(mut self, key: MsgKey) -> Error {
+        self.key = Some(key);
+        self
+    }
+
     /// Chains the underlying cause.
     pub fn with_source(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Error {
         self.source = Some(Box::new(source));
@@ -107,12 +120,14 @@ impl Error {
         let kind = self.kind;
         let rank = self.rank;
         let peer = self.peer;
+        let key = self.key;
         Error {
             kind,
             op: op.into(),
             rank,
             peer,
             detail: None,
+            key,
             source: Some(Box::new(self)),
         }
     }
@@ -143,6 +158,13 @@ impl Error {
     /// The peer rank involved, if any.
     pub fn peer(&self) -> Option<usize> {
         self.peer
+    }
+
+    /// The message the failed operation was about, if the backend said (a withdrawn message:
+    /// tcp and shm name it, so that the fault-tolerance layer fails only the receive it was
+    /// for).
+    pub fn key(&self) -> Option<MsgKey> {
+        self.key
     }
 
     /// Whether the error means a peer is gone or unreachable (timeouts count: a silent peer is
