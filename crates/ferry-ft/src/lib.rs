@@ -31,6 +31,7 @@
 //! talked to the dead one learn it too. See `docs/FAULT-TOLERANCE.md` for the model.
 
 mod comm;
+mod create;
 pub mod data;
 mod engine;
 pub mod rebuild;
