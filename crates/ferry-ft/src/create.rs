@@ -69,9 +69,13 @@ impl Communicator {
     /// a while (a member that has not freed its copy yet may need an agreement answer).
     /// Dropping the communicator does the same.
     pub fn free(self) -> Result<()> {
-        let eng = self.eng.borrow();
-        self.check_current("free", &eng)
-        // The handle is given up by `Drop`.
+        let mut eng = self.eng.borrow_mut();
+        if !eng.is_finished() {
+            // Control messages still queued (e.g. answers of this communicator's last
+            // agreement) leave before the handle goes; `Drop` gives the handle up.
+            eng.flush_control();
+        }
+        Ok(())
     }
 
     /// Communicators of this process in use, and freed ones still answering their peers

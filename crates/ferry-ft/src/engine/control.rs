@@ -93,6 +93,12 @@ impl Engine {
     /// flooded on the communicators that contain `rank` and have not carried it yet (see the
     /// module doc for who floods where).
     pub fn note_failure(&mut self, rank: usize, by: Option<usize>, via: Option<CommId>) {
+        self.record_failure(rank, by, via, true);
+    }
+
+    /// As [`Engine::note_failure`]; `flood: false` floods nothing (ABORT: the rank that ends
+    /// the job tells every peer itself).
+    fn record_failure(&mut self, rank: usize, by: Option<usize>, via: Option<CommId>, flood: bool) {
         if rank == self.me {
             return;
         }
@@ -119,6 +125,10 @@ impl Engine {
             for a in c.agreements.iter_mut() {
                 a.on_failure(rank as u32);
             }
+        }
+        if !flood {
+            self.pump();
+            return;
         }
         let mut flood_on = Vec::new();
         for c in self.comms.values() {
@@ -175,10 +185,10 @@ impl Engine {
                 .map(|b| u32::from_le_bytes(b) as usize);
             // The sender ends because of `rank`; its own end follows this message.
             if let Some(r) = rank.filter(|&r| r < self.t.size()) {
-                self.note_failure(r, Some(from), None);
+                self.record_failure(r, Some(from), None, false);
             }
             self.aborted.insert(from);
-            self.note_failure(from, Some(from), None);
+            self.record_failure(from, Some(from), None, false);
             return;
         }
         if env.kind == wire::LEAVE {

@@ -220,6 +220,11 @@ impl Engine {
         }
     }
 
+    /// Gives the control messages still queued a few chances to leave.
+    pub fn flush_control(&mut self) {
+        self.flush_sends();
+    }
+
     /// Whether the transport was ended (orderly or by an abort).
     pub fn is_finished(&self) -> bool {
         self.finished
