@@ -11,7 +11,7 @@ use ferry_core::{
     Element, Error, ErrorKind, Exchange, MsgKey, MsgKind, Result, Stats, Transport, WaitPolicy,
 };
 
-use crate::engine::{Engine, Interest, FT_GENERATION_BASE, MAX_GENERATIONS};
+use crate::engine::{CommId, Engine, Interest, FT_GENERATION_BASE, MAX_GENERATIONS};
 use crate::{FailureMode, MessageMode, Options};
 
 /// Exit status of a rank that ends the job because of a failure in ABORT mode.
@@ -22,9 +22,16 @@ pub const ABORT_EXIT_CODE: i32 = 70;
 ///
 /// Every member calls the same collectives, agreements and recoveries in the same order.
 /// A communicator replaced by [`Communicator::shrink`] or [`Communicator::recover`] refuses
-/// further operations; use the new one. All communicators of a process share its transport.
+/// further operations; use the new one. A process can hold several communicators (made with
+/// [`Communicator::dup`] and [`Communicator::split`]), each with its own modes, generation,
+/// revoke and agreements; they share the process's transport and its knowledge of failed
+/// ranks.
 pub struct Communicator {
     pub(crate) eng: Rc<RefCell<Engine>>,
+    /// Id of this communicator in the process's table (the same at every member).
+    pub(crate) id: CommId,
+    /// Generation the communicator was made with (ids are reused with later generations).
+    pub(crate) base: u32,
     pub(crate) opts: Options,
     pub(crate) generation: u32,
     /// World rank of each communicator rank (BLANK: gaps included).
@@ -38,9 +45,10 @@ pub struct Communicator {
     pub(crate) rebuild: crate::rebuild::RebuildState,
 }
 
-/// Message generation of communicator generation `g` (control traffic uses the base itself).
+/// Message generation of generation `g` of the world communicator (control traffic uses
+/// [`FT_GENERATION_BASE`] itself).
 pub(crate) fn message_generation(g: u32) -> u32 {
-    FT_GENERATION_BASE + 1 + g
+    crate::engine::message_generation(0, g)
 }
 
 impl Communicator {
@@ -77,6 +85,8 @@ impl Communicator {
         tracing::info!(rank = me, members = size, "ft: communicator ready");
         Ok(Communicator {
             eng: Rc::new(RefCell::new(eng)),
+            id: 0,
+            base: 0,
             opts,
             generation: 0,
             members,
@@ -126,9 +136,16 @@ impl Communicator {
             .collect()
     }
 
-    /// Generation: 0 for the first communicator, one more after each recovery.
+    /// Generation: 0 when the communicator was made, one more after each recovery.
     pub fn generation(&self) -> u32 {
-        self.generation
+        self.generation - self.base
+    }
+
+    /// Id of this communicator, the same at every member: control messages (revoke,
+    /// agreement, failure notices) carry it, so they reach this communicator only. The world
+    /// communicator is 0; ids of freed communicators are reused.
+    pub fn id(&self) -> u32 {
+        self.id
     }
 
     /// The modes.
@@ -144,7 +161,7 @@ impl Communicator {
 
     /// Whether this communicator was revoked (by any member).
     pub fn is_revoked(&self) -> bool {
-        self.eng.borrow().revoked.contains(&self.generation)
+        self.eng.borrow().is_revoked(self.id, self.generation)
     }
 
     /// The backend's name.
@@ -167,7 +184,7 @@ impl Communicator {
 
     /// Failure of the current operation: ABORT ends the process (the job, with the other
     /// ranks doing the same), the other modes return the error.
-    fn fail(&self, eng: &mut Engine, e: Error) -> Error {
+    pub(crate) fn fail(&self, eng: &mut Engine, e: Error) -> Error {
         if self.opts.failure == FailureMode::Abort
             && (e.is_peer_failure() || e.kind() == ErrorKind::Revoked)
         {
@@ -178,13 +195,20 @@ impl Communicator {
     }
 
     pub(crate) fn check_current(&self, op: &'static str, eng: &Engine) -> Result<()> {
-        if eng.generation != self.generation {
+        let current = eng.comm(self.id).map(|c| c.generation);
+        if current != Some(self.generation) {
+            let detail = match current {
+                Some(g) => format!(
+                    "communicator generation {} was replaced by generation {}",
+                    self.generation - self.base,
+                    g - self.base
+                ),
+                None if eng.is_finished() => "the transport was ended".to_string(),
+                None => format!("communicator {} was freed", self.id),
+            };
             return Err(Error::new(ErrorKind::Revoked, op)
                 .on_rank(eng.me)
-                .with_detail(format!(
-                    "communicator generation {} was replaced by generation {}",
-                    self.generation, eng.generation
-                )));
+                .with_detail(detail));
         }
         Ok(())
     }
@@ -205,12 +229,20 @@ impl Communicator {
             _ => self.others(),
         };
         Interest {
+            comm: self.id,
             generation: self.generation,
             ranks,
             op,
             revocable: true,
             timeout: true,
         }
+    }
+
+    /// What a collective involves: every other live member.
+    pub(crate) fn collective_interest(&self, op: &'static str) -> Interest {
+        let mut interest = self.interest(op, &[]);
+        interest.ranks = self.others();
+        interest
     }
 
     /// World rank of communicator rank `r` for an operation `op`: out of range and BLANK gaps
@@ -236,7 +268,11 @@ impl Communicator {
     }
 
     fn key(&self, tag: u32) -> MsgKey {
-        MsgKey::new(message_generation(self.generation), MsgKind::USER, tag)
+        MsgKey::new(
+            crate::engine::message_generation(self.id, self.generation),
+            MsgKind::USER,
+            tag,
+        )
     }
 
     /// Runs `ex` with `peers` (world ranks) under the failure rules of this communicator.
@@ -304,8 +340,7 @@ impl Communicator {
     ) -> Result<R> {
         let mut eng = self.eng.borrow_mut();
         self.check_current(op, &eng)?;
-        let mut interest = self.interest(op, &[]);
-        interest.ranks = self.others();
+        let interest = self.collective_interest(op);
         let early = eng.interruption(&interest);
         let res = match early {
             Some(e) => Err(e),
@@ -320,7 +355,7 @@ impl Communicator {
         if !self.opts.all_or_nothing || self.opts.failure == FailureMode::Abort {
             return res.map_err(|e| self.fail(&mut eng, e));
         }
-        let d = eng.agree(u64::from(res.is_ok()))?;
+        let d = eng.agree(self.id, u64::from(res.is_ok()))?;
         match res {
             Ok(r) if d.value & 1 == 1 => Ok(r),
             Ok(_) => {
@@ -391,7 +426,7 @@ impl Communicator {
     pub fn revoke(&self) -> Result<()> {
         let mut eng = self.eng.borrow_mut();
         self.check_current("revoke", &eng)?;
-        eng.revoke(self.generation);
+        eng.revoke(self.id, self.generation);
         Ok(())
     }
 
@@ -400,7 +435,7 @@ impl Communicator {
     pub fn agree(&self, value: u64) -> Result<(u64, Vec<usize>)> {
         let mut eng = self.eng.borrow_mut();
         self.check_current("agree", &eng)?;
-        let d = eng.agree(value)?;
+        let d = eng.agree(self.id, value)?;
         Ok((d.value, d.failed.iter().map(|&r| r as usize).collect()))
     }
 
@@ -418,7 +453,10 @@ impl Communicator {
         match self.opts.failure {
             FailureMode::Blank => self.rebuild_as(true),
             FailureMode::Shrink => self.rebuild_as(false),
-            FailureMode::Rebuild => self.rebuild_with_replacements(),
+            FailureMode::Rebuild if self.id == 0 => self.rebuild_with_replacements(),
+            FailureMode::Rebuild => Err(Error::new(ErrorKind::Unsupported, "recover")
+                .on_rank(self.world_rank())
+                .with_detail("only the world communicator can be rebuilt")),
             m => Err(Error::new(ErrorKind::Unsupported, "recover")
                 .on_rank(self.world_rank())
                 .with_detail(format!("failure mode {m:?} has no recovery"))),
@@ -434,7 +472,7 @@ impl Communicator {
                 .on_rank(me)
                 .with_detail("too many generations"));
         }
-        let d = eng.agree(u64::MAX)?;
+        let d = eng.agree(self.id, u64::MAX)?;
         if d.failed.contains(&(me as u32)) {
             return Err(Error::new(ErrorKind::PeerFailed, "shrink")
                 .on_rank(me)
@@ -459,14 +497,17 @@ impl Communicator {
         };
         let mut sorted = live.clone();
         sorted.sort_unstable();
-        eng.enter_generation(generation, sorted);
-        let group = Group::new(live, message_generation(generation))?;
+        eng.enter_generation(self.id, generation, sorted);
+        let group = Group::new(live, crate::engine::message_generation(self.id, generation))?;
         let my_index = members
             .iter()
             .position(|&r| r == me)
             .ok_or_else(|| Error::invalid("shrink", "this rank is not a member"))?;
+        eng.retain(self.id);
         Ok(Communicator {
             eng: self.eng.clone(),
+            id: self.id,
+            base: self.base,
             opts: self.opts,
             generation,
             members,
@@ -477,10 +518,22 @@ impl Communicator {
         })
     }
 
-    /// Orderly end: the transport delivers what it still owes and shuts down (also done when
-    /// the last communicator of the process is dropped).
+    /// Orderly end of the process's communication: the transport delivers what it still
+    /// owes and shuts down, for every communicator of the process (also done when the last
+    /// communicator of the process is dropped). To end one communicator, use
+    /// [`Communicator::free`].
     pub fn finish(self) -> Result<()> {
         self.eng.borrow_mut().finish()
+    }
+}
+
+impl Drop for Communicator {
+    /// Gives up this handle; with the last handle of the communicator (all its generations)
+    /// its id is free (see [`Communicator::free`]).
+    fn drop(&mut self) {
+        if let Ok(mut eng) = self.eng.try_borrow_mut() {
+            eng.release(self.id);
+        }
     }
 }
 
@@ -492,9 +545,9 @@ fn abort_job(e: &Error) -> ! {
 }
 
 /// The transport as the collectives see it: every exchange runs through the engine.
-struct Link<'e> {
-    eng: &'e mut Engine,
-    interest: Interest,
+pub(crate) struct Link<'e> {
+    pub(crate) eng: &'e mut Engine,
+    pub(crate) interest: Interest,
 }
 
 impl Transport for Link<'_> {

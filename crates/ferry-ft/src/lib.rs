@@ -29,8 +29,14 @@
 //! (connection loss and liveness probes on tcp, pidfds on shm), and the rank that sees a
 //! failure floods a notice to the members (`ferry_proto::ft::Flood`), so ranks that never
 //! talked to the dead one learn it too. See `docs/FAULT-TOLERANCE.md` for the model.
+//!
+//! A process can hold several communicators ([`Communicator::dup`], [`Communicator::split`]),
+//! each with its own modes, generation, revoke and agreements: a notice of a death reaches
+//! every communicator that contains the dead rank and no other, and a revoke only its own
+//! communicator.
 
 mod comm;
+mod create;
 pub mod data;
 mod engine;
 pub mod rebuild;

@@ -283,10 +283,12 @@ impl Communicator {
         let group = Group::new(members.clone(), message_generation(record.generation))?;
         let mut eng = Engine::new(transport, FT_GENERATION_BASE, members.clone(), false);
         if record.generation > 0 {
-            eng.enter_generation(record.generation, members.clone());
+            eng.enter_generation(0, record.generation, members.clone());
         }
         Ok(Communicator {
             eng: Rc::new(RefCell::new(eng)),
+            id: 0,
+            base: 0,
             opts,
             generation: record.generation,
             members,
@@ -328,7 +330,7 @@ impl Communicator {
                     .on_rank(me)
                     .with_detail("too many generations"));
             }
-            let d = eng.agree(u64::MAX)?;
+            let d = eng.agree(self.id, u64::MAX)?;
             if d.failed.contains(&(me as u32)) {
                 return Err(Error::new(ErrorKind::PeerFailed, "rebuild")
                     .on_rank(me)

@@ -1,11 +1,13 @@
 //! The envelope of fault-tolerance control messages.
 //!
-//! Every control message of a communicator family travels on one flow per peer pair
-//! (`MsgKind::CONTROL`, the family's control generation), so that a rank blocked in any
-//! operation has exactly one standing receive per member to keep posted. The envelope says
-//! what the body is and for which communicator generation:
-//! `[type u8][generation u32 LE][body]`. Flood bodies carry a notice once unwrapped by the
-//! flood protocol: `[what u8][rank u32 LE]`.
+//! Every control message of a process's fault-tolerant communicators travels on one flow per
+//! peer pair (`MsgKind::CONTROL`, the control generation), so that a rank blocked in any
+//! operation has exactly one standing receive per peer to keep posted, however many
+//! communicators it shares with that peer. The envelope says what the body is and for which
+//! communicator (its id) and generation:
+//! `[type u8][communicator id u32 LE][generation u32 LE][body]`. LEAVE and ABORT concern the
+//! process, not a communicator (id and generation 0). Flood bodies carry a notice once
+//! unwrapped by the flood protocol: `[what u8][rank u32 LE]`.
 
 /// Body is a message of the reliable broadcast (`ferry_proto::ft::Flood`).
 pub(crate) const FLOOD: u8 = 1;
@@ -25,24 +27,40 @@ pub(crate) const NOTICE_FAILED: u8 = 1;
 /// Notice: the generation of the envelope is revoked.
 pub(crate) const NOTICE_REVOKED: u8 = 2;
 
-/// Wraps `body` of `kind` for communicator generation `generation`.
-pub(crate) fn envelope(kind: u8, generation: u32, body: &[u8]) -> Vec<u8> {
-    let mut v = Vec::with_capacity(5 + body.len());
+/// Wraps `body` of `kind` for generation `generation` of communicator `comm`.
+pub(crate) fn envelope(kind: u8, comm: u32, generation: u32, body: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(9 + body.len());
     v.push(kind);
+    v.extend_from_slice(&comm.to_le_bytes());
     v.extend_from_slice(&generation.to_le_bytes());
     v.extend_from_slice(body);
     v
 }
 
-/// Splits an envelope into kind, generation and body; `None` when it is too short or of an
-/// unknown kind (a protocol violation the caller reports).
-pub(crate) fn open(bytes: &[u8]) -> Option<(u8, u32, &[u8])> {
+/// An opened envelope.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Envelope<'a> {
+    pub kind: u8,
+    pub comm: u32,
+    pub generation: u32,
+    pub body: &'a [u8],
+}
+
+/// Splits an envelope into kind, communicator, generation and body; `None` when it is too
+/// short or of an unknown kind (a protocol violation the caller reports).
+pub(crate) fn open(bytes: &[u8]) -> Option<Envelope<'_>> {
     let (&kind, rest) = bytes.split_first()?;
-    if !matches!(kind, FLOOD | AGREE | LEAVE | ABORT) || rest.len() < 4 {
+    if !matches!(kind, FLOOD | AGREE | LEAVE | ABORT) || rest.len() < 8 {
         return None;
     }
-    let generation = u32::from_le_bytes(rest[..4].try_into().ok()?);
-    Some((kind, generation, &rest[4..]))
+    let comm = u32::from_le_bytes(rest[..4].try_into().ok()?);
+    let generation = u32::from_le_bytes(rest[4..8].try_into().ok()?);
+    Some(Envelope {
+        kind,
+        comm,
+        generation,
+        body: &rest[8..],
+    })
 }
 
 /// A notice as carried by the flood.
@@ -84,10 +102,19 @@ mod tests {
 
     #[test]
     fn envelopes_and_notices_round_trip_and_garbage_is_refused() {
-        let e = envelope(AGREE, 7, b"xyz");
-        assert_eq!(open(&e), Some((AGREE, 7, &b"xyz"[..])));
+        let e = envelope(AGREE, 3, 7, b"xyz");
+        assert_eq!(
+            open(&e),
+            Some(Envelope {
+                kind: AGREE,
+                comm: 3,
+                generation: 7,
+                body: &b"xyz"[..]
+            })
+        );
         assert_eq!(open(&[FLOOD, 1, 2]), None);
-        assert_eq!(open(&[9, 0, 0, 0, 0]), None);
+        assert_eq!(open(&[FLOOD, 1, 0, 0, 0, 2, 0, 0]), None);
+        assert_eq!(open(&[9, 0, 0, 0, 0, 0, 0, 0, 0]), None);
         assert_eq!(open(&[]), None);
         for n in [Notice::Failed(3), Notice::Revoked] {
             assert_eq!(Notice::decode(&n.encode()), Some(n));

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use ferry_core::mem::MemTransport;
-use ferry_core::{Error, ErrorKind, Exchange, Result, Stats, Transport};
+use ferry_core::{Error, ErrorKind, Exchange, MsgKey, MsgKind, Result, Stats, Transport};
 use ferry_ft::{Communicator, FailureMode, MessageMode, Options};
 
 /// Set by rank 0 to have its transport report one late withdrawal by rank 1.
@@ -69,4 +69,96 @@ fn a_late_withdrawal_neither_fails_an_agreement_nor_kills_its_sender() {
         assert!(failed.is_empty(), "rank {r}: {failed:?}");
         assert_eq!(sum.unwrap(), 3, "rank {r}");
     }
+}
+
+/// Rank 0's transport reports, once armed, that rank 1 withdrew the message with the key it
+/// holds (what tcp's MISS and shm's aborted descriptor say, key included).
+struct KeyedWithdrawal {
+    t: MemTransport,
+    key: std::sync::Arc<std::sync::Mutex<Option<MsgKey>>>,
+}
+
+impl Transport for KeyedWithdrawal {
+    fn rank(&self) -> usize {
+        self.t.rank()
+    }
+    fn size(&self) -> usize {
+        self.t.size()
+    }
+    fn name(&self) -> &'static str {
+        "mem"
+    }
+    fn progress_exchange(&mut self, ex: &mut Exchange<'_>) -> Result<bool> {
+        let armed = self.key.lock().ok().and_then(|mut k| k.take());
+        if let Some(key) = armed {
+            return Err(Error::new(ErrorKind::Revoked, "recv")
+                .on_rank(self.t.rank())
+                .with_peer(1)
+                .with_key(key)
+                .with_detail("rank 1 no longer holds a message it announced"));
+        }
+        self.t.progress_exchange(ex)
+    }
+    fn wait_for_input(&mut self, timeout: Duration) -> Result<()> {
+        self.t.wait_for_input(timeout)
+    }
+    fn stats(&self) -> Stats {
+        self.t.stats()
+    }
+}
+
+/// A withdrawal names the message it took back: it fails the receive of that message and no
+/// other. Rank 0 waits for a message from rank 1 (which comes late) while its transport
+/// reports a withdrawal by rank 1 of another message (one of a communicator whose receive
+/// rank 0 abandoned): the receive goes on and gets its message. Before, any withdrawal by a
+/// sender failed every pending receive from it. A withdrawal of the very message the receive
+/// waits for still fails it.
+#[test]
+fn a_withdrawal_fails_only_the_receive_of_the_message_it_names() {
+    let res = MemTransport::run(2, |t| {
+        let me = t.rank();
+        let key = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let comm = Communicator::new(
+            Box::new(KeyedWithdrawal {
+                t,
+                key: key.clone(),
+            }),
+            Options::new(FailureMode::Shrink, MessageMode::Cont),
+        )
+        .unwrap();
+        let other = comm.dup().unwrap();
+        let mut results = Vec::new();
+        for (round, stale) in [(0u32, true), (1, false)] {
+            if me == 0 {
+                // The key of this communicator's message with tag 7 (generation 0).
+                let wanted = MsgKey::new(ferry_ft::FT_GENERATION_BASE + 1, MsgKind::USER, 7);
+                let withdrawn = if stale {
+                    MsgKey::new(wanted.generation + 4096, MsgKind::USER, 7)
+                } else {
+                    wanted
+                };
+                *key.lock().unwrap() = Some(withdrawn);
+                let mut buf = Vec::new();
+                results.push(
+                    comm.recv(1, 7, &mut buf)
+                        .map(|()| buf)
+                        .map_err(|e| e.kind()),
+                );
+            } else {
+                std::thread::sleep(Duration::from_millis(50));
+                if round == 0 {
+                    comm.send(0, 7, b"late").unwrap();
+                }
+            }
+            other.barrier().unwrap();
+        }
+        drop(other);
+        comm.finish().unwrap();
+        results
+    });
+    assert_eq!(
+        res[0],
+        vec![Ok(b"late".to_vec()), Err(ErrorKind::Revoked)],
+        "rank 0"
+    );
 }

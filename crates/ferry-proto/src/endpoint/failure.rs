@@ -22,6 +22,7 @@ impl Endpoint {
             peer,
             origin: peer,
             cause,
+            key: None,
         }
     }
 

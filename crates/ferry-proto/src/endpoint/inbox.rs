@@ -319,16 +319,19 @@ impl Endpoint {
         self.remote.remove(&arrival);
         if let Some(p) = self.posted.remove(&arrival).filter(|p| !p.abandoned) {
             self.recv_ids.remove(&p.op);
-            let e = self.error(
-                ErrorKind::Withdrawn,
-                "recv",
-                peer,
-                format!(
-                    "rank {peer} no longer holds message {:?} serial {} it announced \
-                     (its sending operation was abandoned)",
-                    h.key, h.serial
-                ),
-            );
+            let e = EndpointError {
+                key: Some(h.key),
+                ..self.error(
+                    ErrorKind::Withdrawn,
+                    "recv",
+                    peer,
+                    format!(
+                        "rank {peer} no longer holds message {:?} serial {} it announced \
+                         (its sending operation was abandoned)",
+                        h.key, h.serial
+                    ),
+                )
+            };
             self.actions.push_back(Action::Failed(OpRef::Recv(p.op), e));
         }
     }

@@ -203,6 +203,10 @@ pub struct EndpointError {
     pub origin: usize,
     /// What happened.
     pub cause: String,
+    /// The message the operation was about, where the error concerns one message and not the
+    /// peer as a whole ([`ErrorKind::Withdrawn`]): several receives from one peer can be
+    /// pending, and only the one for this message is interrupted.
+    pub key: Option<MsgKey>,
 }
 
 /// Classes of [`EndpointError`].

@@ -300,7 +300,10 @@ impl ShmTransport {
                     match Self::find_recv(ex, peer, &arrival) {
                         Some(i) => {
                             *popped += 1;
-                            if self.claim(l, peer, d.seq)? {
+                            if self
+                                .claim(l, peer, d.seq)
+                                .map_err(|e| e.with_key(arrival.key))?
+                            {
                                 self.to_read.push((i, d));
                             }
                             continue;
@@ -322,11 +325,13 @@ impl ShmTransport {
                                 self.partial_count -= 1;
                             }
                             Target::Discard => continue,
-                            Target::Op(_) => return Err(self.abandoned_error(l)),
+                            Target::Op(_) => {
+                                return Err(self.abandoned_error(l).with_key(arrival.key))
+                            }
                         }
                     }
                     if Self::find_recv(ex, peer, &arrival).is_some() {
-                        return Err(self.abandoned_error(l));
+                        return Err(self.abandoned_error(l).with_key(arrival.key));
                     }
                     self.abandoned.insert(arrival);
                     continue;
@@ -456,12 +461,15 @@ impl ShmTransport {
                 }
             }
             if !self.abandoned.is_empty() && self.abandoned.remove(&arrival) {
-                return Err(self.abandoned_error(l));
+                return Err(self.abandoned_error(l).with_key(arrival.key));
             }
             if !self.pending_cma.is_empty() {
                 if let Some(d) = self.pending_cma.remove(&arrival) {
                     // A withdrawn descriptor is dropped: its fragments follow.
-                    if self.claim(l, r.peer, d.seq)? {
+                    if self
+                        .claim(l, r.peer, d.seq)
+                        .map_err(|e| e.with_key(arrival.key))?
+                    {
                         let peer = r.peer;
                         self.cma_into(l, peer, d, &mut r.buf)?;
                         r.state = OpState::Done;

@@ -429,10 +429,14 @@ impl TcpTransport {
             K::Exhausted => ErrorKind::ResourceExhausted,
             K::Withdrawn => ErrorKind::Revoked,
         };
-        Error::new(kind, e.op)
+        let err = Error::new(kind, e.op)
             .on_rank(e.rank)
             .with_peer(e.peer)
-            .with_detail(e.cause)
+            .with_detail(e.cause);
+        match e.key {
+            Some(k) => err.with_key(k),
+            None => err,
+        }
     }
 }
 
