@@ -88,6 +88,9 @@ impl Endpoint {
                 return Err(e);
             }
         }
+        if let Some(e) = self.retain_check_room(peer, len) {
+            return Err(e);
+        }
         let serial = self.flows.take_send_serial(peer, key);
         let w = WaitingSend {
             op,
@@ -120,7 +123,11 @@ impl Endpoint {
         if peer == self.cfg.rank {
             return self.send_to_self(w, bufs);
         }
-        if tcp_protocol::request_for(key, len, self.cfg.eager_bytes) == FrameType::Announce {
+        // Retained messages are copies: a restart of the receiver may need them long after
+        // the program's buffer changed.
+        if tcp_protocol::request_for(key, len, self.cfg.eager_bytes) == FrameType::Announce
+            && self.retain.is_none()
+        {
             if let Some(c) = self.get_conn(peer, "send", now)? {
                 let id = (peer, key, serial);
                 self.outbox.insert(
@@ -489,6 +496,7 @@ impl Endpoint {
                 if m.data.is_some() {
                     self.outbox_bytes -= m.len;
                 }
+                self.retain_accepted(key, &m);
             }
         } else if let Some(m) = self.outbox.get_mut(&key) {
             m.state = OutState::Refused;

@@ -82,7 +82,7 @@ impl Endpoint {
             return;
         }
         if f.linger_until.is_none() {
-            if self.owes_live_peers() {
+            if self.owes_live_peers() || !self.retain_may_leave(now) {
                 return;
             }
             let lost = self
@@ -108,6 +108,10 @@ impl Endpoint {
                         ),
                     ),
                 }),
+            };
+            let result = match (result, self.retain_finish_error()) {
+                (Ok(()), Some(e)) => Err(e),
+                (r, _) => r,
             };
             self.say_goodbye();
             // Messages for peers an operation gave up on are reported above, never delivered
