@@ -12,14 +12,20 @@ use std::io::Read;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use support::{skip_or_fail, target_dir};
 
+/// One job at a time: the tests' timing must not depend on each other's load.
+static ONE: Mutex<()> = Mutex::new(());
+
 /// A rank process with its output collected in the background.
 struct Rank {
     child: Child,
+    /// Stdout so far (read as it comes, so a test can act on progress).
+    live: Arc<Mutex<Vec<u8>>>,
     out: Option<JoinHandle<Vec<u8>>>,
     err: Option<JoinHandle<Vec<u8>>>,
 }
@@ -51,11 +57,23 @@ impl Rank {
         let mut child = cmd.spawn().expect("start a rank");
         let mut o = child.stdout.take().expect("stdout");
         let mut e = child.stderr.take().expect("stderr");
+        let live = Arc::new(Mutex::new(Vec::new()));
+        let sink = live.clone();
         Rank {
             child,
+            live,
             out: Some(std::thread::spawn(move || {
-                let mut v = Vec::new();
-                let _ = o.read_to_end(&mut v);
+                let mut buf = [0u8; 4096];
+                loop {
+                    match o.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => sink
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .extend_from_slice(&buf[..n]),
+                    }
+                }
+                let v = sink.lock().unwrap_or_else(|p| p.into_inner()).clone();
                 v
             })),
             err: Some(std::thread::spawn(move || {
@@ -64,6 +82,22 @@ impl Rank {
                 v
             })),
         }
+    }
+
+    /// Waits until the rank printed `needle` (progress), at most `limit`.
+    fn wait_for(&self, needle: &str, limit: Duration) -> bool {
+        let until = Instant::now() + limit;
+        while Instant::now() < until {
+            let seen = {
+                let v = self.live.lock().unwrap_or_else(|p| p.into_inner());
+                String::from_utf8_lossy(&v).contains(needle)
+            };
+            if seen {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        false
     }
 
     fn kill(&mut self) {
@@ -233,18 +267,24 @@ fn reference(exe: &Path, args: &[&str], env: &[(&str, &str)]) -> (String, Durati
     (ended[0].stdout.clone(), t.elapsed())
 }
 
-/// Kills rank `victim` `kill_after` into the run, moves it to a new port in the file and
-/// starts the same command again; returns every rank's end (the restarted one for `victim`).
+/// Kills rank `victim` once rank 0 printed `progress` and `then` passed, moves it to a new
+/// port in the file and starts the same command again; returns every rank's end (the
+/// restarted one for `victim`).
 fn kill_and_restart(
     exe: &Path,
     args: &[&str],
     env: &[(&str, &str)],
     victim: usize,
-    kill_after: Duration,
+    progress: &str,
+    then: Duration,
 ) -> Vec<Ended> {
     let mut job = Job::new("run", 4);
     let mut ranks = job.start(exe, args, env);
-    std::thread::sleep(kill_after);
+    assert!(
+        ranks[0].wait_for(progress, Duration::from_secs(120)),
+        "rank 0 never printed {progress:?}"
+    );
+    std::thread::sleep(then);
     let mut old = ranks.remove(victim);
     let early_end = old.child.try_wait().ok().flatten();
     old.kill();
@@ -287,6 +327,7 @@ fn check_recovered(what: &str, ended: &[Ended], expected: &str) {
 /// again; the job prints the undisturbed run's output.
 #[test]
 fn jac3d_started_by_hand_survives_a_restart_at_a_new_address() {
+    let _one = ONE.lock().unwrap_or_else(|p| p.into_inner());
     let test = "jac3d_started_by_hand_survives_a_restart_at_a_new_address";
     let Some(exe) = example(test, "jac3d") else {
         return;
@@ -296,12 +337,12 @@ fn jac3d_started_by_hand_survives_a_restart_at_a_new_address() {
     let (expected, took) = reference(&exe, &args, &env);
     assert!(expected.contains("Global value sum after 600 iterations"));
     for run in 0..runs() {
-        let at = Duration::from_millis(
-            (took.as_millis() as u64 / 10) + rand_u64() % (took.as_millis() as u64 / 2).max(1),
-        );
-        let ended = kill_and_restart(&exe, &args, &env, 3, at);
+        // Killed somewhere between iterations 1 and ~400 of 600.
+        let after = format!("after {:>2} iters", 1 + 10 * (rand_u64() % 40));
+        let then = Duration::from_millis(rand_u64() % 50);
+        let ended = kill_and_restart(&exe, &args, &env, 3, &after, then);
         check_recovered(
-            &format!("run {run}, rank 3 killed at {at:?} (undisturbed run: {took:?})"),
+            &format!("run {run}, rank 3 killed {then:?} after rank 0 printed {after:?} (undisturbed run: {took:?})"),
             &ended,
             &expected,
         );
@@ -313,6 +354,7 @@ fn jac3d_started_by_hand_survives_a_restart_at_a_new_address() {
 /// their receivers' last checkpoints (reported by `FERRY_STATS=1`).
 #[test]
 fn t_retain_restarted_from_its_checkpoint_finishes_with_bounded_retention() {
+    let _one = ONE.lock().unwrap_or_else(|p| p.into_inner());
     let test = "t_retain_restarted_from_its_checkpoint_finishes_with_bounded_retention";
     let Some(exe) = example(test, "t_retain") else {
         return;
@@ -336,12 +378,14 @@ fn t_retain_restarted_from_its_checkpoint_finishes_with_bounded_retention() {
         };
         assert!(expected.contains("Global sum after 300 iterations"));
         let victim = 1 + (rand_u64() % 3) as usize;
-        let at = Duration::from_millis(
-            (took.as_millis() as u64 / 5) + rand_u64() % (took.as_millis() as u64 / 2).max(1),
-        );
-        let ended = kill_and_restart(&exe, &args, &env, victim, at);
+        // Past the first checkpoint (10), before the last lines.
+        let after = format!("iter {} sum", 20 + 10 * (rand_u64() % 20));
+        let then = Duration::from_millis(rand_u64() % 30);
+        let ended = kill_and_restart(&exe, &args, &env, victim, &after, then);
         check_recovered(
-            &format!("run {run}, rank {victim} killed at {at:?}"),
+            &format!(
+                "run {run}, rank {victim} killed {then:?} after {after:?} (undisturbed: {took:?})"
+            ),
             &ended,
             &expected,
         );
@@ -381,6 +425,7 @@ fn stat(stderr: &str, name: &str) -> Option<u64> {
 /// `general.failure_timeout_ms` and then fails the job with an error naming it.
 #[test]
 fn a_rank_that_is_never_restarted_fails_the_job_after_the_failure_timeout() {
+    let _one = ONE.lock().unwrap_or_else(|p| p.into_inner());
     let test = "a_rank_that_is_never_restarted_fails_the_job_after_the_failure_timeout";
     let Some(exe) = example(test, "t_retain") else {
         return;
