@@ -60,7 +60,7 @@ enum Mode {
 
 /// Bytes of the message `from` sends `to` in `round` when its state is `state`.
 fn message(state: u64, from: usize, to: usize, round: usize) -> Vec<u8> {
-    let len = if (round + from + to) % 3 == 0 {
+    let len = if (round + from + to).is_multiple_of(3) {
         EAGER * 3 + round % 7
     } else {
         8 + (round * 5 + to) % 40
@@ -433,7 +433,7 @@ impl Sim {
             prog.round += 1;
             prog.posted = false;
             if let Mode::Checkpoint(every) = mode {
-                if prog.round % every == 0 {
+                if prog.round.is_multiple_of(every) {
                     let token = node.ep.retain_token();
                     self.disk[n] = Some((prog.round, prog.state, token));
                     node.ep.retain_checkpoint(now);

@@ -76,7 +76,10 @@ fn save(path: &Path, iter: usize, values: &[f64], token: &[u8]) -> ferry::Result
     std::fs::rename(&tmp, path).map_err(|e| io_err("checkpoint", path, e))
 }
 
-fn load(path: &Path, elems: usize) -> ferry::Result<Option<(usize, Vec<f64>, Vec<u8>)>> {
+/// A saved checkpoint: iteration, values, retention token.
+type Saved = (usize, Vec<f64>, Vec<u8>);
+
+fn load(path: &Path, elems: usize) -> ferry::Result<Option<Saved>> {
     let b = match std::fs::read(path) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -139,7 +142,7 @@ fn run() -> ferry::Result<()> {
             x[i] = 0.5 * x[i] + 0.25 * (from_left[i] + from_right[(i + 1) % a.elems]);
         }
         let done = iter + 1;
-        if done % 10 == 0 || done == a.iters {
+        if done.is_multiple_of(10) || done == a.iters {
             let mine: f64 = x.iter().sum();
             if me == 0 {
                 let mut total = mine;
@@ -156,7 +159,7 @@ fn run() -> ferry::Result<()> {
             }
         }
         if let (Some((every, _)), Some(file)) = (&a.ckpt, &ckpt_file) {
-            if done % every == 0 && done < a.iters {
+            if done.is_multiple_of(*every) && done < a.iters {
                 let values = x.clone();
                 ferry::retain::checkpoint(&mut comm, |token| save(file, done, &values, token))?;
             }
