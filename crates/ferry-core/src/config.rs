@@ -137,7 +137,7 @@ pub struct Tcp {
     /// Inbox cap in bytes.
     pub inbox_bytes: usize,
     /// Outbox cap in bytes (messages kept until the receiver took them); a full outbox blocks
-    /// the sender while it keeps serving its peers. 0 means unbounded (needed for T6 retention).
+    /// the sender while it keeps serving its peers. 0 means unbounded.
     pub outbox_bytes: usize,
     /// Most connections kept open at once; least recently used ones are closed beyond it.
     pub connection_cap: usize,
@@ -159,6 +159,13 @@ pub struct Tcp {
     /// a protocol error and the connection is dropped (bounds what a broken or hostile peer can
     /// make us allocate; allocations below it are fallible too).
     pub max_message_bytes: u64,
+    /// Retained messages for hand-started jobs (T6, 000 §5.3.3-5.3.4): every sent message is
+    /// kept until its receiver marks a checkpoint or ends, so that a rank killed and restarted
+    /// by hand (possibly at a new address in the re-read file) gets again what it lost.
+    pub retain: bool,
+    /// Cap on the bytes of sent messages a rank keeps with `retain` (retained plus not yet
+    /// taken); a send beyond it fails with an error naming this key.
+    pub retain_bytes: usize,
 }
 
 impl Default for Tcp {
@@ -175,6 +182,8 @@ impl Default for Tcp {
             bind: "127.0.0.1".to_string(),
             eager_bytes: 64 << 10,
             max_message_bytes: 1 << 32,
+            retain: false,
+            retain_bytes: 1 << 30,
         }
     }
 }

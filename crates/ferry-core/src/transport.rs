@@ -442,6 +442,33 @@ pub trait Transport: Send {
     /// rank 1 failed" is for jobs that end because of a failure). The default does nothing.
     fn tolerate_failures(&mut self) {}
 
+    /// Marks a checkpoint of the program for retained messages (T6, `tcp.retain`): every
+    /// message this rank consumed so far will never be asked for again (a restart of this rank
+    /// resumes after this point), so its senders drop their retained copies. Call it with no
+    /// receive pending. `Ok(false)` when the backend retains nothing (the default).
+    fn checkpoint_mark(&mut self) -> Result<bool> {
+        Ok(false)
+    }
+
+    /// With retained messages: this rank's flow counters as a token the program saves with
+    /// its checkpoint (before [`Transport::checkpoint_mark`]); `None` when the backend retains
+    /// nothing (the default).
+    fn retain_token(&mut self) -> Option<Vec<u8>> {
+        None
+    }
+
+    /// With retained messages: a restarted rank resumes the flow counters of its checkpoint
+    /// token, before it communicates, so that it continues where the checkpoint was.
+    fn retain_resume(&mut self, token: &[u8]) -> Result<()> {
+        let _ = token;
+        Err(
+            Error::new(ErrorKind::Unsupported, "resume").with_detail(format!(
+                "the {} backend retains no messages (tcp.retain is for hand-started tcp jobs)",
+                self.name()
+            )),
+        )
+    }
+
     /// Orderly shutdown: delivers what is still owed to peers and releases resources. Called
     /// once at the end; dropping without it must still release OS resources.
     fn finish(&mut self) -> Result<()> {

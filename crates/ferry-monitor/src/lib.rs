@@ -394,6 +394,18 @@ impl Transport for Monitored {
         self.inner.tolerate_failures()
     }
 
+    fn checkpoint_mark(&mut self) -> Result<bool> {
+        self.inner.checkpoint_mark()
+    }
+
+    fn retain_token(&mut self) -> Option<Vec<u8>> {
+        self.inner.retain_token()
+    }
+
+    fn retain_resume(&mut self, token: &[u8]) -> Result<()> {
+        self.inner.retain_resume(token)
+    }
+
     fn finish(&mut self) -> Result<()> {
         let inner = self.inner.finish();
         let monitor = self.finish_monitor();

@@ -66,6 +66,15 @@ pub enum FrameType {
     CloseNak = 13,
     /// This rank finished (orderly shutdown); nothing more follows on the connection.
     Bye = 14,
+    /// Retained messages (T6): this rank's program is done and will never ask the receiver
+    /// for a message again, so the receiver may drop what it retains for it and end.
+    Done = 15,
+    /// Retained messages (T6): the receiver marked a checkpoint after consuming the messages
+    /// of this flow up to (not including) `serial`; the sender drops its retained copies.
+    Consumed = 16,
+    /// Retained messages (T6): the sender knew an earlier incarnation of the receiver's rank,
+    /// which is therefore a restart.
+    Rejoined = 17,
 }
 
 impl FrameType {
@@ -86,6 +95,9 @@ impl FrameType {
             12 => CloseAck,
             13 => CloseNak,
             14 => Bye,
+            15 => Done,
+            16 => Consumed,
+            17 => Rejoined,
             _ => return None,
         })
     }

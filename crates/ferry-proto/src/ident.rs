@@ -86,6 +86,45 @@ impl FlowTable {
         serial
     }
 
+    /// The serial the next receive of flow (`source`, `key`) will take: how many receives of
+    /// the flow were posted so far.
+    pub fn next_recv(&self, source: usize, key: MsgKey) -> u64 {
+        self.next_recv.get(&(source, key)).copied().unwrap_or(0)
+    }
+
+    /// Every flow's counters: (peer, key, next send serial, next receive serial), sorted.
+    pub fn counters(&self) -> Vec<(usize, MsgKey, u64, u64)> {
+        let mut all: std::collections::BTreeMap<(usize, MsgKey), (u64, u64)> =
+            std::collections::BTreeMap::new();
+        for (&k, &n) in &self.next_send {
+            all.entry(k).or_default().0 = n;
+        }
+        for (&k, &n) in &self.next_recv {
+            all.entry(k).or_default().1 = n;
+        }
+        all.into_iter()
+            .map(|((p, k), (s, r))| (p, k, s, r))
+            .collect()
+    }
+
+    /// Sets the counters of flow (`peer`, `key`) (a restart resuming from a checkpoint).
+    pub fn set_counters(&mut self, peer: usize, key: MsgKey, next_send: u64, next_recv: u64) {
+        self.next_send.insert((peer, key), next_send);
+        self.next_recv.insert((peer, key), next_recv);
+    }
+
+    /// The receive counters of every flow from `source` (key, next serial), sorted by key.
+    pub fn recv_counters_from(&self, source: usize) -> Vec<(MsgKey, u64)> {
+        let mut v: Vec<(MsgKey, u64)> = self
+            .next_recv
+            .iter()
+            .filter(|((s, _), _)| *s == source)
+            .map(|((_, k), &n)| (*k, n))
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
     /// Forgets every flow whose key `retired` selects (their messages were all sent and
     /// received and none will follow), keeping the table bounded.
     pub fn retire_where(&mut self, retired: impl Fn(&MsgKey) -> bool) {

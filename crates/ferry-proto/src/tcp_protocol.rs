@@ -66,8 +66,10 @@ pub fn check_route(h: &Header, me: usize, peer: usize) -> Result<(), RouteError>
         | FrameType::CloseReq
         | FrameType::CloseAck
         | FrameType::CloseNak
-        | FrameType::Bye => inbound,
-        FrameType::Accept | FrameType::Refuse | FrameType::Get => outbound,
+        | FrameType::Bye
+        | FrameType::Done
+        | FrameType::Rejoined => inbound,
+        FrameType::Accept | FrameType::Refuse | FrameType::Get | FrameType::Consumed => outbound,
     };
     if !ok || me32 as usize != me || peer32 as usize != peer {
         return Err(RouteError::WrongRanks {

@@ -22,6 +22,9 @@ fn frame_type() -> impl Strategy<Value = FrameType> {
         FrameType::CloseAck,
         FrameType::CloseNak,
         FrameType::Bye,
+        FrameType::Done,
+        FrameType::Consumed,
+        FrameType::Rejoined,
     ])
 }
 

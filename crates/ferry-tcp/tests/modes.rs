@@ -138,3 +138,16 @@ fn bound_to_every_interface_publishes_a_dialable_name() {
     });
     assert_eq!(out, vec![vec![1u8], vec![0u8]]);
 }
+
+#[test]
+fn retention_is_refused_under_the_launcher() {
+    // Retained messages serve ranks restarted by hand from the address file; a launcher job
+    // ends (or respawns) on a failure, so asking for both is a configuration error.
+    let store = MemStore::new();
+    let mut cfg = common::config();
+    cfg.tcp.retain = true;
+    let e = TcpTransport::from_store(0, 1, &store, &cfg, common::SECRET)
+        .err()
+        .expect("tcp.retain under the launcher");
+    assert!(e.to_string().contains("tcp.retain"), "{e}");
+}

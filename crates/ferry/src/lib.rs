@@ -100,6 +100,7 @@ pub mod communicator;
 pub mod prelude;
 pub mod resize;
 mod respawn;
+pub mod retain;
 pub mod session;
 mod world;
 

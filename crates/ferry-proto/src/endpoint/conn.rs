@@ -130,6 +130,7 @@ impl Endpoint {
 
     /// Forgets a connection (after the driver was told to close or drop it).
     pub(crate) fn forget(&mut self, id: ConnId) {
+        self.retain_forget_conn(id);
         if let Some(c) = self.conns.remove(&id) {
             if let Some(p) = c.peer {
                 let peer = &mut self.peers[p];
@@ -252,7 +253,9 @@ impl Endpoint {
             return;
         };
         c.phase = Phase::AwaitHelloAck;
-        let h = handshake::hello(self.cfg.rank, peer, &self.cfg.secret);
+        let mut h = handshake::hello(self.cfg.rank, peer, &self.cfg.secret);
+        // With retention the serial carries this process's incarnation (T6).
+        h.serial = self.own_nonce();
         let secret = self.cfg.secret.clone();
         self.transmit(conn, h, Payload::Shared(secret));
         self.progress_conns(now);
@@ -279,7 +282,10 @@ impl Endpoint {
         why: ConnectFailure,
         now: Duration,
     ) -> Option<super::EndpointError> {
-        let timeout = self.cfg.connect_timeout;
+        // With retention a rank killed before it was ever reached may be restarted too: it
+        // gets as long as a restart.
+        let timeout = self.cfg.connect_timeout.max(self.retain_restart_timeout());
+        let down = self.retain_is_down(peer);
         let p = &mut self.peers[peer];
         match why {
             ConnectFailure::OutOfDescriptors(cause) => {
@@ -295,6 +301,12 @@ impl Endpoint {
                     peer,
                     format!("{cause}: its listener is gone (the process ended)"),
                 );
+            }
+            ConnectFailure::Refused(_) | ConnectFailure::Unreachable(_) if down => {
+                // A down peer may be restarting (perhaps elsewhere): its restart timeout
+                // decides, not the connect timeout.
+                p.retry_at = Some(now + p.backoff);
+                p.backoff = (p.backoff * 2).min(MAX_BACKOFF);
             }
             ConnectFailure::Refused(cause) | ConnectFailure::Unreachable(cause) => {
                 let first = *p.first_failure.get_or_insert(now);
@@ -336,6 +348,7 @@ impl Endpoint {
             Lost::Error(e) => format!("connection error: {e}"),
         };
         let (peer, phase) = (c.peer, c.phase);
+        let nonce = self.conn_nonce(conn);
         self.forget(conn);
         let Some(p) = peer else {
             self.counters.strangers += 1;
@@ -358,7 +371,9 @@ impl Endpoint {
                 );
             }
             Phase::Open => {
-                if self.peers[p].status == PeerStatus::Alive {
+                if self.peers[p].status == PeerStatus::Alive
+                    && !self.retain_peer_down(nonce, p, what.clone())
+                {
                     self.mark_dead(p, what);
                 }
             }
@@ -519,13 +534,15 @@ impl Endpoint {
                         if self.peers[p].n_conns > 1 {
                             self.dup_pending = true;
                         }
-                        let ack = handshake::hello_ack(self.cfg.rank, p, &self.cfg.secret);
+                        let mut ack = handshake::hello_ack(self.cfg.rank, p, &self.cfg.secret);
+                        ack.serial = self.own_nonce();
                         let secret = self.cfg.secret.clone();
                         self.transmit(conn, ack, Payload::Shared(secret));
                         if self.peers[p].conn.is_none() || p < self.cfg.rank {
                             // A lower rank's connection is the one both keep.
                             self.peers[p].conn = Some(conn);
                         }
+                        self.retain_hello(conn, p, h.serial, now);
                         if self.said_goodbye() {
                             // Dialled while this rank was ending: the peer learns it at once.
                             self.goodbye_on(conn, p);
@@ -546,6 +563,7 @@ impl Endpoint {
                         p.first_failure = None;
                         p.retry_at = None;
                         p.backoff = FIRST_BACKOFF;
+                        self.retain_hello(conn, peer, h.serial, now);
                         if self.said_goodbye() {
                             // Dialled before this rank began to end: the goodbye waited for
                             // the handshake to complete.

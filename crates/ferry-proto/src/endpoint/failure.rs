@@ -64,6 +64,7 @@ impl Endpoint {
         if self.peers[peer].status == PeerStatus::Alive {
             self.peers[peer].status = PeerStatus::Dead { cause };
             self.first_failed.get_or_insert(peer);
+            self.retain_peer_dead(peer);
             // Whatever else it still has in flight on other connections is not taken.
             let mut ids: Vec<ConnId> = self
                 .conns

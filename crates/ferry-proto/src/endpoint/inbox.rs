@@ -157,10 +157,11 @@ impl Endpoint {
             let Some(a) = self.want_get.pop_front() else {
                 break;
             };
-            let wanted = self
+            let wanted = (self
                 .posted
                 .get(&a)
                 .is_some_and(|p| p.state == RecvState::Waiting)
+                || self.retain_duplicate(&a))
                 && self.remote.get(&a) == Some(&false);
             if wanted {
                 self.pull(a, now);
@@ -176,10 +177,12 @@ impl Endpoint {
             return;
         }
         self.remote.insert(arrival, false);
+        // A restarted peer's duplicate is pulled too (and dropped), so that its outbox frees.
         if self
             .posted
             .get(&arrival)
             .is_some_and(|p| p.state == RecvState::Waiting)
+            || self.retain_duplicate(&arrival)
         {
             self.pull(arrival, now);
         }
@@ -219,6 +222,11 @@ impl Endpoint {
                 }
                 return Ok(Sink::Recv(p.op, len));
             }
+        }
+        if self.retain_duplicate(&arrival) {
+            // A restarted peer sends again what this rank already has: taken and dropped.
+            self.retain_count_duplicate();
+            return Ok(Sink::Discard(len));
         }
         if h.ty != FrameType::Try || self.inbox.has_room_for(len) {
             Ok(Sink::Owned(len))
@@ -263,7 +271,7 @@ impl Endpoint {
                     // Taken for a receive the program gave up: consumed, never refused.
                     self.posted.remove(&arrival);
                 } else {
-                    refuse = h.ty == FrameType::Try;
+                    refuse = h.ty == FrameType::Try && !self.retain_duplicate(&arrival);
                 }
             }
             Landed::Owned(_) if self.posted.get(&arrival).is_some_and(|p| p.abandoned) => {
@@ -284,11 +292,19 @@ impl Endpoint {
                     match self.inbox.insert(arrival, v) {
                         Ok(()) => {}
                         Err(MatchError::Full { .. }) => refuse = true,
+                        Err(MatchError::Duplicate(..)) if self.retain.is_some() => {
+                            self.retain_count_duplicate();
+                        }
                         Err(MatchError::Duplicate(..)) => {
                             return Err(format!("duplicate message {arrival:?}"));
                         }
                     }
                 } else {
+                    if self.overflow.contains_key(&arrival) && self.retain.is_some() {
+                        self.retain_count_duplicate();
+                        self.transmit_control(conn, FrameType::Accept, h);
+                        return Ok(());
+                    }
                     if self.overflow.contains_key(&arrival) {
                         return Err(format!("duplicate message {arrival:?}"));
                     }

@@ -109,6 +109,18 @@ impl Endpoint {
                 self.on_conn_control(conn, p, &h);
                 Sink::Done
             }
+            FrameType::Done => {
+                self.on_done(p);
+                Sink::Done
+            }
+            FrameType::Consumed => {
+                self.on_consumed(p, &h);
+                Sink::Done
+            }
+            FrameType::Rejoined => {
+                self.on_rejoined();
+                Sink::Done
+            }
             FrameType::Hello | FrameType::HelloAck => fault(
                 self,
                 format!("{:?} frame on an established connection", h.ty),

@@ -37,6 +37,7 @@ mod failure;
 mod inbox;
 mod input;
 mod outbox;
+mod retain;
 mod shutdown;
 
 use std::collections::VecDeque;
@@ -50,6 +51,7 @@ use crate::matching::{Arrival, EarlyArrivals};
 
 pub use conn::{ConnectFailure, Lost, Phase};
 pub use outbox::SendStatus;
+pub use retain::{RetainConfig, RetainCounters};
 
 /// A send operation, named by the driver (unique while the operation is live).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -272,6 +274,8 @@ pub struct EndpointConfig {
     /// peer that has not started listening yet: true where addresses come from listeners
     /// that were bound before they were published (launcher mode).
     pub refused_is_dead: bool,
+    /// Retained messages (T6, see the `retain` module): `None` keeps none.
+    pub retain: Option<RetainConfig>,
 }
 
 impl EndpointConfig {
@@ -294,6 +298,7 @@ impl EndpointConfig {
             secret: Arc::new(secret.to_vec()),
             excluded: Vec::new(),
             refused_is_dead: false,
+            retain: None,
         }
     }
 
@@ -435,6 +440,8 @@ pub struct Endpoint {
     /// This rank survives peer failures (a fault-tolerant layer is in use): its goodbye
     /// names no failure, since a failure is not why it ends.
     pub(crate) tolerant: bool,
+    /// Retained messages (T6), when on.
+    pub(crate) retain: Option<retain::Retain>,
     #[doc(hidden)]
     pub mutations: Mutations,
 }
@@ -444,6 +451,7 @@ impl Endpoint {
     pub fn new(cfg: EndpointConfig) -> Endpoint {
         let peers = (0..cfg.size).map(|_| conn::Peer::new()).collect();
         let gave_up = vec![false; cfg.size];
+        let retain = cfg.retain.clone().map(|r| retain::Retain::new(r, cfg.size));
         Endpoint {
             inbox: EarlyArrivals::new(cfg.inbox_messages, cfg.inbox_bytes),
             cfg,
@@ -473,6 +481,7 @@ impl Endpoint {
             first_failed: None,
             gave_up,
             tolerant: false,
+            retain,
             mutations: Mutations::default(),
         }
     }
@@ -544,7 +553,10 @@ impl Endpoint {
     /// creating groups stays bounded. Outbox entries stay until their receiver takes them or
     /// fails.
     pub fn retire_generations_before(&mut self, generation: u32) {
-        self.flows.retire_generations_before(generation);
+        // With retention the counters stay: they tell a restarted peer's duplicates.
+        if self.retain.is_none() {
+            self.flows.retire_generations_before(generation);
+        }
         self.overflow.retain(|a, _| a.key.generation >= generation);
         self.remote.retain(|a, _| a.key.generation >= generation);
         self.inbox.retain(|a| a.key.generation >= generation);
@@ -553,7 +565,9 @@ impl Endpoint {
     /// Forgets the flows whose key `retired` selects (their group or container ended), like
     /// [`Endpoint::retire_generations_before`] for an arbitrary set of flows.
     pub fn retire_where(&mut self, retired: impl Fn(&MsgKey) -> bool) {
-        self.flows.retire_where(&retired);
+        if self.retain.is_none() {
+            self.flows.retire_where(&retired);
+        }
         self.overflow.retain(|a, _| !retired(&a.key));
         self.remote.retain(|a, _| !retired(&a.key));
         self.inbox.retain(|a| !retired(&a.key));
@@ -639,6 +653,9 @@ impl Endpoint {
                 at(l);
             }
         }
+        if let Some(d) = self.retain_deadline() {
+            at(d);
+        }
         match (t, self.timeout_ran) {
             (Some(t), Some(ran)) if t <= ran => Some(ran + self.cfg.rndv_grace.max(RETRY_TICK)),
             _ => t,
@@ -651,6 +668,7 @@ impl Endpoint {
         self.timeout_ran = Some(now);
         self.now = self.now.max(now);
         self.expire_handshakes(now);
+        self.retain_expire(now);
         self.rndv_copies(now, bufs);
         self.probe_silent_peers(now);
         self.progress(now, bufs);

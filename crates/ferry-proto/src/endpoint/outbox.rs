@@ -98,6 +98,9 @@ impl Endpoint {
                 return Err(e);
             }
         }
+        if let Some(e) = self.retain_check_room(peer, len) {
+            return Err(e);
+        }
         let serial = self.flows.take_send_serial(peer, key);
         let w = WaitingSend {
             op,
@@ -130,7 +133,11 @@ impl Endpoint {
         if peer == self.cfg.rank {
             return self.send_to_self(w, bufs);
         }
-        if tcp_protocol::request_for(key, len, self.cfg.eager_bytes) == FrameType::Announce {
+        // Retained messages are copies: a restart of the receiver may need them long after
+        // the program's buffer changed.
+        if tcp_protocol::request_for(key, len, self.cfg.eager_bytes) == FrameType::Announce
+            && self.retain.is_none()
+        {
             // The payload stays in the program's buffer until the receiver pulls it. Without a
             // connection yet (the first message to a peer) the entry waits, still borrowed, and
             // is announced once the connection is up: copying a large first message whole into
@@ -511,6 +518,7 @@ impl Endpoint {
                 if m.data.is_some() {
                     self.outbox_bytes -= m.len;
                 }
+                self.retain_accepted(key, &m);
             }
         } else if let Some(m) = self.outbox.get_mut(&key) {
             m.state = OutState::Refused;

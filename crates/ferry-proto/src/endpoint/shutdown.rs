@@ -88,6 +88,9 @@ impl Endpoint {
                 self.drain_announced(now);
                 return;
             }
+            if !self.retain_may_leave(now) {
+                return;
+            }
             let lost = self
                 .lost
                 .iter()
@@ -111,6 +114,10 @@ impl Endpoint {
                         ),
                     ),
                 }),
+            };
+            let result = match (result, self.retain_finish_error()) {
+                (Ok(()), Some(e)) => Err(e),
+                (r, _) => r,
             };
             self.say_goodbye();
             // Messages for peers an operation gave up on are reported above, never delivered

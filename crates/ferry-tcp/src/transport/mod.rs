@@ -55,7 +55,9 @@ use std::time::{Duration, Instant};
 use ferry_core::config::ConfigWatcher;
 use ferry_core::transport::check_peer;
 use ferry_core::{Config, Error, ErrorKind, Exchange, Result, Stats, Store, Transport, WaitPolicy};
-use ferry_proto::endpoint::{ConnId, Endpoint, EndpointConfig, EndpointError, SendId};
+use ferry_proto::endpoint::{
+    ConnId, Endpoint, EndpointConfig, EndpointError, RetainConfig, SendId,
+};
 use ferry_proto::fasthash::FastMap;
 
 use crate::link::Link;
@@ -64,6 +66,7 @@ use crate::poller::{Poller, Ready, LISTENER};
 mod cache;
 mod ops;
 mod progress;
+mod retain;
 mod service;
 mod shutdown;
 
@@ -323,6 +326,21 @@ impl TcpTransport {
         // Launcher mode: every address in the store was published by a bound listener, which
         // lives as long as its rank; a refusal means the rank's process is gone.
         cfg.refused_is_dead = watcher.is_none();
+        if t.retain {
+            if watcher.is_none() {
+                return Err(Error::config(
+                    "tcp.retain is for jobs started by hand from tcp.addresses (a killed rank \
+                     restarted by hand catches up); under `ferry run` a failed rank ends the \
+                     job, or is replaced with --respawn",
+                )
+                .on_rank(rank));
+            }
+            cfg.retain = Some(RetainConfig {
+                cap_bytes: t.retain_bytes,
+                restart_timeout: config.failure_timeout(),
+                nonce: retain::fresh_nonce(),
+            });
+        }
         tracing::debug!("rank {rank}: tcp backend listening on {local_addr}, {size} ranks");
         Ok(TcpTransport {
             rank,
@@ -513,6 +531,27 @@ impl Transport for TcpTransport {
         self.ep.tolerate_failures();
     }
 
+    fn checkpoint_mark(&mut self) -> Result<bool> {
+        self.mark_checkpoint()
+    }
+
+    fn retain_token(&mut self) -> Option<Vec<u8>> {
+        self.ep.retains().then(|| self.ep.retain_token())
+    }
+
+    fn retain_resume(&mut self, token: &[u8]) -> Result<()> {
+        if !self.ep.retains() {
+            return Err(Error::new(ErrorKind::Unsupported, "resume")
+                .on_rank(self.rank)
+                .with_detail("tcp.retain is off"));
+        }
+        self.ep.retain_resume(token).map_err(|why| {
+            Error::new(ErrorKind::InvalidArgument, "resume")
+                .on_rank(self.rank)
+                .with_detail(why)
+        })
+    }
+
     fn retire_flows(&mut self, flows: ferry_core::RetiredFlows) {
         self.ep.retire_where(|k| flows.contains(k));
     }
@@ -538,6 +577,21 @@ impl Transport for TcpTransport {
             ("tcp duplicate connections closed", c.duplicates_closed),
         ] {
             s.bump(name, v);
+        }
+        if let Some(r) = self.ep.retain_counters() {
+            for (name, v) in [
+                ("tcp retained bytes", r.retained_bytes as u64),
+                ("tcp retained bytes peak", r.peak_bytes as u64),
+                ("tcp restarts seen", r.restarts_seen),
+                ("tcp messages sent again", r.resent),
+                ("tcp duplicates dropped", r.duplicates_dropped),
+                (
+                    "tcp retained dropped at checkpoints",
+                    r.dropped_by_checkpoint,
+                ),
+            ] {
+                s.bump(name, v);
+            }
         }
         s
     }
