@@ -116,9 +116,11 @@ pub enum FerryFlow {
 
 /// This process's view of the job (opaque).
 pub struct FerryWorld {
-    world: World,
+    pub(crate) world: World,
     inst: Instance,
-    group: Group,
+    /// The world's group; carries the topology `ferry_cart_create` or `ferry_graph_create`
+    /// laid over it.
+    pub(crate) group: Group,
 }
 
 /// A distributed array over a 1d, 2d or 3d index space (opaque).
@@ -150,7 +152,7 @@ fn op_of(op: FerryOp) -> Op {
 }
 
 /// Borrows the world behind a C pointer.
-fn world_mut<'a>(w: *mut FerryWorld, op: &'static str) -> Result<&'a mut FerryWorld> {
+pub(crate) fn world_mut<'a>(w: *mut FerryWorld, op: &'static str) -> Result<&'a mut FerryWorld> {
     // SAFETY: a non-null FerryWorld pointer was returned by ferry_init and not yet finalized
     // (the API contract); C calls are not concurrent on one world.
     unsafe { w.as_mut() }.ok_or_else(|| null_arg(op, "world"))
@@ -178,7 +180,7 @@ fn peer(w: &FerryWorld, r: c_int, op: &'static str) -> Result<usize> {
 }
 
 /// Bytes of a C buffer (empty for length 0, so a NULL pointer with length 0 is fine).
-fn bytes<'a>(p: *const c_void, len: usize, op: &'static str) -> Result<&'a [u8]> {
+pub(crate) fn bytes<'a>(p: *const c_void, len: usize, op: &'static str) -> Result<&'a [u8]> {
     if len == 0 {
         return Ok(&[]);
     }
@@ -189,7 +191,7 @@ fn bytes<'a>(p: *const c_void, len: usize, op: &'static str) -> Result<&'a [u8]>
     Ok(unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len) })
 }
 
-fn bytes_mut<'a>(p: *mut c_void, len: usize, op: &'static str) -> Result<&'a mut [u8]> {
+pub(crate) fn bytes_mut<'a>(p: *mut c_void, len: usize, op: &'static str) -> Result<&'a mut [u8]> {
     if len == 0 {
         return Ok(&mut []);
     }

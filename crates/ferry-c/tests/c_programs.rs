@@ -5,6 +5,8 @@
 //! * `tests/c/ferry_api.c`: ferry's C API (point-to-point ring, allreduce, bcast, allgather, a
 //!   data container switched master -> block -> sum at master, status codes and messages for
 //!   bad arguments);
+//! * `tests/c/ferry_cart.c`: Cartesian grids (periodic and not) and a distributed graph with
+//!   neighbour allgather and all-to-all, against a hand-computed grid;
 //! * `tests/c/ferry_fail.c`: a rank killed by SIGKILL; the rank waiting for it gets
 //!   `FERRY_ERR_PEER_FAILED` and a message naming it, and nothing aborts;
 //! * `tests/c/laik_fail.c`: the same under `laik.h`, where failures are fatal as in LAIK: the
@@ -161,6 +163,96 @@ fn c_api_point_to_point_collectives_data_and_errors() {
         got.sort();
         assert_eq!(r.status, Some(0), "{b}: exit status; stderr:\n{}", r.stderr);
         assert_eq!(got, expected, "{b}: output; stderr:\n{}", r.stderr);
+    }
+}
+
+/// The 2 x 3 grid of `crates/ferry/tests/topology.rs`, ranks row-major:
+/// ```text
+///   0 1 2
+///   3 4 5
+/// ```
+/// Per rank: coordinates, then dimension 0 behind, ahead; dimension 1 behind, ahead (`-`: the
+/// grid ends). Rows open, columns wrap:
+const GRID_ROWS_OPEN: [&str; 6] = [
+    "cart 0 (0,0): - 3 2 1",
+    "cart 1 (0,1): - 4 0 2",
+    "cart 2 (0,2): - 5 1 0",
+    "cart 3 (1,0): 0 - 5 4",
+    "cart 4 (1,1): 1 - 3 5",
+    "cart 5 (1,2): 2 - 4 3",
+];
+/// Rows wrap (extent 2: both neighbours are the other row), columns open.
+const GRID_ROWS_WRAP: [&str; 6] = [
+    "cart 0 (0,0): 3 3 - 1",
+    "cart 1 (0,1): 4 4 0 2",
+    "cart 2 (0,2): 5 5 1 -",
+    "cart 3 (1,0): 0 0 - 4",
+    "cart 4 (1,1): 1 1 3 5",
+    "cart 5 (1,2): 2 2 4 -",
+];
+
+/// What ferry_cart prints for a grid given as the lines above: the neighbour allgather
+/// delivers each neighbour's rank in its slot; in the all-to-all, neighbour `j` in slot `s`
+/// sent its block for the slot in which it sees this rank (behind <-> ahead), `10 j + (s ^ 1)`.
+fn cart_expected(grid: &[&str; 6]) -> Vec<String> {
+    let mut out = Vec::new();
+    for (r, line) in grid.iter().enumerate() {
+        out.push(line.to_string());
+        let slots: Vec<&str> = line
+            .rsplit(':')
+            .next()
+            .unwrap()
+            .split_whitespace()
+            .collect();
+        out.push(format!("nbr {r}: {}", slots.join(" ")));
+        let a2a: Vec<String> = slots
+            .iter()
+            .enumerate()
+            .map(|(s, j)| match j.parse::<usize>() {
+                Ok(j) => (10 * j + (s ^ 1)).to_string(),
+                Err(_) => "-".to_string(),
+            })
+            .collect();
+        out.push(format!("a2a {r}: {}", a2a.join(" ")));
+        out.push(format!("graph {r}: from {}", (r + 5) % 6));
+        out.push(format!("rank {r}: wrong grid size -> invalid argument"));
+    }
+    out.push("cart sum 15".to_string());
+    out.sort();
+    out
+}
+
+#[test]
+fn c_api_cartesian_and_graph_neighbours_match_the_hand_computed_grid() {
+    let Some((ferry, libdir)) =
+        tools("c_api_cartesian_and_graph_neighbours_match_the_hand_computed_grid")
+    else {
+        return;
+    };
+    let prog = compile("ferry_cart", &libdir);
+    for b in BACKENDS {
+        for (periods, grid) in [(["0", "1"], &GRID_ROWS_OPEN), (["1", "0"], &GRID_ROWS_WRAP)] {
+            let args: Vec<String> = ["2", "3", periods[0], periods[1]]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
+            let r = launch(&ferry, &libdir, b, 6, &[], &prog, &args);
+            let mut got: Vec<String> = r.stdout.lines().map(str::to_string).collect();
+            got.sort();
+            assert_eq!(
+                r.status,
+                Some(0),
+                "{b} {periods:?}: stdout:\n{}\nstderr:\n{}",
+                r.stdout,
+                r.stderr
+            );
+            assert_eq!(
+                got,
+                cart_expected(grid),
+                "{b} {periods:?}; stderr:\n{}",
+                r.stderr
+            );
+        }
     }
 }
 

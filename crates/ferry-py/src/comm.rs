@@ -525,6 +525,84 @@ impl Comm {
         })
     }
 
+    /// Lays the members out on a Cartesian grid of extents `dims` (their product is `size`),
+    /// `periods[d]` true for a dimension that wraps around; row-major, a member's rank is its
+    /// grid index. Local, but every member declares the same grid before its next collective.
+    fn set_cartesian(&mut self, dims: Vec<usize>, periods: Vec<bool>) -> PyResult<()> {
+        self.get()?.set_cartesian(&dims, &periods).map_err(to_py)
+    }
+
+    /// This member's coordinates on the grid.
+    fn cart_coords(&mut self) -> PyResult<Vec<usize>> {
+        self.get()?.cart_coords().map_err(to_py)
+    }
+
+    /// `(source, dest)`: the members `disp` steps behind and ahead along dimension `dim`
+    /// (`None` past the edge of a non-periodic dimension), as `MPI_Cart_shift`.
+    #[pyo3(signature = (dim, disp = 1))]
+    fn cart_shift(&mut self, dim: usize, disp: isize) -> PyResult<(Option<usize>, Option<usize>)> {
+        self.get()?.cart_shift(dim, disp).map_err(to_py)
+    }
+
+    /// Gives this member the edges of a distributed graph: it receives from `sources` and
+    /// sends to `destinations` in the neighbour collectives (ranks of this communicator).
+    fn set_graph(&mut self, sources: Vec<usize>, destinations: Vec<usize>) -> PyResult<()> {
+        self.get()?.set_graph(sources, destinations).map_err(to_py)
+    }
+
+    /// Sends `x` to every neighbour and returns one entry per source slot of the topology
+    /// (grid: dimension 0 behind, ahead, dimension 1 behind, ...): a flat array of what that
+    /// neighbour sent, or `None` where the slot has no neighbour.
+    fn neighbor_allgather<'py>(
+        &mut self,
+        py: Python<'py>,
+        x: &Bound<'py, PyAny>,
+    ) -> PyResult<Vec<Option<Bound<'py, PyAny>>>> {
+        let c = self.get()?;
+        dispatch!(x, a, T, {
+            let got = with_slice(a, |s| c.neighbor_allgather(s).map_err(to_py))?;
+            Ok(got
+                .into_iter()
+                .map(|b| b.map(|v| PyArray::from_vec(py, v).into_any()))
+                .collect())
+        })
+    }
+
+    /// Sends `blocks[k]` to the `k`-th destination slot (one array per slot, all of one
+    /// dtype; `None` for a slot without a neighbour) and returns one entry per source slot,
+    /// as [`Comm::neighbor_allgather`].
+    fn neighbor_alltoall<'py>(
+        &mut self,
+        py: Python<'py>,
+        blocks: Vec<Option<Bound<'py, PyAny>>>,
+    ) -> PyResult<Vec<Option<Bound<'py, PyAny>>>> {
+        let c = self.get()?;
+        let Some(first) = blocks.iter().flatten().next().cloned() else {
+            return Err(PyValueError::new_err(
+                "neighbor_alltoall needs at least one array",
+            ));
+        };
+        dispatch!(&first, _a, T, {
+            let mut parts: Vec<Vec<T>> = Vec::with_capacity(blocks.len());
+            for b in &blocks {
+                match b {
+                    None => parts.push(Vec::new()),
+                    Some(b) => {
+                        let a = b.downcast::<PyArrayDyn<T>>().map_err(|_| {
+                            PyTypeError::new_err("every block must have the dtype of the first")
+                        })?;
+                        parts.push(with_slice(a, |s| Ok(s.to_vec()))?);
+                    }
+                }
+            }
+            let got = c.neighbor_alltoall(&parts).map_err(to_py)?;
+            Ok(got
+                .into_iter()
+                .map(|b| b.map(|v| PyArray::from_vec(py, v).into_any()))
+                .collect())
+        })
+    }
+
     /// A new container of `dtype` (`"float64"`, `"float32"`, `"int64"` or `"int32"`) over
     /// `space`.
     #[pyo3(signature = (space, dtype = "float64", name = "container"))]

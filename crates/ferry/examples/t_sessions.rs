@@ -9,7 +9,8 @@
 //!    `ferry::Communicator` trait;
 //! 4. within its application (or the world), makes communicators of two sessions with the same
 //!    tag and one with another tag, and shows that their messages never match each other's;
-//!    declares a periodic 1-D grid on another one and checks its neighbours and a sum;
+//!    declares a periodic 1-D grid on another one and checks its neighbours and a sum, then an
+//!    open line (coordinates, shifts, neighbour all-to-all) and a directed ring graph;
 //! 5. finalizes the first session (its communicators fail, the second's still work), then the
 //!    second, and creates a third session that works again.
 //!
@@ -125,6 +126,31 @@ fn run() -> ferry::Result<()> {
     grid.allreduce(&mut s, &ReduceOp::Sum)?;
     let total: u64 = app.members().iter().map(|&m| m as u64).sum();
     check(s[0] == total, format!("grid sum {}", s[0]))?;
+    // The same line open at both ends: coordinates, shifts, an all-to-all along it (neighbour
+    // `j` behind sent its block for "ahead", 10 j + 1; the one ahead its block for "behind",
+    // 10 j), then a directed ring as a graph.
+    let mut line = s1.comm_from_group(&app, "line")?;
+    line.set_cartesian(&[n], &[false])?;
+    let le = |v: usize| (v as u64).to_le_bytes().to_vec();
+    let coords = line.cart_coords()?;
+    check(coords == [i], format!("line coordinates {coords:?}"))?;
+    let shift = line.cart_shift(0, 1)?;
+    let behind = i.checked_sub(1);
+    let ahead = (i + 1 < n).then_some(i + 1);
+    check(shift == (behind, ahead), format!("line shift {shift:?}"))?;
+    let got = line.neighbor_alltoall(&[le(10 * i), le(10 * i + 1)])?;
+    let want = vec![behind.map(|j| le(10 * j + 1)), ahead.map(|j| le(10 * j))];
+    check(
+        got == want,
+        format!("line all-to-all {got:?}, want {want:?}"),
+    )?;
+    line.set_graph(vec![(i + n - 1) % n], vec![(i + 1) % n])?;
+    let got = line.neighbor_alltoall(&[le(100 + i)])?;
+    check(
+        got == [Some(le(100 + (i + n - 1) % n))],
+        format!("graph ring {got:?}"),
+    )?;
+    drop(line);
     if c1.size() >= 2 {
         if c1.rank() == 0 {
             // Same member, same numeric tag, three communicators: sent in the order the

@@ -23,7 +23,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use ferry_coll::{self as coll, Cartesian, Group, ReduceOp, Topology};
+use ferry_coll::{self as coll, Cartesian, Graph, Group, ReduceOp, Topology};
 use ferry_core::pset::ProcessSets;
 use ferry_core::{
     Config, Element, Error, ErrorKind, LaunchInfo, MsgKey, MsgKind, Result, Transport,
@@ -431,11 +431,63 @@ impl SessionComm {
         Ok(())
     }
 
-    /// Sends `send` to every neighbour of the grid and returns what each sent, per slot
-    /// (dimension 0 behind, ahead, dimension 1 behind, ...; `None` where the grid ends).
+    /// Gives this member the edges of a distributed graph (X6): it receives from `sources` and
+    /// sends to `destinations` (members of this communicator) in the neighbour collectives.
+    /// Local, like [`crate::Comm::set_graph`]; the members' edges must agree.
+    pub fn set_graph(&mut self, sources: Vec<usize>, destinations: Vec<usize>) -> Result<()> {
+        let rank = self.rt.rank;
+        let graph = Graph::new(sources, destinations).map_err(|e| e.or_rank(rank))?;
+        self.coll = self
+            .coll
+            .clone()
+            .with_topology(Topology::Graph(graph))
+            .map_err(|e| e.or_rank(rank))?;
+        Ok(())
+    }
+
+    /// The topology declared with [`SessionComm::set_cartesian`] or
+    /// [`SessionComm::set_graph`], if any.
+    pub fn topology(&self) -> Option<&Topology> {
+        self.coll.topology()
+    }
+
+    fn grid(&self, op: &'static str) -> Result<&Cartesian> {
+        match self.coll.topology() {
+            Some(Topology::Cartesian(c)) => Ok(c),
+            _ => Err(
+                Error::invalid(op, "the communicator has no Cartesian topology")
+                    .on_rank(self.rt.rank),
+            ),
+        }
+    }
+
+    /// This member's coordinates on the grid.
+    pub fn cart_coords(&self) -> Result<Vec<usize>> {
+        self.grid("cart coords")?
+            .coords(self.my_index)
+            .map_err(|e| e.on_rank(self.rt.rank))
+    }
+
+    /// `(source, destination)` members for a shift by `disp` along dimension `dim` (as
+    /// `MPI_Cart_shift`); `None` past the edge of a non-periodic dimension.
+    pub fn cart_shift(&self, dim: usize, disp: isize) -> Result<(Option<usize>, Option<usize>)> {
+        self.grid("cart shift")?
+            .shift(self.my_index, dim, disp)
+            .map_err(|e| e.on_rank(self.rt.rank))
+    }
+
+    /// Sends `send` to every neighbour and returns what each sent, per source slot (grid:
+    /// dimension 0 behind, ahead, dimension 1 behind, ...; `None` where the grid ends).
     pub fn neighbor_allgather(&self, send: &[u8]) -> Result<Vec<Option<Vec<u8>>>> {
         self.world_rank(self.my_index, "neighbor allgather")?;
         coll::neighbor_allgather(&mut **self.rt.lock("neighbor allgather")?, &self.coll, send)
+    }
+
+    /// Sends `parts[k]` to the `k`-th destination slot and returns what each source sent
+    /// along its edge to this member, per source slot (`None` where the slot has no member).
+    pub fn neighbor_alltoall(&self, parts: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>> {
+        self.world_rank(self.my_index, "neighbor alltoall")?;
+        coll::neighbor_alltoall(&mut **self.rt.lock("neighbor alltoall")?, &self.coll, parts)
     }
 
     /// Copies member `root`'s `data` to every member (all pass slices of the same length).
