@@ -23,132 +23,41 @@ import argparse
 import os
 import random
 import re
-import signal
-import statistics
-import subprocess
 import sys
-import threading
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from chaoslib import Job, blamed_survivors, hybrid_wrapper, median_max_ms  # noqa: E402
 
 SHRINK = re.compile(r"^rank (\d+): shrink (\d+): failed \[([\d, ]*)\] survivors \[([\d, ]*)\]$")
 DONE = re.compile(r"^rank (\d+): done (\d+) rounds, size (\d+), checksum (-?\d+)$")
-
-
-def rank_pids(launcher_pid):
-    """World rank -> pid of the launcher's children (their FERRY_RANK)."""
-    pids = {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat") as f:
-                stat = f.read()
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
-            if ppid != launcher_pid:
-                continue
-            with open(f"/proc/{d}/environ", "rb") as f:
-                env = f.read().split(b"\0")
-        except (OSError, ValueError, IndexError):
-            continue
-        for kv in env:
-            if kv.startswith(b"FERRY_RANK="):
-                pids[int(kv[11:])] = int(d)
-    return pids
-
-
-def shm_objects():
-    try:
-        return {n for n in os.listdir("/dev/shm") if "ferry" in n}
-    except OSError:
-        return set()
-
-
-def job_objects(names, launcher_pid):
-    """The names among `names` that the job of launcher `launcher_pid` made: the launcher
-    names its job `f<pid>-<hex>` and segment names carry `-j<job>`. Other jobs on the machine
-    (other users' tests) make names of their own during a run; they are not this job's."""
-    return {n for n in names if f"-jf{launcher_pid}-" in n}
 
 
 def one_run(args, backend, n, kills, rng, run_index):
     cmd = [os.path.join(args.target, "ferry"), "run", "-n", str(n), "--keep-going",
            "--backend", backend]
     if backend == "hybrid":
-        # Two "nodes" on this host: deaths are seen through shm by node mates, tcp by others.
-        half = max(1, n // 2)
-        cmd += ["--", "sh", "-c", f'FERRY_NODE=n$((FERRY_RANK / {half})) exec "$0" "$@"']
+        cmd += hybrid_wrapper(n)
     cmd += [os.path.join(args.target, "examples", "ft_agree"), str(args.rounds)]
-    shm_before = shm_objects()
-    start = time.monotonic()
-    env = dict(os.environ, FERRY_LOG="ferry_ft=info")
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         start_new_session=True, env=env)
-    lines = []  # (time, line)
-    err = []
-
-    def read_out():
-        for line in p.stdout:
-            lines.append((time.monotonic(), line.rstrip("\n")))
-
-    def read_err():
-        for line in p.stderr:
-            err.append(line.rstrip("\n"))
-
-    threads = [threading.Thread(target=read_out), threading.Thread(target=read_err)]
-    for t in threads:
-        t.start()
-    # Wait until every rank runs.
-    pids = {}
-    while time.monotonic() - start < 10:
-        pids = rank_pids(p.pid)
-        if len(pids) == n:
-            break
-        time.sleep(0.01)
-    # A rank killed during ferry::init leaves the others waiting for its start-up keys until
-    # general.startup_timeout_ms: a start-up failure, which the fault-tolerant communicator
-    # (made after init) cannot survive. Kill times count from when every rank has made it
-    # (its `ft: communicator ready` log line).
-    while time.monotonic() - start < 20 and p.poll() is None:
-        if sum("ft: communicator ready" in line for line in list(err)) >= n:
-            break
-        time.sleep(0.002)
+    job = Job(cmd, dict(os.environ, FERRY_LOG="ferry_ft=info"))
+    job.wait_ranks(n)
+    # Kill times count from when every rank has made its communicator (its
+    # `ft: communicator ready` log line): a rank killed during ferry::init is a start-up
+    # failure, which the fault-tolerant communicator (made after init) cannot survive.
+    job.wait_until(lambda: sum("ft: communicator ready" in line
+                               for _, line in list(job.err)) >= n, 20)
     victims = rng.sample(range(n), kills)
     if kills >= 2 and run_index % 2 == 0 and 0 not in victims:
         victims[0] = 0
     # The run lasts about rounds * ~1.2 ms plus start-up; kill within the first 80 %.
     span = args.rounds * 0.0012 * 0.8
     at = sorted(rng.uniform(0.05, span) for _ in victims)
-    t0 = time.monotonic()
-    kill_times = {}
-    for v, a in zip(victims, at):
-        delay = t0 + a - time.monotonic()
-        if delay > 0:
-            time.sleep(delay)
-        pid = pids.get(v)
-        if pid is None:
-            continue
-        try:
-            os.kill(pid, signal.SIGKILL)
-            kill_times[v] = time.monotonic()
-        except ProcessLookupError:
-            pass
-    hang = False
-    try:
-        p.wait(timeout=args.timeout)
-    except subprocess.TimeoutExpired:
-        hang = True
-        os.killpg(p.pid, signal.SIGKILL)
-        p.wait()
-    for t in threads:
-        t.join()
-    # Leftovers: processes of the job, /dev/shm objects it made.
-    time.sleep(0.05)
-    left_procs = [r for r, pid in pids.items() if os.path.exists(f"/proc/{pid}")
-                  and not open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"]
-    left_shm = job_objects(shm_objects() - shm_before, p.pid)
+    kill_times = job.kill_at(victims, at)
+    job.finish(args.timeout)
+    err = job.err_lines()
     # Verdicts.
     done_by, shrink_by = {}, {}
-    for t, line in lines:
+    for t, line in job.out:
         m = DONE.match(line)
         if m:
             done_by[int(m.group(1))] = line.split(":", 1)[1]
@@ -159,30 +68,24 @@ def one_run(args, backend, n, kills, rng, run_index):
     killed = set(kill_times)
     survivors = [r for r in range(n) if r not in killed]
     problems = []
-    if hang:
+    if job.hang:
         problems.append("hang")
     missing = [r for r in survivors if r not in done_by]
-    if missing and not hang:
+    if missing and not job.hang:
         problems.append(f"no done line from {missing}")
     if len({done_by[r] for r in survivors if r in done_by}) > 1:
         problems.append("done lines differ")
     shrink_sets = {tuple(s for _, s, _ in shrink_by.get(r, [])) for r in survivors}
     if len(shrink_sets) > 1:
         problems.append("shrink lines differ")
-    blamed = []
-    for line in err:
-        m = re.match(r"^ferry: ranks? ([\d,\-]+) exited with code", line)
-        if m:
-            blamed.append(line)
+    blamed = blamed_survivors(err)
     if blamed:
         problems.append("survivor failed: " + "; ".join(blamed))
     errors = [l for l in err if l.startswith("ft_agree: error")]
     if errors:
         problems.append("; ".join(errors[:2]))
-    if left_procs:
-        problems.append(f"leftover ranks {left_procs}")
-    if left_shm:
-        problems.append(f"leftover /dev/shm {sorted(left_shm)}")
+    leftovers = job.leftovers()
+    problems += leftovers
     # Time from each kill to the last survivor's shrink line that no longer lists the victim.
     notice = []
     for v, kt in kill_times.items():
@@ -195,11 +98,10 @@ def one_run(args, backend, n, kills, rng, run_index):
         if last is not None:
             notice.append(last - kt)
     return {
-        "problems": problems, "hang": hang, "victims": victims, "notice": notice,
+        "problems": problems, "hang": job.hang, "victims": victims, "notice": notice,
         "kill_at": [round(a, 3) for a in at],
         "disagree": any(p in ("done lines differ", "shrink lines differ") for p in problems),
-        "leftovers": bool(left_procs or left_shm), "elapsed": time.monotonic() - start,
-        "stderr": err,
+        "leftovers": bool(leftovers), "elapsed": job.elapsed, "stderr": err,
     }
 
 
@@ -229,11 +131,9 @@ def main():
                 hangs = sum(1 for r in res if r["hang"])
                 dis = sum(1 for r in res if r["disagree"])
                 left = sum(1 for r in res if r["leftovers"])
-                notice = [x * 1000 for r in res for x in r["notice"]]
-                med = f"{statistics.median(notice):.0f}" if notice else "-"
-                mx = f"{max(notice):.0f}" if notice else "-"
+                notice = median_max_ms([x for r in res for x in r["notice"]])
                 print(f"{backend:8} {n:5} {k:5} {len(res):5} {ok:3} {hangs:5} {dis:8} "
-                      f"{left:9}  {med}/{mx}", flush=True)
+                      f"{left:9}  {notice}", flush=True)
                 for r in res:
                     slow = [round(x * 1000) for x in r["notice"] if x > 1.0]
                     if slow:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Chaos runs of jac2d_ft (issue 08): data-level recovery after SIGKILLed ranks.
 
-For each backend it first runs `ferry run -n N jac2d_ft -s SIZE ITERS` undisturbed (the
+For each backend it first runs `ferry run -n N PROGRAM -s SIZE ITERS` undisturbed (the
 reference), then RUNS runs with `--keep-going` in which K ranks are SIGKILLed at random
 times within the first 80 % of the reference's length, counted from rank 0's first line (the
 job has started; a kill during start-up is not a failure the communicator can survive). One
@@ -17,14 +17,21 @@ when:
 It reports runs, passes, hangs, wrong results, and the time from each kill to the last
 survivor's `recovered` line on stderr (kill to running again; median and max).
 
-With `--mode rebuild` the runs use `FERRY_FT_MODE=rebuild` and `ferry run --respawn 2`
-instead of `--keep-going` (issue 08 must-show 2): the killed ranks are replaced, the launcher
-must exit 0, every rank (the replacements too) reports each recovery, and the job ends with
-4 ranks; a second victim is looked up anew, so it may be a replacement.
+With `--mode rebuild` the runs use `FERRY_FT_MODE=rebuild` and `ferry run --respawn K`
+(default 2) instead of `--keep-going` (issue 08 must-show 2): the killed ranks are replaced,
+the launcher must exit 0, every rank (the replacements too) reports each recovery, and the job
+ends with 4 ranks; a second victim is looked up anew, so it may be a replacement. The column
+`extra` counts replacements beyond the kills: ranks the survivors declared failed while they
+were alive (false suspicions), which cost respawns.
+
+PROGRAM is jac2d_ft (default; rows in plain vectors, `ferry::ft::Recoverable`) or, with
+`--program jac2d_ft_data`, the same Jacobi on ferry-data containers (`Checkpoints`); the
+latter also reports the bytes each rank holds for recovery after a recovery.
 
 Usage: bench/chaos_recover.py [--backends tcp,shm,hybrid] [--kills 1,2] [--runs 20]
                               [--size 1000] [--iters 400] [--timeout 60] [--seed S]
                               [--target target/release] [--mode shrink|rebuild]
+                              [--respawn K] [--program jac2d_ft|jac2d_ft_data]
                               [-v [--stacks]]
 Exit status 0 when every run passed.
 """
@@ -33,30 +40,27 @@ import argparse
 import os
 import random
 import re
-import signal
-import statistics
 import subprocess
 import sys
-import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from chaos import job_objects, rank_pids, shm_objects  # noqa: E402
+from chaoslib import Job, blamed_survivors, hybrid_wrapper, median_max_ms  # noqa: E402
 
 N = 4
-RECOVERED = re.compile(r"^jac2d_ft: rank (\d+): recovered on generation (\d+)")
+RECOVERED = re.compile(r"^jac2d_ft(?:_data)?: rank (\d+): recovered on generation (\d+)")
+HELD = re.compile(r"(\d+) bytes held for recovery\)$")
 
 
 def command(args, backend, keep_going):
     cmd = [os.path.join(args.target, "ferry"), "run", "-n", str(N), "--backend", backend]
     if args.mode == "rebuild":
-        cmd += ["--respawn", "2"]
+        cmd += ["--respawn", str(args.respawn)]
     elif keep_going:
         cmd.append("--keep-going")
     if backend == "hybrid":
-        # Two "nodes" on this host: deaths are seen through shm by node mates, tcp by others.
-        cmd += ["--", "sh", "-c", f'FERRY_NODE=n$((FERRY_RANK / {N // 2})) exec "$0" "$@"']
-    cmd += [os.path.join(args.target, "examples", "jac2d_ft"), "-s", str(args.size),
+        cmd += hybrid_wrapper(N)
+    cmd += [os.path.join(args.target, "examples", args.program), "-s", str(args.size),
             str(args.iters)]
     return cmd
 
@@ -87,87 +91,42 @@ def victims_for(kills, rng, run_index):
 
 
 def one_run(args, backend, kills, ref, span, rng, run_index):
-    shm_before = shm_objects()
-    start = time.monotonic()
-    p = subprocess.Popen(command(args, backend, True), stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, start_new_session=True,
-                         env=environment(args))
-    out, err = [], []
-
-    def read(stream, into):
-        for line in stream:
-            into.append((time.monotonic(), line.rstrip("\n")))
-
-    threads = [threading.Thread(target=read, args=(p.stdout, out)),
-               threading.Thread(target=read, args=(p.stderr, err))]
-    for t in threads:
-        t.start()
-    pids = {}
-    while time.monotonic() - start < 10:
-        pids = rank_pids(p.pid)
-        if len(pids) == N:
-            break
-        time.sleep(0.01)
+    job = Job(command(args, backend, True), environment(args))
+    pids = job.wait_ranks(N)
     # Kill times count from rank 0's first line, printed once the fault-tolerant communicator
     # exists: a rank killed while the job is still starting (ferry::init) is a start-up
     # failure, which the communicator cannot recover from (it does not exist yet).
-    while time.monotonic() - start < 20 and not out and p.poll() is None:
-        time.sleep(0.002)
+    job.wait_until(lambda: bool(job.out), 20)
     victims = victims_for(kills, rng, run_index)
     at = sorted(rng.uniform(0.05, span * 0.8) for _ in victims)
-    t0 = time.monotonic()
-    kill_times = {}
-    seen_pids = dict(pids)
-    for v, a in zip(victims, at):
-        delay = t0 + a - time.monotonic()
-        if delay > 0:
-            time.sleep(delay)
-        if args.mode == "rebuild":
-            # A replacement has a new pid.
-            pids = rank_pids(p.pid)
-            seen_pids.update({(r, pid): pid for r, pid in pids.items()})
-        pid = pids.get(v)
-        if pid is None:
-            continue
-        try:
-            os.kill(pid, signal.SIGKILL)
-            kill_times[v] = time.monotonic()
-        except ProcessLookupError:
-            pass
-    hang = False
-    try:
-        p.wait(timeout=args.timeout)
-    except subprocess.TimeoutExpired:
-        hang = True
-        if args.stacks:
-            for r, pid in sorted(pids.items()):
-                if r in kill_times:
-                    continue
-                bt = subprocess.run(["gdb", "-p", str(pid), "-batch", "-ex", "bt 40"],
-                                    capture_output=True, text=True, timeout=120).stdout
-                frames = [l for l in bt.splitlines() if l.startswith("#")
-                          and ("ferry" in l or "jac2d" in l)]
-                err.append((time.monotonic(), f"stack of rank {r}:"))
-                err.extend((time.monotonic(), "  " + f[:200]) for f in frames)
-        os.killpg(p.pid, signal.SIGKILL)
-        p.wait()
-    for t in threads:
-        t.join()
-    time.sleep(0.05)
-    left_procs = [r for r, pid in seen_pids.items() if os.path.exists(f"/proc/{pid}")
-                  and open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"]
-    left_shm = job_objects(shm_objects() - shm_before, p.pid)
+    kill_times = job.kill_at(victims, at, fresh_pids=args.mode == "rebuild")
+
+    def stacks():
+        if not args.stacks:
+            return
+        for r, pid in sorted(pids.items()):
+            if r in kill_times:
+                continue
+            bt = subprocess.run(["gdb", "-p", str(pid), "-batch", "-ex", "bt 40"],
+                                capture_output=True, text=True, timeout=120).stdout
+            frames = [l for l in bt.splitlines() if l.startswith("#")
+                      and ("ferry" in l or "jac2d" in l)]
+            job.err.append((time.monotonic(), f"stack of rank {r}:"))
+            job.err.extend((time.monotonic(), "  " + f[:200]) for f in frames)
+
+    job.finish(args.timeout, stacks)
+    err = job.err_lines()
     problems = []
-    if hang:
+    if job.hang:
         problems.append("hang")
     final = ref[-1]
-    stdout = [line for _, line in out]
+    stdout = job.out_lines()
     wrong = False
     finals = [line for line in stdout if line.startswith("Global value sum")]
-    if not hang and finals != [final]:
+    if not job.hang and finals != [final]:
         wrong = True
         problems.append(f"final lines {finals}, expected [{final!r}]")
-    if not hang and (not stdout or stdout[-1] != final):
+    if not job.hang and (not stdout or stdout[-1] != final):
         wrong = True
         problems.append("the final line is not last")
     allowed = set(ref)
@@ -175,34 +134,29 @@ def one_run(args, backend, kills, ref, span, rng, run_index):
     if foreign:
         wrong = True
         problems.append(f"residuum lines not in the undisturbed run: {foreign[:3]}")
-    for _, line in err:
-        m = re.match(r"^ferry: ranks? ([\d,\-]+) exited with code", line)
-        if m:
-            problems.append(line)
-        if line.startswith("jac2d_ft: error"):
-            problems.append(line)
-    if args.mode == "rebuild" and not hang and p.returncode != 0:
-        problems.append(f"the launcher exited {p.returncode}")
-    if left_procs:
-        problems.append(f"leftover ranks {left_procs}")
-    if left_shm:
-        problems.append(f"leftover /dev/shm {sorted(left_shm)}")
+    problems += blamed_survivors(err)
+    problems += [line for line in err if line.startswith(f"{args.program}: error")]
+    if args.mode == "rebuild" and not job.hang and job.p.returncode != 0:
+        problems.append(f"the launcher exited {job.p.returncode}")
+    problems += job.leftovers()
     # Kill to running again: the last survivor's first `recovered` line after each kill.
     survivors = ([r for r in range(N) if r not in kill_times] if args.mode == "shrink"
                  else list(range(N)))
     notice = []
     for kt in sorted(kill_times.values()):
         first = {}
-        for t, line in err:
+        for t, line in job.err:
             m = RECOVERED.match(line)
             if m and t >= kt and int(m.group(1)) in survivors:
                 first.setdefault(int(m.group(1)), t)
         if first and len(first) == len(survivors):
             notice.append(max(first.values()) - kt)
-    recoveries = len({int(RECOVERED.match(l).group(2)) for _, l in err if RECOVERED.match(l)})
-    return {"problems": problems, "hang": hang, "wrong": wrong, "victims": victims,
+    recoveries = len({int(RECOVERED.match(l).group(2)) for l in err if RECOVERED.match(l)})
+    respawns = sum("started a replacement" in line for line in err)
+    held = [int(m.group(1)) for m in (HELD.search(l) for l in err if RECOVERED.match(l)) if m]
+    return {"problems": problems, "hang": job.hang, "wrong": wrong, "victims": victims,
             "killed": sorted(kill_times), "notice": notice, "recoveries": recoveries,
-            "stderr": [line for _, line in err]}
+            "extra": max(0, respawns - len(kill_times)), "held": held, "stderr": err}
 
 
 def main():
@@ -217,6 +171,8 @@ def main():
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--target", default="target/release")
     ap.add_argument("--mode", choices=["shrink", "rebuild"], default="shrink")
+    ap.add_argument("--respawn", type=int, default=2, help="--respawn K in rebuild mode")
+    ap.add_argument("--program", choices=["jac2d_ft", "jac2d_ft_data"], default="jac2d_ft")
     ap.add_argument("-v", "--verbose", action="store_true")
     ap.add_argument("--stacks", action="store_true",
                     help="on a hang, print the survivors' stacks (gdb) with --verbose")
@@ -224,8 +180,10 @@ def main():
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     rng = random.Random(seed)
     print(f"chaos_recover: seed {seed}, {args.runs} runs each, "
-          f"jac2d_ft -s {args.size} {args.iters} on {N} ranks, mode {args.mode}")
-    print("backend  kills  runs  ok hangs wrong  recovered  kill->running median/max (ms)")
+          f"{args.program} -s {args.size} {args.iters} on {N} ranks, mode {args.mode}"
+          + (f", --respawn {args.respawn}" if args.mode == "rebuild" else ""))
+    print("backend  kills  runs  ok hangs wrong  recovered extra  kill->running median/max (ms)"
+          "  held (bytes/rank)")
     all_ok = True
     for backend in args.backends.split(","):
         ref, took = reference(args, backend)
@@ -235,11 +193,12 @@ def main():
             hangs = sum(1 for r in res if r["hang"])
             wrong = sum(1 for r in res if r["wrong"])
             rec = sum(1 for r in res if r["recoveries"] > 0)
-            notice = [x * 1000 for r in res for x in r["notice"]]
-            med = f"{statistics.median(notice):.0f}" if notice else "-"
-            mx = f"{max(notice):.0f}" if notice else "-"
-            print(f"{backend:8} {k:5} {len(res):5} {ok:3} {hangs:5} {wrong:5} {rec:10}  "
-                  f"{med}/{mx}", flush=True)
+            extra = sum(r["extra"] for r in res)
+            notice = median_max_ms([x for r in res for x in r["notice"]])
+            held = sorted({h for r in res for h in r["held"]})
+            held = "-" if not held else f"{held[0]}" + (f"-{held[-1]}" if len(held) > 1 else "")
+            print(f"{backend:8} {k:5} {len(res):5} {ok:3} {hangs:5} {wrong:5} {rec:10} "
+                  f"{extra:5}  {notice:>29}  {held}", flush=True)
             for r in res:
                 if r["problems"]:
                     all_ok = False

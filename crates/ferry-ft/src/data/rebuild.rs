@@ -240,4 +240,49 @@ mod tests {
         let raw = encode_ranges(&p);
         assert!(decode_ranges(&raw[..raw.len() - 1], &space, &new, "t").is_err());
     }
+
+    #[test]
+    fn a_container_is_restored_into_members_that_lost_their_copies() {
+        // Ranks 1 and 3 start over with a new container and no checkpoint (as a replacement
+        // does); every member ends with the checkpointed values in the partitioning asked
+        // for (another one than the checkpoint's) and two copies per part again.
+        let out = ferry_core::mem::MemTransport::run(4, |t| {
+            let comm = crate::recover::rebuild::tests::rebuild_comm(t);
+            let me = comm.world_rank();
+            let space = Space::new1(40).unwrap();
+            let mut inst = ferry_data::Instance::new(me, 4).unwrap();
+            let mut c = Container::<i64>::new(&mut inst, "c", &space);
+            let block = crate::data::partitioning(&comm, &space, &Partitioner::block()).unwrap();
+            crate::data::switch(&comm, &mut c, &block, DataFlow::None, None).unwrap();
+            for r in c.my_ranges().to_vec() {
+                for x in r.from()[0]..r.to()[0] {
+                    c.set(&[x, 0, 0], 7 * x + 1).unwrap();
+                }
+            }
+            let mut saved = Checkpoints::<i64>::new("c");
+            saved.checkpoint(&comm, 30, &c).unwrap();
+            if me == 1 || me == 3 {
+                inst = ferry_data::Instance::new(me, 4).unwrap();
+                c = Container::<i64>::new(&mut inst, "c", &space);
+                saved = Checkpoints::new("c");
+            }
+            let cyclic = Partitioner::Block(Block {
+                cycles: 3,
+                ..Block::default()
+            });
+            let to = crate::data::partitioning(&comm, &space, &cyclic).unwrap();
+            let epoch = saved.restore(&comm, &mut c, &to).unwrap();
+            let mut wrong = 0;
+            for r in c.my_ranges().to_vec() {
+                for x in r.from()[0]..r.to()[0] {
+                    wrong += usize::from(c.get(&[x, 0, 0]).unwrap() != 7 * x + 1);
+                }
+            }
+            (epoch, wrong, saved.held_bytes())
+        });
+        for (rank, (epoch, wrong, held)) in out.into_iter().enumerate() {
+            assert_eq!((epoch, wrong), (Some(30), 0), "rank {rank}");
+            assert_eq!(held, 2 * 10 * 8, "rank {rank}: its part and its buddy's");
+        }
+    }
 }

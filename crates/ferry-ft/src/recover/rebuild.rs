@@ -1,8 +1,12 @@
 //! Restoring a [`Recoverable`] after a REBUILD: the communicator kept its size and layout, so
 //! the survivors keep their parts, and each replacement gets its own part from its buddy (the
 //! next member, which holds the checkpoint's copy of it) and the copy of its predecessor's
-//! part that it held as buddy, so that every part has two holders again at once.
+//! part that it held as buddy, so that every part has two holders again at once. A member
+//! holds no checkpoint if it is a replacement, or a replacement whose restore a later failure
+//! interrupted: the members find out who holds one (an allreduce) and serve every member
+//! without one alike.
 
+use ferry_coll::ReduceOp;
 use ferry_core::element::{as_bytes, copy_from_bytes};
 use ferry_core::{Element, Error, ErrorKind, Result};
 
@@ -18,54 +22,28 @@ impl<T: Element> Recoverable<T> {
         let me = comm.world_rank();
         let (n, i) = (comm.size(), comm.rank());
         let members = comm.members();
-        let fresh = |j: usize| comm.replaced().contains(&members[j]);
         let range = self.range(comm);
         let u = self.unit_len;
         let part_len = |j: usize| block_range(self.units, n, j).len() * u;
-        // The epoch comes from the first survivor: a replacement knows none.
-        let Some(root) = (0..n).find(|&j| !fresh(j)) else {
-            return Err(Error::new(ErrorKind::Unsupported, "restore")
-                .on_rank(me)
-                .with_detail(format!(
-                    "recoverable `{}`: every member is a new process, nobody holds a checkpoint",
-                    self.name
-                )));
-        };
-        if !fresh(i) {
-            if let Some(ck) = &self.ckpt {
-                if ck.members != members || ck.own.len() != range.len() * u {
-                    return Err(Error::new(ErrorKind::Protocol, "restore")
-                        .on_rank(me)
-                        .with_detail(format!(
-                            "recoverable `{}`: the checkpoint was taken on members {:?}, the \
-                             rebuilt communicator has {members:?}",
-                            self.name, ck.members
-                        )));
-                }
-            }
-        }
-        let mut head = vec![0u8; 9];
-        if let Some(ck) = self.ckpt.as_ref().filter(|_| !fresh(i)) {
-            head[0] = 1;
-            head[1..].copy_from_slice(&ck.epoch.to_le_bytes());
-        }
-        comm.broadcast(root, &mut head)?;
-        let epoch = match head.as_slice() {
-            [0, ..] => None,
-            [1, rest @ ..] if rest.len() == 8 => {
-                let mut b = [0u8; 8];
-                b.copy_from_slice(rest);
-                Some(u64::from_le_bytes(b))
-            }
-            _ => {
+        if let Some(ck) = &self.ckpt {
+            if ck.members != members || ck.own.len() != range.len() * u {
                 return Err(Error::new(ErrorKind::Protocol, "restore")
                     .on_rank(me)
-                    .with_peer(members[root])
-                    .with_detail(format!("a checkpoint header of {} bytes", head.len())))
+                    .with_detail(format!(
+                        "recoverable `{}`: the checkpoint was taken on members {:?}, the \
+                         rebuilt communicator has {members:?}",
+                        self.name, ck.members
+                    )));
             }
-        };
-        let Some(epoch) = epoch else {
-            // No checkpoint was ever completed: everybody starts again.
+        }
+        // Who holds the checkpoint is found out rather than taken from `replaced()`: a
+        // replacement whose own restore a later failure interrupted holds none either.
+        // Per member: 1 + the epoch of its checkpoint, 0 without one.
+        let mut held = vec![0u64; n];
+        held[i] = self.ckpt.as_ref().map_or(0, |c| c.epoch.saturating_add(1));
+        comm.allreduce(&mut held, &ReduceOp::Max)?;
+        let Some(root) = held.iter().position(|&h| h != 0) else {
+            // No checkpoint was ever completed (or nobody kept one): everybody starts again.
             self.ckpt = None;
             return Ok(Restored {
                 epoch: None,
@@ -73,6 +51,21 @@ impl<T: Element> Recoverable<T> {
                 data: vec![T::default(); range.len() * u],
             });
         };
+        let epoch = held[root] - 1;
+        if let Some(j) = held.iter().position(|&h| h != 0 && h != held[root]) {
+            return Err(Error::new(ErrorKind::Protocol, "restore")
+                .on_rank(me)
+                .with_peer(members[j])
+                .with_detail(format!(
+                    "recoverable `{}`: members hold different checkpoints (epoch {epoch} at \
+                     world rank {}, {} at world rank {})",
+                    self.name,
+                    members[root],
+                    held[j] - 1,
+                    members[j]
+                )));
+        }
+        let fresh = |j: usize| held[j] == 0;
         let lost: Vec<usize> = (0..n)
             .filter(|&j| fresh(j) && (n == 1 || fresh((j + 1) % n)))
             .map(|j| members[j])
@@ -190,4 +183,56 @@ pub(crate) fn refill<T: Element>(
         }
     }
     Ok(Some((own, buddy)))
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use ferry_core::mem::MemTransport;
+    use ferry_core::store::MemStore;
+
+    use crate::rebuild::Respawn;
+    use crate::{Communicator, FailureMode, MessageMode, Options, Recoverable};
+
+    /// A REBUILD communicator over an in-process transport (its respawn service is never
+    /// asked: these tests do not rebuild, they restore).
+    pub(crate) fn rebuild_comm(t: MemTransport) -> Communicator {
+        let opts = Options::new(FailureMode::Rebuild, MessageMode::Cont);
+        let never = Box::new(|_: &ferry_core::respawn::EpochRecord| {
+            Err(ferry_core::Error::invalid("build", "not in this test"))
+        });
+        let service = Respawn::new(
+            Arc::new(MemStore::new()),
+            never,
+            Duration::from_secs(1),
+            None,
+        );
+        Communicator::with_respawn(Box::new(t), opts, service).unwrap()
+    }
+
+    #[test]
+    fn members_without_a_checkpoint_get_theirs_back_whoever_the_rebuild_replaced() {
+        // Ranks 0 and 2 lost their copies (a new process, and one whose own restore a later
+        // failure interrupted), although the communicator names no replaced rank: the others
+        // still serve them, and all four hold their part and their buddy's again.
+        let out = MemTransport::run(4, |t| {
+            let comm = rebuild_comm(t);
+            let me = comm.rank();
+            let mut r = Recoverable::<u64>::new("t", 8, 3);
+            let part: Vec<u64> = r.range(&comm).flat_map(|u| [u as u64; 3]).collect();
+            r.checkpoint(&comm, 10, &part).unwrap();
+            if me == 0 || me == 2 {
+                r = Recoverable::new("t", 8, 3);
+            }
+            let got = r.restore(&comm).unwrap();
+            (got.epoch, got.data == part, r.held_bytes())
+        });
+        for (rank, (epoch, same, held)) in out.into_iter().enumerate() {
+            assert_eq!(epoch, Some(10), "rank {rank}");
+            assert!(same, "rank {rank}");
+            assert_eq!(held, 2 * 2 * 3 * 8, "rank {rank}: its part and its buddy's");
+        }
+    }
 }
