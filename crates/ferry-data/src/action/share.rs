@@ -107,9 +107,9 @@ impl PeerMaps {
 /// In place, this rank writes received cells through `&mut` into the buffer its readers copy
 /// other cells from. Between processes (shm, hybrid) that is two mappings and disjoint cells;
 /// for ranks that are threads of one process (the mem backend of the tests) Miri's Stacked
-/// Borrows reports the readers' raw reads under the owner's `&mut` (the out-of-place path,
-/// where the readers' buffer is behind `&`, is clean). Writing the received cells through raw
-/// pointers would settle it; not done yet.
+/// Borrows reports the readers' raw reads under the owner's `&mut` (out of place, the buffer
+/// readers copy from is only behind `&`; no Miri run covers that path alone yet). Writing the
+/// received cells through raw pointers would settle it; not done yet.
 pub(crate) enum Bufs<'a, T> {
     Two(&'a [T], &'a mut [T]),
     One(&'a mut [T]),
