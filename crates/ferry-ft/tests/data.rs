@@ -149,6 +149,8 @@ fn checkpoints_refuse_a_communicator_that_cannot_shrink() {
         Ok::<_, ferry_core::Error>(e.to_string())
     });
     for r in results {
-        assert!(r.unwrap().contains("needs a SHRINK communicator"));
+        assert!(r
+            .unwrap()
+            .contains("needs a SHRINK or REBUILD communicator"));
     }
 }
