@@ -155,6 +155,18 @@ void laik_reset_profiling(Laik_Instance* inst);
 void laik_profile_user_start(Laik_Instance* inst);
 void laik_profile_user_stop(Laik_Instance* inst);
 void laik_writeout_profile(void);
+void laik_profile_write_text(const char* text);
+
+static inline void laik_profile_printf(const char* msg, ...)
+{
+    char buf[2048];
+    va_list ap;
+    va_start(ap, msg);
+    vsnprintf(buf, sizeof(buf), msg, ap);
+    va_end(ap);
+    laik_profile_write_text(buf);
+}
+
 double laik_get_total_time(void);
 double laik_get_backend_time(void);
 
@@ -370,6 +382,8 @@ Laik_Partitioning* laik_switchto_new_partitioning(Laik_Data* d, Laik_Group* g,
                                                   Laik_ReductionOperation redOp);
 void laik_set_initial_partitioning(Laik_Data* d, Laik_Partitioning* p);
 void laik_set_map_memory(Laik_Data* d, int n, void* start, uint64_t size);
+void laik_data_provide_memory(Laik_Data* d, void* start, uint64_t size);
+Laik_TaskRange* laik_data_range(Laik_Data* d, int n);
 void laik_fill_double(Laik_Data* d, double v);
 
 Laik_Mapping* laik_get_map(Laik_Data* d, int n);

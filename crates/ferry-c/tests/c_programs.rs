@@ -494,6 +494,54 @@ fn laik_queries_of_spaces_partitionings_and_groups() {
     }
 }
 
+/// Calls of LAIK's newer programs (`tests/c/laik_provided.c`): memory the program provides
+/// before the initial partitioning holds the container's initial values and receives the
+/// results of later switches (all-reduce into the program's array, sums at the master),
+/// `laik_data_range`, a 2d mapping queried with NULL for base and stride, and
+/// `laik_profile_printf` text in the profile file. The program checks each and prints one
+/// line per check.
+#[test]
+fn laik_provided_memory_container_ranges_and_profile_text() {
+    let Some((ferry, libdir)) = tools("laik_provided_memory_container_ranges_and_profile_text")
+    else {
+        return;
+    };
+    let prog = compile("laik_provided", &libdir);
+    let dir = std::env::temp_dir().join(format!("ferry-c-provided-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let prefix = dir.join("profile").display().to_string();
+    for (b, n) in [("tcp", 1), ("tcp", 3), ("shm", 4), ("hybrid", 3)] {
+        let r = launch(
+            &ferry,
+            &libdir,
+            b,
+            n,
+            &[],
+            &prog,
+            std::slice::from_ref(&prefix),
+        );
+        assert_eq!(
+            r.status,
+            Some(0),
+            "{b} -n {n}: exit status; stdout:\n{}stderr:\n{}",
+            r.stdout,
+            r.stderr
+        );
+        assert!(!r.stdout.contains("wrong"), "{b} -n {n}: {}", r.stdout);
+        let right = r.stdout.lines().filter(|l| l.ends_with(" right")).count();
+        // Six checks on every rank, one more at the master.
+        assert_eq!(right, 6 * n + 1, "{b} -n {n}: {}", r.stdout);
+        let t = n * (n - 1) / 2;
+        let totals = format!("Totals: {t}, {}, {n}\n", 2 * t);
+        assert!(
+            r.stdout.contains(&totals),
+            "{b} -n {n}: no `{totals}` in {}",
+            r.stdout
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Lines reach the launcher in the order they were printed even when the printing role moves
 /// to another process and the first one ends last (`tests/c/laik_stdout_order.c`): `laik_init`
 /// makes C's stdout line buffered (rank 1 prints 0.3 s after rank 0). Fully buffered, rank 0's

@@ -650,6 +650,37 @@ pub extern "C" fn laik_profile_user_stop(inst: *mut LaikInstance) {
     })
 }
 
+/// Appends `text` to the profiling file, if profiling to a file is on (`laik_profile_printf`
+/// in laik.h formats it).
+#[no_mangle]
+pub extern "C" fn laik_profile_write_text(text: *const c_char) {
+    run("laik_profile_printf", || {
+        if text.is_null() {
+            return Err(Error::invalid("laik_profile_printf", "NULL text"));
+        }
+        // SAFETY: a NUL-terminated string from laik.h's formatting buffer.
+        let t = unsafe { CStr::from_ptr(text) }
+            .to_string_lossy()
+            .into_owned();
+        // SAFETY: see current_rank.
+        let p = unsafe { INSTANCE };
+        // SAFETY: a non-null INSTANCE points to the leaked instance, used from one thread.
+        let Some(i) = (unsafe { p.as_mut() }) else {
+            return Ok(());
+        };
+        let Some(prof) = i.profile.as_ref().filter(|p| !p.file.is_empty()) else {
+            return Ok(());
+        };
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&prof.file)
+            .map_err(|e| Error::io("laik_profile_printf", e))?;
+        f.write_all(t.as_bytes())
+            .map_err(|e| Error::io("laik_profile_printf", e))
+    })
+}
+
 /// Appends `iteration rank user-seconds` to the profiling file, if profiling is on.
 #[no_mangle]
 pub extern "C" fn laik_writeout_profile() {

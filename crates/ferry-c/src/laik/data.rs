@@ -110,11 +110,14 @@ pub struct LaikMapping {
     raw: RawMap,
 }
 
-/// Memory the program provided for mapping 0 of a partitioning (`laik_set_map_memory`).
+/// Memory the program provided for mapping 0.
 struct UserMem {
     ptr: *mut u8,
-    bytes: usize,
-    part_id: u64,
+    /// Bytes the program provided.
+    cap: usize,
+    /// `laik_set_map_memory`: only for the partitioning current at registration.
+    /// `laik_data_provide_memory`: `None`, for every partitioning whose mapping 0 fits.
+    part_id: Option<u64>,
 }
 
 /// A container.
@@ -174,28 +177,45 @@ impl LaikData {
         unsafe { &mut *self.inst }
     }
 
-    /// Copies the program's memory into the container while it is the active mapping.
+    /// The program's memory and the container's mapping 0 with the bytes to mirror, if the
+    /// program provided memory that serves mapping 0 of the current partitioning.
+    fn user_map0(&mut self) -> Result<Option<(*mut u8, *mut u8, usize)>> {
+        let Some((ptr, cap, part_id)) = self.user_mem.as_ref().map(|u| (u.ptr, u.cap, u.part_id))
+        else {
+            return Ok(None);
+        };
+        let Some(id) = self.part.as_ref().map(|p| p.id()) else {
+            return Ok(None);
+        };
+        if part_id.is_some_and(|p| p != id) || self.c.num_mappings() == 0 {
+            return Ok(None);
+        }
+        let m = self.c.raw_map(0)?;
+        let need = (0..self.dims())
+            .map(|i| (m.to[i] - m.from[i]).max(0) as usize)
+            .product::<usize>()
+            * self.elem.size();
+        // Mapping 0 of a later partitioning may be larger than what the program provided:
+        // then the container's own memory serves it, as for a container without such memory.
+        Ok((need <= cap).then_some((ptr, m.base, need)))
+    }
+
+    /// Copies the program's memory into the container while it serves mapping 0.
     fn sync_in(&mut self) -> Result<()> {
-        if let Some(u) = &self.user_mem {
-            if self.part.as_ref().map(|p| p.id()) == Some(u.part_id) && self.c.num_mappings() > 0 {
-                let m = self.c.raw_map(0)?;
-                // SAFETY: the user buffer holds `bytes` bytes (checked against the mapping's
-                // size at registration); the mapping is at least that large.
-                unsafe { std::ptr::copy_nonoverlapping(u.ptr, m.base, u.bytes) };
-            }
+        if let Some((user, map, bytes)) = self.user_map0()? {
+            // SAFETY: both regions hold at least `bytes` bytes (user_map0 checked the program's
+            // size against the mapping's) and belong to different allocations.
+            unsafe { std::ptr::copy_nonoverlapping(user, map, bytes) };
         }
         Ok(())
     }
 
-    /// Copies the container's mapping 0 into the program's memory after switching back to the
-    /// partitioning it was registered for.
+    /// Copies the container's mapping 0 into the program's memory after a switch to a
+    /// partitioning it serves.
     fn sync_out(&mut self) -> Result<()> {
-        if let Some(u) = &self.user_mem {
-            if self.part.as_ref().map(|p| p.id()) == Some(u.part_id) && self.c.num_mappings() > 0 {
-                let m = self.c.raw_map(0)?;
-                // SAFETY: as in sync_in, in the other direction.
-                unsafe { std::ptr::copy_nonoverlapping(m.base, u.ptr, u.bytes) };
-            }
+        if let Some((user, map, bytes)) = self.user_map0()? {
+            // SAFETY: as in sync_in, in the other direction.
+            unsafe { std::ptr::copy_nonoverlapping(map, user, bytes) };
         }
         Ok(())
     }
@@ -248,9 +268,9 @@ impl LaikData {
         if let Some(b) = &self.bytes {
             raw = b.to_elements(raw);
         }
-        if let Some(u) = &self.user_mem {
-            if i == 0 && self.part.as_ref().map(|p| p.id()) == Some(u.part_id) {
-                raw.base = u.ptr;
+        if i == 0 {
+            if let Some((user, _, _)) = self.user_map0()? {
+                raw.base = user;
             }
         }
         while self.maps.len() <= i {
@@ -378,6 +398,19 @@ pub extern "C" fn laik_data_get_partitioning(d: *mut LaikData) -> *mut LaikParti
     })
 }
 
+/// This process's range number `n` of the container's current partitioning (NULL if the
+/// container has none or this process has fewer ranges).
+#[no_mangle]
+pub extern "C" fn laik_data_range(d: *mut LaikData, n: c_int) -> *mut super::custom::LaikTaskRange {
+    run("laik_data_range", || {
+        let p = obj(d, "laik_data_range", "data")?.active;
+        if p.is_null() {
+            return Ok(null_mut());
+        }
+        Ok(super::part::range_n(p, n, "laik_data_range")?.map_or(null_mut(), |(_, t)| t))
+    })
+}
+
 #[no_mangle]
 pub extern "C" fn laik_free(d: *mut LaikData) {
     run("laik_free", || {
@@ -451,7 +484,34 @@ pub extern "C" fn laik_set_initial_partitioning(d: *mut LaikData, p: *mut LaikPa
             ));
         }
         let part = pt.part.clone();
-        data.switch(&part, p, pt.group, 0, 0, op)
+        // The program's memory (laik_data_provide_memory) holds the initial values: keep
+        // them rather than overwrite them with the new mapping's.
+        let provided = data.user_mem.take();
+        data.switch(&part, p, pt.group, 0, 0, op)?;
+        data.user_mem = provided;
+        data.sync_in()
+    })
+}
+
+/// Provides `size` bytes at `start` as the memory of mapping 0 from the next
+/// `laik_set_initial_partitioning` (whose values it holds) or switch on, for every
+/// partitioning whose mapping 0 fits: the program reads and writes the container there.
+#[no_mangle]
+pub extern "C" fn laik_data_provide_memory(d: *mut LaikData, start: *mut c_void, size: u64) {
+    run("laik_data_provide_memory", || {
+        let op = "laik_data_provide_memory";
+        let data = obj(d, op, "data")?;
+        let cap = usize::try_from(size)
+            .ok()
+            .filter(|&c| c > 0 && !start.is_null())
+            .ok_or_else(|| Error::invalid(op, format!("{size} bytes at {start:?}")))?;
+        data.user_mem = Some(UserMem {
+            ptr: start.cast::<u8>(),
+            cap,
+            part_id: None,
+        });
+        data.maps.clear();
+        Ok(())
     })
 }
 
@@ -484,8 +544,8 @@ pub extern "C" fn laik_set_map_memory(d: *mut LaikData, n: c_int, start: *mut c_
         }
         data.user_mem = Some(UserMem {
             ptr: start.cast::<u8>(),
-            bytes: need,
-            part_id: id,
+            cap: need,
+            part_id: Some(id),
         });
         data.sync_in()
     })

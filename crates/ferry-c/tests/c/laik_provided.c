@@ -1,0 +1,129 @@
+/*
+ * Calls of LAIK's newer programs and headers (laik.h): memory the program provides for a
+ * container (laik_data_provide_memory before laik_set_initial_partitioning), the current
+ * range of a container (laik_data_range), 2d mappings queried with NULL for outputs the
+ * program does not want, and laik_profile_printf.
+ *
+ *   laik_provided PROFILE_PREFIX
+ *
+ * Every check prints one line, "... right" or "... wrong: DETAILS"; exit status 1 if a check
+ * is wrong.
+ */
+#include <laik.h>
+
+#include <string.h>
+
+static int failures = 0;
+
+static void check(Laik_Group* world, const char* what, int ok, const char* details)
+{
+    if (ok)
+        printf("rank %d: %s right\n", laik_myid(world), what);
+    else {
+        printf("rank %d: %s wrong: %s\n", laik_myid(world), what, details);
+        failures++;
+    }
+}
+
+int main(int argc, char* argv[])
+{
+    Laik_Instance* inst = laik_init(&argc, &argv);
+    Laik_Group* world = laik_world(inst);
+    int me = laik_myid(world);
+    int n = laik_size(world);
+    char msg[256];
+
+    /* 1. One slot per process in the program's own array, summed across all processes into
+     *    that same array: the initial values are the program's, the results land there. */
+    double* slots = calloc((size_t) n, sizeof(double));
+    slots[me] = me + 1;
+    Laik_Space* slotSpace = laik_new_space_1d(inst, n);
+    Laik_Data* slotData = laik_new_data(slotSpace, laik_Double);
+    laik_data_provide_memory(slotData, slots, (uint64_t) n * sizeof(double));
+    laik_set_initial_partitioning(slotData, laik_new_partitioning(laik_All, world, slotSpace, 0));
+    double* base;
+    uint64_t count;
+    laik_get_map_1d(slotData, 0, (void**) &base, &count);
+    snprintf(msg, sizeof(msg), "mapping 0 at %p (%lu elements), provided %p",
+             (void*) base, (unsigned long) count, (void*) slots);
+    check(world, "initial mapping is the provided memory", base == slots && count == (uint64_t) n, msg);
+    laik_switchto_partitioning(slotData, laik_new_partitioning(laik_All, world, slotSpace, 0),
+                               LAIK_DF_Preserve, LAIK_RO_Sum);
+    int ok = 1;
+    for (int k = 0; k < n; k++)
+        if (slots[k] != k + 1) ok = 0;
+    snprintf(msg, sizeof(msg), "slots[0] = %g, slots[%d] = %g", slots[0], n - 1, slots[n - 1]);
+    check(world, "all-reduced slots in the provided memory", ok, msg);
+
+    /* 2. Partial sums provided as memory, summed at the master only. */
+    double partial[3] = { me, 2.0 * me, 1.0 };
+    Laik_Space* sumSpace = laik_new_space_1d(inst, 3);
+    Laik_Data* sumData = laik_new_data(sumSpace, laik_Double);
+    laik_data_provide_memory(sumData, partial, sizeof(partial));
+    laik_set_initial_partitioning(sumData, laik_new_partitioning(laik_All, world, sumSpace, 0));
+    laik_switchto_partitioning(sumData, laik_new_partitioning(laik_Master, world, sumSpace, 0),
+                               LAIK_DF_Preserve, LAIK_RO_Sum);
+    if (me == 0) {
+        laik_get_map_1d(sumData, 0, (void**) &base, &count);
+        double t = n * (n - 1) / 2.0;
+        snprintf(msg, sizeof(msg), "%g %g %g (count %lu), want %g %g %d",
+                 base[0], base[1], base[2], (unsigned long) count, t, 2 * t, n);
+        check(world, "sums at the master", count == 3 && base[0] == t && base[1] == 2 * t &&
+              base[2] == n, msg);
+        printf("Totals: %.0f, %.0f, %.0f\n", base[0], base[1], base[2]);
+    }
+
+    /* 3. The container's current range is that of its partitioning. */
+    Laik_Space* blockSpace = laik_new_space_1d(inst, 4 * n + 1);
+    Laik_Data* blockData = laik_new_data(blockSpace, laik_Double);
+    check(world, "no range before a partitioning", laik_data_range(blockData, 0) == 0,
+          "laik_data_range returned a range");
+    Laik_Partitioning* blocks =
+        laik_new_partitioning(laik_new_block_partitioner1(), world, blockSpace, 0);
+    laik_switchto_partitioning(blockData, blocks, LAIK_DF_None, LAIK_RO_None);
+    Laik_TaskRange* tr = laik_data_range(blockData, 0);
+    const Laik_Range* r = tr ? laik_taskrange_get_range(tr) : 0;
+    int64_t from, to;
+    laik_my_range_1d(blocks, 0, &from, &to);
+    snprintf(msg, sizeof(msg), "range %p, want [%ld,%ld)", (void*) r, (long) from, (long) to);
+    check(world, "container range", r && r->from.i[0] == from && r->to.i[0] == to &&
+          laik_data_range(blockData, 1) == 0, msg);
+
+    /* 4. A 2d mapping queried for its sizes only. */
+    Laik_Space* gridSpace = laik_new_space_2d(inst, 2 * n + 3, 5);
+    Laik_Data* gridData = laik_new_data(gridSpace, laik_Double);
+    Laik_Partitioning* halves =
+        laik_new_partitioning(laik_new_bisection_partitioner(), world, gridSpace, 0);
+    laik_switchto_partitioning(gridData, halves, LAIK_DF_None, LAIK_RO_None);
+    int64_t x1, x2, y1, y2;
+    laik_my_range_2d(halves, 0, &x1, &x2, &y1, &y2);
+    uint64_t ysize = 0, xsize = 0;
+    laik_get_map_2d(gridData, 0, NULL, &ysize, NULL, &xsize);
+    snprintf(msg, sizeof(msg), "%lu x %lu, want %ld x %ld", (unsigned long) xsize,
+             (unsigned long) ysize, (long) (x2 - x1), (long) (y2 - y1));
+    check(world, "2d sizes without base and stride",
+          xsize == (uint64_t) (x2 - x1) && ysize == (uint64_t) (y2 - y1), msg);
+
+    /* 5. Text of the program's own in the profile file. */
+    if (argc > 1) {
+        char file[512];
+        snprintf(file, sizeof(file), "%s-%d.txt", argv[1], me);
+        laik_enable_profiling_file(inst, file);
+        laik_profile_printf("marker of rank %d: %s\n", me, "provided");
+        laik_close_profiling_file(inst);
+        char line[256] = "";
+        char want[64];
+        snprintf(want, sizeof(want), "marker of rank %d: provided\n", me);
+        FILE* f = fopen(file, "r");
+        int found = 0;
+        while (f && fgets(line, sizeof(line), f))
+            if (strcmp(line, want) == 0) found = 1;
+        if (f) fclose(f);
+        snprintf(msg, sizeof(msg), "no marker line in the profile file");
+        check(world, "profile text", found, msg);
+    }
+
+    laik_finalize(inst);
+    free(slots);
+    return failures ? 1 : 0;
+}
