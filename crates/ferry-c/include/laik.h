@@ -327,6 +327,7 @@ void laik_partitioning_set_name(Laik_Partitioning* p, char* name);
 Laik_Group* laik_partitioning_get_group(Laik_Partitioning* p);
 Laik_Space* laik_partitioning_get_space(Laik_Partitioning* p);
 void laik_partitioning_migrate(Laik_Partitioning* p, Laik_Group* g);
+Laik_Partitioning* laik_new_migrated_partitioning(Laik_Partitioning* other, Laik_Group* newg);
 int laik_partitioning_rangecount(Laik_Partitioning* p);
 bool laik_partitioning_isAll(Laik_Partitioning* p);
 int laik_partitioning_isSingle(Laik_Partitioning* p);
@@ -393,12 +394,14 @@ Laik_Mapping* laik_get_map_2d(Laik_Data* d, int n, void** base,
 Laik_Mapping* laik_get_map_3d(Laik_Data* d, int n, void** base,
                               uint64_t* zsize, uint64_t* zstride,
                               uint64_t* ysize, uint64_t* ystride, uint64_t* xsize);
-void* laik_get_map_addr(Laik_Data* d, int n, Laik_Index* idx);
+char* laik_get_map_addr(Laik_Data* d, int n, Laik_Index* idx);
 Laik_Mapping* laik_global2local_1d(Laik_Data* d, int64_t gidx, uint64_t* lidx);
 Laik_Mapping* laik_global2maplocal_1d(Laik_Data* d, int64_t gidx, int* mapNo, uint64_t* lidx);
 int64_t laik_local2global_1d(Laik_Data* d, uint64_t off);
 int64_t laik_maplocal2global_1d(Laik_Data* d, int mapNo, uint64_t li);
 int laik_map_get_mapNo(const Laik_Mapping* map);
+Laik_Mapping* laik_global2local_2d(Laik_Data* d, int64_t gx, int64_t gy, int64_t* lx, int64_t* ly);
+bool laik_local2global1_2d(Laik_Data* d, int64_t lx, int64_t ly, int64_t* gx, int64_t* gy);
 
 /* ---- reservations, transitions, action sequences ---- */
 

@@ -702,7 +702,7 @@ pub extern "C" fn laik_get_map_addr(
     d: *mut LaikData,
     n: c_int,
     idx: *mut LaikIndex,
-) -> *mut c_void {
+) -> *mut c_char {
     run("laik_get_map_addr", || {
         let data = obj(d, "laik_get_map_addr", "data")?;
         let i = obj(idx, "laik_get_map_addr", "index")?.i;
@@ -710,7 +710,7 @@ pub extern "C" fn laik_get_map_addr(
         Ok(match data.mapping(n)? {
             // SAFETY: the offset lies inside the mapping (checked against its box).
             Some(m) => offset_in(&m.raw, &i, dims).map_or(null_mut(), |o| unsafe {
-                m.raw.base.add(o * size).cast::<c_void>()
+                m.raw.base.add(o * size).cast::<c_char>()
             }),
             None => null_mut(),
         })
@@ -788,6 +788,56 @@ pub extern "C" fn laik_maplocal2global_1d(d: *mut LaikData, map_no: c_int, li: u
 #[no_mangle]
 pub extern "C" fn laik_local2global_1d(d: *mut LaikData, off: u64) -> i64 {
     laik_maplocal2global_1d(d, 0, off)
+}
+
+/// The mapping holding global 2d index (`gx`, `gy`) and the index's local coordinates there
+/// (NULL if no mapping of this process holds it).
+#[no_mangle]
+pub extern "C" fn laik_global2local_2d(
+    d: *mut LaikData,
+    gx: i64,
+    gy: i64,
+    lx: *mut i64,
+    ly: *mut i64,
+) -> *mut LaikMapping {
+    run("laik_global2local_2d", || {
+        let data = obj(d, "laik_global2local_2d", "data")?;
+        for n in 0..data.c.num_mappings() as c_int {
+            if let Some(m) = data.mapping(n)? {
+                let r = m.raw;
+                if (r.from[0]..r.to[0]).contains(&gx) && (r.from[1]..r.to[1]).contains(&gy) {
+                    out(lx, gx - r.from[0]);
+                    out(ly, gy - r.from[1]);
+                    return Ok(m as *mut LaikMapping);
+                }
+            }
+        }
+        Ok(null_mut())
+    })
+}
+
+/// Global coordinates of local 2d index (`lx`, `ly`) of mapping 0; false if it lies outside.
+#[no_mangle]
+pub extern "C" fn laik_local2global1_2d(
+    d: *mut LaikData,
+    lx: i64,
+    ly: i64,
+    gx: *mut i64,
+    gy: *mut i64,
+) -> bool {
+    run("laik_local2global1_2d", || {
+        let data = obj(d, "laik_local2global1_2d", "data")?;
+        let Some(m) = data.mapping(0)? else {
+            return Ok(false);
+        };
+        let r = m.raw;
+        if lx < 0 || ly < 0 || lx >= r.to[0] - r.from[0] || ly >= r.to[1] - r.from[1] {
+            return Ok(false);
+        }
+        out(gx, r.from[0] + lx);
+        out(gy, r.from[1] + ly);
+        Ok(true)
+    })
 }
 
 #[no_mangle]

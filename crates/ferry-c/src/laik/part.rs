@@ -544,6 +544,31 @@ pub extern "C" fn laik_new_partitioning(
     })
 }
 
+/// A new partitioning with the ranges of `other`, for group `g`: tasks `g` adds get no
+/// ranges, tasks it removes must have none (as for `laik_partitioning_migrate`, which changes
+/// `other` itself).
+#[no_mangle]
+pub extern "C" fn laik_new_migrated_partitioning(
+    other: *mut LaikPartitioning,
+    g: *mut LaikGroup,
+) -> *mut LaikPartitioning {
+    run("laik_new_migrated_partitioning", || {
+        let op = "laik_new_migrated_partitioning";
+        let pt = obj(other, op, "partitioning")?;
+        let grp = obj(g, op, "group")?;
+        let part = pt.part.migrate(&grp.group)?;
+        let ranges = super::custom::task_ranges(&part, pt.space);
+        Ok(Box::into_raw(Box::new(LaikPartitioning {
+            inst: grp.inst,
+            name: pt.name.clone(),
+            part,
+            group: g,
+            space: pt.space,
+            ranges,
+        })))
+    })
+}
+
 #[no_mangle]
 pub extern "C" fn laik_free_partitioning(p: *mut LaikPartitioning) {
     run("laik_free_partitioning", || {

@@ -2,7 +2,8 @@
  * Calls of LAIK's newer programs and headers (laik.h): memory the program provides for a
  * container (laik_data_provide_memory before laik_set_initial_partitioning), the current
  * range of a container (laik_data_range), 2d mappings queried with NULL for outputs the
- * program does not want, and laik_profile_printf.
+ * program does not want, 2d index translation (laik_global2local_2d, laik_local2global1_2d)
+ * and addresses (laik_get_map_addr), laik_new_migrated_partitioning and laik_profile_printf.
  *
  *   laik_provided PROFILE_PREFIX
  *
@@ -104,7 +105,39 @@ int main(int argc, char* argv[])
     check(world, "2d sizes without base and stride",
           xsize == (uint64_t) (x2 - x1) && ysize == (uint64_t) (y2 - y1), msg);
 
-    /* 5. Text of the program's own in the profile file. */
+    /* 5. 2d index translation and element addresses of that mapping. */
+    int64_t lx = -1, ly = -1, gx = -1, gy = -1;
+    Laik_Mapping* m = laik_global2local_2d(gridData, x2 - 1, y1, &lx, &ly);
+    int inside = laik_local2global1_2d(gridData, lx, ly, &gx, &gy);
+    int outside = laik_local2global1_2d(gridData, x2 - x1, 0, &gx, &gy);
+    Laik_Index first, last;
+    laik_index_init(&first, x1, y1, 0);
+    laik_index_init(&last, x2 - 1, y1, 0);
+    char* a0 = laik_get_map_addr(gridData, 0, &first);
+    char* a1 = laik_get_map_addr(gridData, 0, &last);
+    snprintf(msg, sizeof(msg), "map %p local (%ld,%ld) back (%ld,%ld) %d %d, addresses %ld apart",
+             (void*) m, (long) lx, (long) ly, (long) gx, (long) gy, inside, outside,
+             (long) (a1 - a0));
+    check(world, "2d index translation",
+          m && lx == x2 - 1 - x1 && ly == 0 && inside && !outside && gx == x2 - 1 && gy == y1 &&
+          laik_global2local_2d(gridData, x2, y2, &lx, &ly) == 0 &&
+          a1 - a0 == (long) ((x2 - 1 - x1) * sizeof(double)), msg);
+
+    /* 6. A partitioning migrated to a smaller group, leaving the original as it was. */
+    int last_rank = n - 1;
+    Laik_Group* smaller = n > 1 ? laik_new_shrinked_group(world, 1, &last_rank) : world;
+    Laik_Partitioning* atMaster = laik_new_partitioning(laik_Master, world, blockSpace, 0);
+    Laik_Partitioning* moved = laik_new_migrated_partitioning(atMaster, smaller);
+    snprintf(msg, sizeof(msg), "groups %p/%p, %d and %d ranges",
+             (void*) laik_partitioning_get_group(moved), (void*) laik_partitioning_get_group(atMaster),
+             laik_partitioning_rangecount(moved), laik_partitioning_rangecount(atMaster));
+    check(world, "migrated partitioning",
+          laik_partitioning_get_group(moved) == smaller &&
+          laik_partitioning_get_group(atMaster) == world &&
+          laik_partitioning_rangecount(moved) == 1 && laik_partitioning_rangecount(atMaster) == 1 &&
+          laik_partitioning_get_space(moved) == blockSpace, msg);
+
+    /* 7. Text of the program's own in the profile file. */
     if (argc > 1) {
         char file[512];
         snprintf(file, sizeof(file), "%s-%d.txt", argv[1], me);
