@@ -99,7 +99,9 @@ bool laik_is_master(Laik_Group* g);
 bool laik_is_managed(Laik_Instance* inst);
 int laik_phase(Laik_Instance* inst);
 void laik_set_phase(Laik_Instance* inst, int n, const char* name, void* data);
+void laik_get_phase(Laik_Instance* inst, int* n, const char** name, void** data);
 void laik_set_iteration(Laik_Instance* inst, int iter);
+int laik_get_iteration(Laik_Instance* inst);
 void laik_iter_reset(Laik_Instance* inst);
 double laik_wtime(void);
 

@@ -21,6 +21,9 @@ pub struct LaikInstance {
     pub(crate) rank: usize,
     pub(crate) world_group: *mut LaikGroup,
     pub(crate) phase: c_int,
+    /// Name and data the program gave with the phase (`laik_set_phase`), returned as given.
+    phase_name: *const c_char,
+    phase_data: *mut c_void,
     pub(crate) iteration: c_int,
     pub(crate) epoch: u32,
     resizer: Resizer,
@@ -111,6 +114,8 @@ fn init() -> Result<*mut LaikInstance> {
         rank,
         world_group: null_mut(),
         phase: 0,
+        phase_name: std::ptr::null(),
+        phase_data: null_mut(),
         iteration: 0,
         epoch: 0,
         resizer,
@@ -399,12 +404,41 @@ pub extern "C" fn laik_phase(inst: *mut LaikInstance) -> c_int {
 pub extern "C" fn laik_set_phase(
     inst: *mut LaikInstance,
     n: c_int,
-    _name: *const c_char,
-    _data: *mut c_void,
+    name: *const c_char,
+    data: *mut c_void,
 ) {
     run("laik_set_phase", || {
-        obj(inst, "laik_set_phase", "instance")?.phase = n;
+        let i = obj(inst, "laik_set_phase", "instance")?;
+        i.phase = n;
+        i.phase_name = name;
+        i.phase_data = data;
         Ok(())
+    })
+}
+
+/// The phase number, name and data of the latest `laik_set_phase` (0, NULL and NULL before
+/// the first); NULL outputs are skipped.
+#[no_mangle]
+pub extern "C" fn laik_get_phase(
+    inst: *mut LaikInstance,
+    n: *mut c_int,
+    name: *mut *const c_char,
+    data: *mut *mut c_void,
+) {
+    run("laik_get_phase", || {
+        let i = obj(inst, "laik_get_phase", "instance")?;
+        super::out(n, i.phase);
+        super::out(name, i.phase_name);
+        super::out(data, i.phase_data);
+        Ok(())
+    })
+}
+
+/// The iteration number of the latest `laik_set_iteration` (0 after `laik_iter_reset`).
+#[no_mangle]
+pub extern "C" fn laik_get_iteration(inst: *mut LaikInstance) -> c_int {
+    run("laik_get_iteration", || {
+        Ok(obj(inst, "laik_get_iteration", "instance")?.iteration)
     })
 }
 

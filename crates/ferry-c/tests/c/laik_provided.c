@@ -3,7 +3,8 @@
  * container (laik_data_provide_memory before laik_set_initial_partitioning), the current
  * range of a container (laik_data_range), 2d mappings queried with NULL for outputs the
  * program does not want, 2d index translation (laik_global2local_2d, laik_local2global1_2d)
- * and addresses (laik_get_map_addr), laik_new_migrated_partitioning and laik_profile_printf.
+ * and addresses (laik_get_map_addr), laik_new_migrated_partitioning, laik_get_phase and
+ * laik_get_iteration, and laik_profile_printf.
  *
  *   laik_provided PROFILE_PREFIX
  *
@@ -137,7 +138,23 @@ int main(int argc, char* argv[])
           laik_partitioning_rangecount(moved) == 1 && laik_partitioning_rangecount(atMaster) == 1 &&
           laik_partitioning_get_space(moved) == blockSpace, msg);
 
-    /* 7. Text of the program's own in the profile file. */
+    /* 7. Phase and iteration as the program set them. */
+    static int phaseData;
+    laik_set_phase(inst, 7, "seven", &phaseData);
+    laik_set_iteration(inst, 3);
+    int phaseNo = -1;
+    const char* phaseName = 0;
+    void* phasePtr = 0;
+    laik_get_phase(inst, &phaseNo, &phaseName, &phasePtr);
+    int iterBefore = laik_get_iteration(inst);
+    laik_iter_reset(inst);
+    snprintf(msg, sizeof(msg), "phase %d '%s' %p, iterations %d then %d", phaseNo,
+             phaseName ? phaseName : "(null)", phasePtr, iterBefore, laik_get_iteration(inst));
+    check(world, "phase and iteration", phaseNo == 7 && phaseName && strcmp(phaseName, "seven") == 0 &&
+          phasePtr == &phaseData && laik_phase(inst) == 7 && iterBefore == 3 &&
+          laik_get_iteration(inst) == 0, msg);
+
+    /* 8. Text of the program's own in the profile file. */
     if (argc > 1) {
         char file[512];
         snprintf(file, sizeof(file), "%s-%d.txt", argv[1], me);
