@@ -445,6 +445,12 @@ char* laik_kvs_key(Laik_KVS_Entry* e);
 unsigned int laik_kvs_size(Laik_KVS_Entry* e);
 char* laik_kvs_data(Laik_KVS_Entry* e, unsigned int* size);
 
+typedef void (*laik_kvs_created_func)(Laik_KVStore*, Laik_KVS_Entry*);
+typedef void (*laik_kvs_changed_func)(Laik_KVStore*, Laik_KVS_Entry*);
+typedef void (*laik_kvs_removed_func)(Laik_KVStore*, char*);
+void laik_kvs_reg_callbacks(Laik_KVStore* kvs, laik_kvs_created_func fc,
+                            laik_kvs_changed_func fu, laik_kvs_removed_func fr);
+
 /* ---- memory layouts ---- */
 
 typedef Laik_Layout* (*laik_layout_factory_t)(int n, Laik_Range* range);

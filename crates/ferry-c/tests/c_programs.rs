@@ -11,6 +11,9 @@
 //!   `FERRY_ERR_PEER_FAILED` and a message naming it, and nothing aborts;
 //! * `tests/c/laik_fail.c`: the same under `laik.h`, where failures are fatal as in LAIK: the
 //!   survivors print the operation and the dead rank and exit with status 1, nothing aborts;
+//! * `tests/c/laik_provided.c`, `laik_kvs_watch.c`: calls of LAIK's newer sources and headers
+//!   (provided memory, container ranges, 2d index translation, migrated partitionings, phase
+//!   and iteration queries, profile text, key-value store callbacks), checked by the programs;
 //! * `tests/c/laik_sums.c`, `laik_heat1d.c`, `laik_heat2d.c`, `laik_rowsum.c`, `laik_pairs.c`,
 //!   `laik_chain.c`, `laik_pull.c`, `laik_normspmv.c`, `laik_mesh.c`: programs of our own over
 //!   `laik.h` that use the calls of LAIK's vsum, vsum2, jac1d, jac2d, spmv, spmv2, ping_pong,
@@ -542,6 +545,30 @@ fn laik_provided_memory_container_ranges_and_profile_text() {
         );
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Callbacks of LAIK's key-value store (`tests/c/laik_kvs_watch.c`): after each sync every
+/// process is told about the entries the others created, changed and removed, and about
+/// nothing it did itself (the program counts the calls per round and checks the keys and
+/// values they carry).
+#[test]
+fn laik_kvs_callbacks_report_what_others_changed() {
+    let Some((ferry, libdir)) = tools("laik_kvs_callbacks_report_what_others_changed") else {
+        return;
+    };
+    let prog = compile("laik_kvs_watch", &libdir);
+    for (b, n) in [("tcp", 1), ("tcp", 3), ("shm", 4), ("hybrid", 3)] {
+        let r = launch(&ferry, &libdir, b, n, &[], &prog, &[]);
+        assert_eq!(
+            r.status,
+            Some(0),
+            "{b} -n {n}: exit status; stdout:\n{}stderr:\n{}",
+            r.stdout,
+            r.stderr
+        );
+        let right = r.stdout.lines().filter(|l| l.ends_with(" right")).count();
+        assert_eq!(right, 3 * n, "{b} -n {n}: {}", r.stdout);
+    }
 }
 
 /// Lines reach the launcher in the order they were printed even when the printing role moves

@@ -19,6 +19,11 @@ pub struct LaikKvsEntry {
     data: Vec<u8>,
 }
 
+/// `laik_kvs_created_func` and `laik_kvs_changed_func`.
+type EntryFn = unsafe extern "C" fn(*mut LaikKvs, *mut LaikKvsEntry);
+/// `laik_kvs_removed_func`.
+type RemovedFn = unsafe extern "C" fn(*mut LaikKvs, *mut c_char);
+
 /// A key-value store shared by the processes of the world (`Laik_KVStore`).
 pub struct LaikKvs {
     inst: *mut LaikInstance,
@@ -26,6 +31,18 @@ pub struct LaikKvs {
     /// Boxed: C keeps entry pointers while it adds entries.
     #[allow(clippy::vec_box)]
     view: Vec<Box<LaikKvsEntry>>,
+    /// Called after a sync for entries it created, changed or removed here
+    /// (`laik_kvs_reg_callbacks`).
+    on_created: Option<EntryFn>,
+    on_changed: Option<EntryFn>,
+    on_removed: Option<RemovedFn>,
+}
+
+/// What a sync changed in this process's view, in key order.
+enum Change {
+    Created(*mut LaikKvsEntry),
+    Changed(*mut LaikKvsEntry),
+    Removed(CString),
 }
 
 fn c_str(p: *const c_char, op: &'static str, what: &str) -> Result<String> {
@@ -80,6 +97,9 @@ pub extern "C" fn laik_kvs_new(name: *const c_char, inst: *mut LaikInstance) -> 
             inst,
             store: KvStore::new(n),
             view: Vec::new(),
+            on_created: None,
+            on_changed: None,
+            on_removed: None,
         })))
     })
 }
@@ -138,15 +158,91 @@ pub extern "C" fn laik_kvs_sets(
 }
 
 /// Makes every process's changes visible to all processes of the current world (collective).
+///
+/// Then calls the program's callbacks (`laik_kvs_reg_callbacks`) for each entry the sync
+/// created, changed or removed in this process's view, in key order: changes this process
+/// made itself were in its view before and call nothing.
 #[no_mangle]
 pub extern "C" fn laik_kvs_sync(kvs: *mut LaikKvs) {
-    run("laik_kvs_sync", || {
+    let changes = run("laik_kvs_sync", || {
         let k = obj(kvs, "laik_kvs_sync", "store")?;
         let i = obj(k.inst, "laik_kvs_sync", "instance")?;
         // SAFETY: group handles live until the process ends.
         let g = unsafe { &*i.world_group }.group.clone();
+        let watched = k.on_created.is_some() || k.on_changed.is_some() || k.on_removed.is_some();
+        let before: std::collections::BTreeMap<CString, Vec<u8>> = if watched {
+            k.view
+                .iter()
+                .map(|e| (e.key.clone(), e.data.clone()))
+                .collect()
+        } else {
+            Default::default()
+        };
         k.store.sync(i.transport()?, &g)?;
-        k.rebuild()
+        k.rebuild()?;
+        let mut changes = Vec::new();
+        if watched {
+            let mut after = std::collections::BTreeSet::new();
+            for e in k.view.iter_mut() {
+                after.insert(e.key.clone());
+                match before.get(&e.key) {
+                    None => changes.push(Change::Created(&mut **e as *mut LaikKvsEntry)),
+                    Some(d) if *d != e.data => {
+                        changes.push(Change::Changed(&mut **e as *mut LaikKvsEntry))
+                    }
+                    Some(_) => {}
+                }
+            }
+            for key in before.into_keys().filter(|key| !after.contains(key)) {
+                changes.push(Change::Removed(key));
+            }
+        }
+        Ok(changes)
+    });
+    // Called after the store's borrow ended: a callback may call laik_kvs_* on this store.
+    // SAFETY: `kvs` was checked above; the callbacks were registered by the program.
+    let (created, changed, removed) =
+        unsafe { ((*kvs).on_created, (*kvs).on_changed, (*kvs).on_removed) };
+    for c in changes {
+        match c {
+            Change::Created(e) => {
+                if let Some(f) = created {
+                    // SAFETY: entries of the view stay valid until the next sync on the store
+                    // or a removal (as LAIK documents for its entries); `f` is the program's.
+                    unsafe { f(kvs, e) }
+                }
+            }
+            Change::Changed(e) => {
+                if let Some(f) = changed {
+                    // SAFETY: as for created entries.
+                    unsafe { f(kvs, e) }
+                }
+            }
+            Change::Removed(key) => {
+                if let Some(f) = removed {
+                    // SAFETY: the key lives until the call returns.
+                    unsafe { f(kvs, key.as_ptr().cast_mut()) }
+                }
+            }
+        }
+    }
+}
+
+/// Registers the functions `laik_kvs_sync` calls for entries it creates, changes or removes
+/// in this process's view (any may be NULL).
+#[no_mangle]
+pub extern "C" fn laik_kvs_reg_callbacks(
+    kvs: *mut LaikKvs,
+    created: Option<EntryFn>,
+    changed: Option<EntryFn>,
+    removed: Option<RemovedFn>,
+) {
+    run("laik_kvs_reg_callbacks", || {
+        let k = obj(kvs, "laik_kvs_reg_callbacks", "store")?;
+        k.on_created = created;
+        k.on_changed = changed;
+        k.on_removed = removed;
+        Ok(())
     })
 }
 
