@@ -339,6 +339,7 @@ Laik_TaskRange* laik_partitioning_get_taskrange(Laik_Partitioning* p, int n);
 const Laik_Range* laik_taskrange_get_range(Laik_TaskRange* trange);
 int laik_taskrange_get_task(Laik_TaskRange* trange);
 int laik_taskrange_get_tag(Laik_TaskRange* trange);
+int laik_taskrange_get_mapNo(Laik_TaskRange* trange);
 void* laik_taskrange_get_data(Laik_TaskRange* trange);
 void laik_taskrange_set_data(Laik_TaskRange* trange, void* data);
 int laik_my_rangecount(Laik_Partitioning* p);

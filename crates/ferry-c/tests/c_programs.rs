@@ -502,8 +502,8 @@ fn laik_queries_of_spaces_partitionings_and_groups() {
 /// results of later switches (all-reduce into the program's array, sums at the master),
 /// `laik_data_range`, a 2d mapping queried with NULL for base and stride, 2d index
 /// translation and element addresses, `laik_new_migrated_partitioning`, the phase and
-/// iteration read back (`laik_get_phase`, `laik_get_iteration`) and `laik_profile_printf`
-/// text in the profile file. The program checks each and prints one
+/// iteration read back (`laik_get_phase`, `laik_get_iteration`), mapping numbers of task
+/// ranges (`laik_taskrange_get_mapNo`) and `laik_profile_printf` text in the profile file. The program checks each and prints one
 /// line per check.
 #[test]
 fn laik_provided_memory_container_ranges_and_profile_text() {
@@ -534,8 +534,8 @@ fn laik_provided_memory_container_ranges_and_profile_text() {
         );
         assert!(!r.stdout.contains("wrong"), "{b} -n {n}: {}", r.stdout);
         let right = r.stdout.lines().filter(|l| l.ends_with(" right")).count();
-        // Nine checks on every rank, one more at the master.
-        assert_eq!(right, 9 * n + 1, "{b} -n {n}: {}", r.stdout);
+        // Ten checks on every rank, one more at the master.
+        assert_eq!(right, 10 * n + 1, "{b} -n {n}: {}", r.stdout);
         let t = n * (n - 1) / 2;
         let totals = format!("Totals: {t}, {}, {n}\n", 2 * t);
         assert!(

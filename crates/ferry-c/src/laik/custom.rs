@@ -43,6 +43,8 @@ pub struct LaikTaskRange {
     task: c_int,
     tag: c_int,
     data: *mut c_void,
+    /// Number of the task's mapping that holds this range (as `laik_get_map` numbers them).
+    map_no: c_int,
 }
 
 /// An application partitioner: its run function, user data and flags.
@@ -56,17 +58,40 @@ pub struct CustomRule {
 
 /// The `Laik_TaskRange`s of a partitioning, in its order.
 pub(crate) fn task_ranges(p: &Partitioning, space: *mut LaikSpace) -> Vec<LaikTaskRange> {
+    // Mapping numbers follow the data layer's layout (ferry_data::Layout): a task's ranges in
+    // order, a new mapping for group 0 and for the first range of each other group.
+    let mut task = None;
+    let mut maps = 0;
+    let mut groups: Vec<(u32, c_int)> = Vec::new();
     p.ranges()
         .iter()
-        .map(|tr| LaikTaskRange {
-            range: LaikRange {
-                space,
-                from: LaikIndex { i: tr.range.from() },
-                to: LaikIndex { i: tr.range.to() },
-            },
-            task: tr.task as c_int,
-            tag: tr.group as c_int,
-            data: null_mut(),
+        .map(|tr| {
+            if task != Some(tr.task) {
+                task = Some(tr.task);
+                maps = 0;
+                groups.clear();
+            }
+            let known = (tr.group != 0)
+                .then(|| groups.iter().find(|(g, _)| *g == tr.group).map(|&(_, m)| m))
+                .flatten();
+            let map_no = known.unwrap_or_else(|| {
+                if tr.group != 0 {
+                    groups.push((tr.group, maps));
+                }
+                maps += 1;
+                maps - 1
+            });
+            LaikTaskRange {
+                range: LaikRange {
+                    space,
+                    from: LaikIndex { i: tr.range.from() },
+                    to: LaikIndex { i: tr.range.to() },
+                },
+                task: tr.task as c_int,
+                tag: tr.group as c_int,
+                data: null_mut(),
+                map_no,
+            }
         })
         .collect()
 }
@@ -348,6 +373,14 @@ pub extern "C" fn laik_taskrange_get_task(tr: *mut LaikTaskRange) -> c_int {
 pub extern "C" fn laik_taskrange_get_tag(tr: *mut LaikTaskRange) -> c_int {
     run("laik_taskrange_get_tag", || {
         Ok(obj(tr, "laik_taskrange_get_tag", "task range")?.tag)
+    })
+}
+
+/// Number of the mapping of the range's task that holds the range.
+#[no_mangle]
+pub extern "C" fn laik_taskrange_get_mapNo(tr: *mut LaikTaskRange) -> c_int {
+    run("laik_taskrange_get_mapNo", || {
+        Ok(obj(tr, "laik_taskrange_get_mapNo", "task range")?.map_no)
     })
 }
 

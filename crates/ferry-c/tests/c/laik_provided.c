@@ -4,7 +4,8 @@
  * range of a container (laik_data_range), 2d mappings queried with NULL for outputs the
  * program does not want, 2d index translation (laik_global2local_2d, laik_local2global1_2d)
  * and addresses (laik_get_map_addr), laik_new_migrated_partitioning, laik_get_phase and
- * laik_get_iteration, and laik_profile_printf.
+ * laik_get_iteration, mapping numbers of task ranges (laik_taskrange_get_mapNo), and
+ * laik_profile_printf.
  *
  *   laik_provided PROFILE_PREFIX
  *
@@ -16,6 +17,35 @@
 #include <string.h>
 
 static int failures = 0;
+
+/* Three single-index ranges per task, tagged 5, 9, 5: two mappings per task. */
+static void runTagged(Laik_RangeReceiver* r, Laik_PartitionerParams* p)
+{
+    Laik_Range range;
+    for (int t = 0; t < laik_size(p->group); t++)
+        for (int k = 0; k < 3; k++) {
+            laik_range_init_1d(&range, p->space, 3 * t + k, 3 * t + k + 1);
+            laik_append_range(r, t, &range, k == 1 ? 9 : 5, 0);
+        }
+}
+
+/* Whether every range of `p` carries the mapping number `want(index among its task's
+ * ranges)` and this process has `maps` mappings. */
+static int mapNumbersAre(Laik_Partitioning* p, const int* want, int maps)
+{
+    int task = -1, k = 0;
+    for (int i = 0; i < laik_partitioning_rangecount(p); i++) {
+        Laik_TaskRange* tr = laik_partitioning_get_taskrange(p, i);
+        if (laik_taskrange_get_task(tr) != task) {
+            task = laik_taskrange_get_task(tr);
+            k = 0;
+        }
+        if (laik_taskrange_get_mapNo(tr) != want[k++]) return 0;
+    }
+    for (int k = 0; k < laik_my_rangecount(p); k++)
+        if (laik_taskrange_get_mapNo(laik_my_range(p, k)) != want[k]) return 0;
+    return laik_my_mapcount(p) == maps;
+}
 
 static void check(Laik_Group* world, const char* what, int ok, const char* details)
 {
@@ -154,7 +184,23 @@ int main(int argc, char* argv[])
           phasePtr == &phaseData && laik_phase(inst) == 7 && iterBefore == 3 &&
           laik_get_iteration(inst) == 0, msg);
 
-    /* 8. Text of the program's own in the profile file. */
+    /* 8. Mapping numbers of task ranges: untagged cycles each get a mapping, equal tags
+     *    share one. */
+    Laik_Partitioning* cycled =
+        laik_new_partitioning(laik_new_block_partitioner(0, 3, 0, 0, 0), world, blockSpace, 0);
+    const int eachOwn[3] = { 0, 1, 2 };
+    Laik_Space* tagSpace = laik_new_space_1d(inst, 3 * n);
+    Laik_Partitioning* tagged = laik_new_partitioning(
+        laik_new_partitioner("tagged", runTagged, 0, LAIK_PF_None), world, tagSpace, 0);
+    const int byTag[3] = { 0, 1, 0 };
+    snprintf(msg, sizeof(msg), "cycles: %d ranges %d mappings, tags: %d ranges %d mappings",
+             laik_my_rangecount(cycled), laik_my_mapcount(cycled), laik_my_rangecount(tagged),
+             laik_my_mapcount(tagged));
+    check(world, "mapping numbers of task ranges",
+          laik_my_rangecount(cycled) == 3 && mapNumbersAre(cycled, eachOwn, 3) &&
+          laik_my_rangecount(tagged) == 3 && mapNumbersAre(tagged, byTag, 2), msg);
+
+    /* 9. Text of the program's own in the profile file. */
     if (argc > 1) {
         char file[512];
         snprintf(file, sizeof(file), "%s-%d.txt", argv[1], me);
