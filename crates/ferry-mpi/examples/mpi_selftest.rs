@@ -278,6 +278,32 @@ fn check(t: &mut MpiTransport) -> Result<(), String> {
     }
     println!("ok no-probe");
 
+    // A progress pass tests all its requests with one MPI call (each MPI_Test of an
+    // unfinished request runs MPI's progress engine once): an exchange of 16 receives that
+    // waits for its messages (16 flows) makes about one test call per pass, not 16. Rank 0
+    // sends its 16 messages after a pause; every other rank receives its 16 before sending on.
+    let (passes, tests, _) = chain(t, |j| MsgKey::user(36 + j as u32))?;
+    // One batched test per pass, plus direct tests of the receives the first pass posted
+    // (and some slack), never one per waiting receive and pass. Rank 1 waited for rank 0's
+    // pause, so its exchange certainly made many passes.
+    if (rank == 1 && passes < 20) || tests > passes + 2 * CHAIN as u64 {
+        return Err(format!(
+            "{tests} request tests in {passes} progress passes over {CHAIN} waiting receives"
+        ));
+    }
+    println!("ok batched-tests: {tests} tests in {passes} passes");
+
+    // The same on one flow: the receives behind the first post their first parts before
+    // their messages arrive (so MPI matches them in place), and still get them in order.
+    let (_, _, ahead) = chain(t, |_| MsgKey::user(52))?;
+    if rank == 1 && ahead < CHAIN as u64 - 1 {
+        return Err(format!(
+            "only {ahead} of {} receives behind the first of their flow were posted early",
+            CHAIN - 1
+        ));
+    }
+    println!("ok posted-ahead: {ahead}");
+
     // A peer out of range is an invalid argument.
     match t.send(size, MsgKey::user(0), b"x") {
         Err(err) if err.kind() == ErrorKind::InvalidArgument => {}
@@ -288,6 +314,69 @@ fn check(t: &mut MpiTransport) -> Result<(), String> {
     let nodes: Vec<usize> = (0..size).map(|r| t.node_of(r)).collect();
     println!("ok nodes {nodes:?}");
     Ok(())
+}
+
+/// Receives in the `batched-tests` and `posted-ahead` checks.
+const CHAIN: usize = 16;
+
+/// Passes a batch of [`CHAIN`] 8-byte messages (message `j` with key `key(j)`) around the ring:
+/// rank 0 sends after a pause, every other rank receives its batch in one exchange before
+/// sending on. Returns the receiving exchange's progress passes, request tests and first
+/// parts posted ahead (differences of the transport's counters).
+fn chain(t: &mut MpiTransport, key: impl Fn(usize) -> MsgKey) -> Result<(u64, u64, u64), String> {
+    let (rank, size) = (t.rank(), t.size());
+    let right = (rank + 1) % size;
+    let left = (rank + size - 1) % size;
+    let e = |e: ferry_core::Error| e.to_string();
+    let counter = |t: &MpiTransport, name: &str| {
+        t.stats()
+            .extra
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map_or(0, |e| e.1)
+    };
+    let out: Vec<Vec<u8>> = (0..CHAIN)
+        .map(|j| pattern(rank, right, 8, j as u8))
+        .collect();
+    let send_batch = |t: &mut MpiTransport| {
+        let mut ex = Exchange::new();
+        for (j, o) in out.iter().enumerate() {
+            ex.send(right, key(j), o);
+        }
+        t.exchange(&mut ex).map_err(e)
+    };
+    if rank == 0 {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        send_batch(t)?;
+    }
+    let names = [
+        "mpi_progress_passes",
+        "mpi_request_tests",
+        "mpi_posted_ahead",
+    ];
+    let before: Vec<u64> = names.iter().map(|n| counter(t, n)).collect();
+    let mut got = [[0u8; 8]; CHAIN];
+    {
+        let mut ex = Exchange::new();
+        for (j, g) in got.iter_mut().enumerate() {
+            ex.recv_into(left, key(j), g);
+        }
+        t.exchange(&mut ex).map_err(e)?;
+    }
+    let d: Vec<u64> = names
+        .iter()
+        .zip(&before)
+        .map(|(n, b)| counter(t, n) - b)
+        .collect();
+    for (j, g) in got.iter().enumerate() {
+        if g[..] != pattern(left, rank, 8, j as u8)[..] {
+            return Err(format!("chain message {j} differs (out of order?)"));
+        }
+    }
+    if rank != 0 {
+        send_batch(t)?;
+    }
+    Ok((d[0], d[1], d[2]))
 }
 
 /// The messages still to be received on one flow (source, key index), in order.
@@ -494,23 +583,23 @@ fn crossing(t: &mut MpiTransport) -> Result<(), String> {
 }
 
 /// The software cost of one message without any waiting: `send` to self then `recv` from self,
-/// 8 B, best of 7 trials of 200,000 (compare with the same loop of MPI_Send + MPI_Recv to
+/// 8 B, best of 7 trials of 200,000 (or `selfbench ITERS`) (compare with the same loop of MPI_Send + MPI_Recv to
 /// self). Being one process, it needs no second core and is little disturbed by a loaded
 /// machine.
-fn selfbench(t: &mut MpiTransport) -> Result<(), String> {
+fn selfbench(t: &mut MpiTransport, iters: u32) -> Result<(), String> {
     let me = t.rank();
     let data = [1u8; 8];
     let mut buf = Vec::with_capacity(8);
     let mut best = f64::MAX;
     for _ in 0..7 {
         let start = Instant::now();
-        for _ in 0..200_000 {
+        for _ in 0..iters {
             t.send(me, MsgKey::user(8), &data)
                 .map_err(|e| e.to_string())?;
             t.recv(me, MsgKey::user(8), &mut buf)
                 .map_err(|e| e.to_string())?;
         }
-        best = best.min(start.elapsed().as_secs_f64() / 200_000.0 * 1e9);
+        best = best.min(start.elapsed().as_secs_f64() / f64::from(iters) * 1e9);
     }
     if buf != data {
         return Err("selfbench: message differs".into());
@@ -521,14 +610,14 @@ fn selfbench(t: &mut MpiTransport) -> Result<(), String> {
     let mut best = f64::MAX;
     for _ in 0..7 {
         let start = Instant::now();
-        for _ in 0..200_000 {
+        for _ in 0..iters {
             t.send(me, MsgKey::user(8), &data)
                 .map_err(|e| e.to_string())?;
             let mut ex = Exchange::new();
             ex.recv_into(me, MsgKey::user(8), &mut fixed);
             t.exchange(&mut ex).map_err(|e| e.to_string())?;
         }
-        best = best.min(start.elapsed().as_secs_f64() / 200_000.0 * 1e9);
+        best = best.min(start.elapsed().as_secs_f64() / f64::from(iters) * 1e9);
     }
     if fixed != data {
         return Err("selfbench: fixed-length message differs".into());
@@ -595,7 +684,14 @@ fn main() -> ExitCode {
     let result = match mode.as_str() {
         "check" => check(&mut t),
         "bench" => bench(&mut t),
-        "selfbench" => selfbench(&mut t),
+        // `selfbench [ITERS]`: a smaller count suits instruction-counting profilers.
+        "selfbench" => {
+            let iters = std::env::args()
+                .nth(2)
+                .and_then(|a| a.parse().ok())
+                .unwrap_or(200_000);
+            selfbench(&mut t, iters)
+        }
         "crossing" => crossing(&mut t),
         "stress" => {
             let rounds = std::env::args()

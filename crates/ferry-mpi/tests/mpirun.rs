@@ -59,6 +59,8 @@ fn exchanges_under_mpirun() {
             "ok length-mismatch",
             "ok split",
             "ok no-probe",
+            "ok batched-tests",
+            "ok posted-ahead",
             "ok bad-peer",
         ] {
             assert_eq!(

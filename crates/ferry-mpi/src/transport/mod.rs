@@ -2,6 +2,7 @@
 //!
 //! - `mod.rs`: the transport, its set-up and the [`Transport`] implementation;
 //! - `call.rs`: the raw MPI calls, each turned into a ferry error on failure;
+//! - `poll.rs`: one batched test of every request the transport has in MPI's hands;
 //! - `progress.rs`: one progress pass over an exchange (sends, requests on the caller's memory,
 //!   draining of messages nobody asked for yet);
 //! - `recv.rs`: receives (posted first parts, probed messages, the parts of split messages);
@@ -10,6 +11,7 @@
 //! - `store.rs`: memory the transport owns (buffer pool, messages kept aside).
 
 mod call;
+mod poll;
 mod progress;
 mod recv;
 mod split;
@@ -80,6 +82,29 @@ enum Borrowed {
     },
 }
 
+/// A request on the caller's memory, the operation it belongs to, and what the last batched
+/// test said about it.
+struct BorrowedReq {
+    req: ffi::MPI_Request,
+    op: Borrowed,
+    polled: Polled,
+}
+
+/// What the last batched test of a progress pass ([`MpiTransport::poll_all`]) said about a
+/// request, so that the pass does not test it again: every `MPI_Test` of an unfinished
+/// request runs MPI's whole progress engine, so testing the requests of a pass one by one
+/// costs that many engine runs, where one `MPI_Testsome` over all of them costs one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+enum Polled {
+    /// Not covered by a batched test since it was last looked at: test it directly.
+    #[default]
+    Unknown,
+    /// Not complete at the last batched test.
+    Pending,
+    /// Complete (MPI freed the request): bytes received (0 for a send), or the MPI error code.
+    Done(std::result::Result<usize, c_int>),
+}
+
 /// What a backend-owned receive buffer is receiving.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum SlotKind {
@@ -97,6 +122,7 @@ struct RecvSlot {
     req: ffi::MPI_Request,
     buf: Vec<u8>,
     kind: SlotKind,
+    polled: Polled,
 }
 
 /// A message taken off MPI's queue while waiting, before any receive asked for it
@@ -174,13 +200,15 @@ pub struct MpiTransport {
     drained: Vec<Drained>,
     drained_bytes: usize,
     /// Flows `(peer, MPI tag)` whose earliest pending receive has no message yet, rebuilt on
-    /// every progress call. A vector: exchanges have few receives, and a linear scan beats
-    /// hashing for them.
-    blocked: Vec<(usize, i32)>,
+    /// every progress call, each with whether later receives of the flow may post their
+    /// first parts already (see `progress_recvs`). A vector: exchanges have few flows, and a
+    /// linear scan beats hashing for them.
+    blocked: Vec<((usize, i32), bool)>,
     pool: Vec<Vec<u8>>,
     pool_bytes: usize,
-    borrowed_reqs: Vec<ffi::MPI_Request>,
-    borrowed_ops: Vec<Borrowed>,
+    borrowed: Vec<BorrowedReq>,
+    /// Scratch arrays of the batched test ([`MpiTransport::poll_all`]).
+    poll: poll::Scratch,
     zero_copy_sends: bool,
     stats: Stats,
     hashed_messages: u64,
@@ -189,6 +217,13 @@ pub struct MpiTransport {
     zero_copy_messages: u64,
     probed_receives: u64,
     split_messages: u64,
+    /// Progress passes over exchanges, and MPI calls testing requests (`MPI_Test`, and
+    /// `MPI_Testsome` counting once however many requests it tests): a pass makes one batched
+    /// test plus direct tests of requests started during the pass (see [`poll`]).
+    passes: u64,
+    request_tests: u64,
+    /// First parts posted behind an earlier receive of their flow (see `progress_recvs`).
+    posted_ahead: u64,
     /// Operations completed so far; the exchange driver drains only once this stops moving.
     completions: u64,
     universe: Option<Universe>,
@@ -253,8 +288,8 @@ impl MpiTransport {
             blocked: Vec::new(),
             pool: Vec::new(),
             pool_bytes: 0,
-            borrowed_reqs: Vec::new(),
-            borrowed_ops: Vec::new(),
+            borrowed: Vec::new(),
+            poll: poll::Scratch::default(),
             // On unless FERRY_MPI_ZERO_COPY_SENDS=0 (see the type's documentation).
             zero_copy_sends: std::env::var("FERRY_MPI_ZERO_COPY_SENDS").map_or(true, |v| v != "0"),
             stats: Stats::new(0, 1, "mpi"),
@@ -264,6 +299,9 @@ impl MpiTransport {
             zero_copy_messages: 0,
             probed_receives: 0,
             split_messages: 0,
+            passes: 0,
+            request_tests: 0,
+            posted_ahead: 0,
             completions: 0,
             universe,
             finished: false,
@@ -421,6 +459,16 @@ impl MpiTransport {
         self.tags
     }
 
+    /// An error unless `peer` is a rank of the job; inlined, as it runs for every message
+    /// (the error path is the shared one).
+    #[inline]
+    fn check_peer(&self, peer: usize, op: &'static str) -> Result<()> {
+        if peer < self.size {
+            return Ok(());
+        }
+        ferry_core::transport::check_peer(self.rank, self.size, peer, op)
+    }
+
     /// An error if the transport was already finished.
     fn ensure_open(&self, op: &'static str) -> Result<()> {
         if self.finished {
@@ -498,7 +546,7 @@ impl Transport for MpiTransport {
         if result.is_err() {
             self.cancel_posted(ex);
         }
-        if !self.borrowed_reqs.is_empty() {
+        if !self.borrowed.is_empty() {
             self.settle_borrowed(ex);
         }
         result
@@ -550,6 +598,9 @@ impl Transport for MpiTransport {
         s.extra.push(("mpi_drained_total", self.drained_total));
         s.extra.push(("mpi_probed_receives", self.probed_receives));
         s.extra.push(("mpi_split_messages", self.split_messages));
+        s.extra.push(("mpi_progress_passes", self.passes));
+        s.extra.push(("mpi_request_tests", self.request_tests));
+        s.extra.push(("mpi_posted_ahead", self.posted_ahead));
         s
     }
 

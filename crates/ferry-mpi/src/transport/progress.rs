@@ -4,15 +4,15 @@
 use std::ffi::c_int;
 
 use ferry_core::error::{Error, ErrorKind, Result};
-use ferry_core::transport::{check_peer, Exchange, OpState};
+use ferry_core::transport::{Exchange, OpState};
 use ferry_core::MsgKey;
 use mpi::ffi;
 
 use super::call::{self, check, mpi_error};
 use super::split::{self, EAGER_BYTES, PREFIX};
 use super::{
-    Borrowed, DrainState, Drained, MpiTransport, SlotKind, BORROWED, DRAIN_BATCH,
-    MAX_INFLIGHT_SEND_BYTES,
+    Borrowed, BorrowedReq, DrainState, Drained, MpiTransport, Polled, SlotKind, BORROWED,
+    DRAIN_BATCH, MAX_INFLIGHT_SEND_BYTES,
 };
 use crate::tags::{encode_header, HEADER_LEN};
 
@@ -21,8 +21,10 @@ impl MpiTransport {
     /// inside [`ferry_core::Transport::exchange`], which does not return while MPI uses it).
     pub(super) fn progress(&mut self, ex: &mut Exchange<'_>, zero_copy: bool) -> Result<bool> {
         self.ensure_open("exchange")?;
-        self.progress_sends()?;
-        if !self.borrowed_reqs.is_empty() {
+        self.passes += 1;
+        // One test of everything in MPI's hands; the steps below read its answers.
+        self.poll_all()?;
+        if !self.borrowed.is_empty() {
             self.progress_borrowed(ex)?;
         }
         if !self.drained.is_empty() {
@@ -42,7 +44,7 @@ impl MpiTransport {
                 OpState::New => {}
             }
             let (peer, key, data) = (ex.sends[i].peer, ex.sends[i].key, ex.sends[i].data);
-            check_peer(self.rank, self.size, peer, "send")?;
+            self.check_peer(peer, "send")?;
             let wire = self.tags.wire(key);
             if zero_copy && self.zero_copy_sends && !wire.hashed && data.len() <= i32::MAX as usize
             {
@@ -52,8 +54,11 @@ impl MpiTransport {
                 match call::test(&mut req) {
                     Ok(true) => ex.sends[i].state = OpState::Done,
                     Ok(false) => {
-                        self.borrowed_reqs.push(req);
-                        self.borrowed_ops.push(Borrowed::Send { op: i });
+                        self.borrowed.push(BorrowedReq {
+                            req,
+                            op: Borrowed::Send { op: i },
+                            polled: Polled::Unknown,
+                        });
                         ex.sends[i].state = OpState::Active {
                             serial: BORROWED,
                             progress: 0,
@@ -212,27 +217,35 @@ impl MpiTransport {
     pub(super) fn progress_borrowed(&mut self, ex: &mut Exchange<'_>) -> Result<()> {
         let mut first_err = None;
         let mut i = 0;
-        while i < self.borrowed_reqs.len() {
-            let op = self.borrowed_ops[i];
+        while i < self.borrowed.len() {
+            let op = self.borrowed[i].op;
+            let polled = std::mem::take(&mut self.borrowed[i].polled);
+            if polled == Polled::Unknown {
+                self.request_tests += 1;
+            }
+            let req = &mut self.borrowed[i].req;
             // Ok(bytes received, for posted receives) once complete; Err(MPI code) on failure.
-            let outcome = match op {
-                Borrowed::Rest { .. } => match call::test_count(&mut self.borrowed_reqs[i]) {
-                    Ok(None) => None,
-                    Ok(Some(got)) => Some(Ok(got)),
-                    Err(rc) => Some(Err(rc)),
-                },
-                _ => match call::test(&mut self.borrowed_reqs[i]) {
-                    Ok(false) => None,
-                    Ok(true) => Some(Ok(0)),
-                    Err(rc) => Some(Err(rc)),
+            let outcome = match polled {
+                Polled::Pending => None,
+                Polled::Done(outcome) => Some(outcome),
+                Polled::Unknown => match op {
+                    Borrowed::Rest { .. } => match call::test_count(req) {
+                        Ok(None) => None,
+                        Ok(Some(got)) => Some(Ok(got)),
+                        Err(rc) => Some(Err(rc)),
+                    },
+                    Borrowed::Send { .. } => match call::test(req) {
+                        Ok(false) => None,
+                        Ok(true) => Some(Ok(0)),
+                        Err(rc) => Some(Err(rc)),
+                    },
                 },
             };
             let Some(outcome) = outcome else {
                 i += 1;
                 continue;
             };
-            self.borrowed_reqs.swap_remove(i);
-            self.borrowed_ops.swap_remove(i);
+            self.borrowed.swap_remove(i);
             let result = match op {
                 Borrowed::Send { op } => {
                     self.completions += 1;

@@ -5,16 +5,20 @@
 use std::ffi::c_int;
 
 use ferry_core::error::{Error, ErrorKind, Result};
-use ferry_core::transport::{check_peer, Exchange, OpState, RecvBuf, RecvOp};
+use ferry_core::transport::{Exchange, OpState, RecvBuf, RecvOp};
 use ferry_core::MsgKey;
 
 use super::call::{self, mpi_error, Matched};
 use super::split::{self, decode_first, EAGER_BYTES, PREFIX};
-use super::{Borrowed, MpiTransport, RecvSlot, SlotKind, BORROWED};
+use super::{Borrowed, BorrowedReq, MpiTransport, Polled, RecvSlot, SlotKind, BORROWED};
 use crate::tags::{decode_header, HEADER_LEN};
 
 /// Most free [`EAGER_BYTES`] buffers kept.
 const EAGER_FREE: usize = 64;
+
+/// Most first parts one progress pass posts for receives behind an earlier one of their flow
+/// (each holds an [`EAGER_BYTES`] buffer until its message arrives).
+const MAX_POSTED_AHEAD: usize = 64;
 
 impl MpiTransport {
     /// A buffer with room for [`EAGER_BYTES`].
@@ -76,6 +80,7 @@ impl MpiTransport {
             req,
             buf,
             kind: SlotKind::First,
+            polled: Polled::Unknown,
         }))
     }
 
@@ -89,6 +94,7 @@ impl MpiTransport {
             req,
             buf,
             kind: SlotKind::Whole { len: m.len },
+            polled: Polled::Unknown,
         }))
     }
 
@@ -127,6 +133,7 @@ impl MpiTransport {
             req,
             buf,
             kind: SlotKind::Rest { len: total },
+            polled: Polled::Unknown,
         }))
     }
 
@@ -308,11 +315,14 @@ impl MpiTransport {
         match call::test_count(&mut req) {
             Ok(Some(got)) => self.complete_rest(op, peer, total, Ok(got)),
             Ok(None) => {
-                self.borrowed_reqs.push(req);
-                self.borrowed_ops.push(Borrowed::Rest {
-                    op: i,
-                    peer,
-                    len: total,
+                self.borrowed.push(BorrowedReq {
+                    req,
+                    op: Borrowed::Rest {
+                        op: i,
+                        peer,
+                        len: total,
+                    },
+                    polled: Polled::Unknown,
                 });
                 op.state = OpState::Active {
                     serial: BORROWED,
@@ -424,18 +434,39 @@ impl MpiTransport {
         zero_copy: bool,
     ) -> Result<bool> {
         let mut all_done = true;
+        let mut ahead = 0;
         self.blocked.clear();
         for (i, op) in ex.recvs.iter_mut().enumerate() {
             if op.state == OpState::Done {
                 continue;
             }
             all_done = false;
-            check_peer(self.rank, self.size, op.peer, "recv")?;
+            self.check_peer(op.peer, "recv")?;
             let wire = self.tags.wire(op.key);
             let flow = (op.peer, wire.tag);
             // An earlier receive of the same MPI flow is not through with its first part: it
             // must be matched first and ask for its rest first (serial order, M2).
-            if self.blocked.contains(&flow) {
+            if let Some(&(_, may_post)) = self.blocked.iter().find(|(f, _)| *f == flow) {
+                // But if that receive holds a posted first part or a rest in MPI (not a probe
+                // or a drained message), this one may post its first part now: MPI matches
+                // the flow's messages to posted receives in posting order, so it gets the
+                // next message, which then lands in place instead of in MPI's unexpected
+                // queue (a window of messages on one flow, as `osu_bw` sends). It is handled
+                // only once the earlier receive is through.
+                if may_post
+                    && zero_copy
+                    && !wire.hashed
+                    && op.state == OpState::New
+                    && ahead < MAX_POSTED_AHEAD
+                {
+                    let slot = self.post_first(op.peer, wire.tag)?;
+                    op.state = OpState::Active {
+                        serial: 0,
+                        progress: slot,
+                    };
+                    ahead += 1;
+                    self.posted_ahead += 1;
+                }
                 continue;
             }
             let slot = match op.state {
@@ -452,7 +483,7 @@ impl MpiTransport {
                         continue;
                     }
                     if !self.drained.is_empty() && self.drain_pending(op.peer, wire.tag) {
-                        self.blocked.push(flow);
+                        self.blocked.push((flow, false));
                         continue;
                     }
                     let slot = if !wire.hashed && zero_copy {
@@ -462,7 +493,7 @@ impl MpiTransport {
                         let Some(mut m) =
                             call::improbe(self.comm, self.rank, op.peer as c_int, wire.tag)?
                         else {
-                            self.blocked.push(flow);
+                            self.blocked.push((flow, false));
                             continue;
                         };
                         self.probed_receives += 1;
@@ -485,11 +516,11 @@ impl MpiTransport {
                 op.state = OpState::Done;
             }
             match tested? {
-                None => self.blocked.push(flow),
+                None => self.blocked.push((flow, true)),
                 Some((SlotKind::First, first)) => {
                     self.first_arrived(op, i, wire.tag, first, zero_copy)?;
                     if op.state != OpState::Done {
-                        self.blocked.push(flow);
+                        self.blocked.push((flow, true));
                     }
                 }
                 Some((_, mut msg)) if wire.hashed => {
@@ -499,7 +530,7 @@ impl MpiTransport {
                     } else {
                         self.put_early(op.peer, key, msg)?;
                         op.state = OpState::New;
-                        self.blocked.push(flow);
+                        self.blocked.push((flow, false));
                     }
                 }
                 Some((_, msg)) => self.deliver(op, msg)?,
@@ -539,7 +570,14 @@ impl MpiTransport {
                      used with another transport?)",
                 ));
         };
-        let outcome = call::test_count(&mut slot.req);
+        let outcome = match std::mem::take(&mut slot.polled) {
+            Polled::Pending => return Ok(None),
+            Polled::Done(outcome) => outcome.map(Some),
+            Polled::Unknown => {
+                self.request_tests += 1;
+                call::test_count(&mut slot.req)
+            }
+        };
         let kind = slot.kind;
         let got = match outcome {
             Ok(None) => return Ok(None),
@@ -642,7 +680,7 @@ impl MpiTransport {
             };
             self.free_slots.push(idx);
             let tag = self.tags.wire(op.key).tag;
-            match call::cancel_recv(&mut slot.req) {
+            match slot.cancel() {
                 Ok(None) => op.state = OpState::New,
                 Ok(Some(got)) => {
                     op.state = OpState::Done;

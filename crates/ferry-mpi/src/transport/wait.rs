@@ -4,13 +4,16 @@
 use std::time::{Duration, Instant};
 
 use ferry_core::error::{Error, ErrorKind, Result};
-use ferry_core::transport::{check_peer, Exchange, OpState};
+use ferry_core::transport::{Exchange, OpState};
 use ferry_core::{MsgKey, Transport};
 use mpi::ffi;
 
 use super::call::{self, mpi_error};
 use super::split::EAGER_BYTES;
-use super::{Borrowed, MpiTransport, SlotKind, BORROWED, NAP, SETTLE_WARN_AFTER, YIELD_FOR};
+use super::{
+    Borrowed, BorrowedReq, MpiTransport, Polled, SlotKind, BORROWED, NAP, SETTLE_WARN_AFTER,
+    YIELD_FOR,
+};
 
 impl MpiTransport {
     /// Runs `ex` to completion or failure: busy polling (MPI needs calls to make progress),
@@ -47,7 +50,7 @@ impl MpiTransport {
                 (seen, moved_at) = (self.completions, elapsed);
             }
             if elapsed < self.policy.spin {
-                std::hint::spin_loop();
+                // No pause instruction: each poll is a pass of MPI calls already.
                 continue;
             }
             // Drain only when stalled: nothing completed for the spin time (a streaming
@@ -72,12 +75,12 @@ impl MpiTransport {
     /// exchange, which waits (and settles after a failure) as every exchange does.
     pub(super) fn send_direct(&mut self, peer: usize, key: MsgKey, data: &[u8]) -> Result<()> {
         self.ensure_open("send")?;
-        check_peer(self.rank, self.size, peer, "send")?;
+        self.check_peer(peer, "send")?;
         let wire = self.tags.wire(key);
         if wire.hashed
             || !self.zero_copy_sends
             || data.len() > i32::MAX as usize
-            || !self.borrowed_reqs.is_empty()
+            || !self.borrowed.is_empty()
         {
             let mut ex = Exchange::new();
             ex.send(peer, key, data);
@@ -100,8 +103,11 @@ impl MpiTransport {
                     serial: BORROWED,
                     progress: 0,
                 };
-                self.borrowed_reqs.push(req);
-                self.borrowed_ops.push(Borrowed::Send { op: 0 });
+                self.borrowed.push(BorrowedReq {
+                    req,
+                    op: Borrowed::Send { op: 0 },
+                    polled: Polled::Unknown,
+                });
                 self.exchange(&mut ex)
             }
             Err(rc) => Err(mpi_error(self.rank, "send (MPI_Test)", rc).with_peer(peer)),
@@ -119,12 +125,12 @@ impl MpiTransport {
         buf: &mut Vec<u8>,
     ) -> Result<()> {
         self.ensure_open("recv")?;
-        check_peer(self.rank, self.size, peer, "recv")?;
+        self.check_peer(peer, "recv")?;
         let wire = self.tags.wire(key);
         let general = wire.hashed
             || self.early_messages > 0
             || !self.drained.is_empty()
-            || !self.borrowed_reqs.is_empty();
+            || !self.borrowed.is_empty();
         if general {
             let mut ex = Exchange::new();
             ex.recv(peer, key, buf);
@@ -149,9 +155,9 @@ impl MpiTransport {
             {
                 break None;
             }
-            // Spin like the driver's first phase (no yield per poll): a rank bound to its own
-            // core gains nothing from yielding it.
-            std::hint::spin_loop();
+            // Poll again at once, like the driver's first phase: no yield (a rank bound to
+            // its own core gains nothing from yielding it) and no pause instruction (each
+            // poll is an MPI call already; a pause only delays noticing the message).
         };
         match first {
             Some(first) if first.len() < EAGER_BYTES => {
@@ -178,7 +184,7 @@ impl MpiTransport {
                 ex.recv(peer, key, buf);
                 let asked = self.first_arrived(&mut ex.recvs[0], 0, wire.tag, first, true);
                 if let Err(e) = asked {
-                    if !self.borrowed_reqs.is_empty() {
+                    if !self.borrowed.is_empty() {
                         self.settle_borrowed(&mut ex);
                     }
                     return Err(e);
@@ -210,7 +216,7 @@ impl MpiTransport {
     pub(super) fn settle_borrowed(&mut self, ex: &mut Exchange<'_>) {
         let start = Instant::now();
         let mut warned = false;
-        while !self.borrowed_reqs.is_empty() {
+        while !self.borrowed.is_empty() {
             if let Err(e) = self.progress_borrowed(ex) {
                 tracing::warn!("{e}");
             }
@@ -218,7 +224,7 @@ impl MpiTransport {
                 warned = true;
                 tracing::warn!(
                     rank = self.rank,
-                    pending = self.borrowed_reqs.len(),
+                    pending = self.borrowed.len(),
                     "exchange failed, but MPI still works on its buffers; waiting for MPI"
                 );
             }
@@ -249,7 +255,7 @@ impl MpiTransport {
                     // Left by an exchange that did not return normally: nothing will
                     // receive its message.
                     if let Some(mut slot) = self.slots[idx].take() {
-                        if call::cancel_recv(&mut slot.req).is_err() {
+                        if slot.cancel().is_err() {
                             std::mem::forget(slot.buf);
                         }
                     }
