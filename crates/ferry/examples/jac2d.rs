@@ -10,7 +10,6 @@
 
 mod common;
 
-use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -31,30 +30,23 @@ Options:
 ";
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().collect();
+    let mut args = common::CmdLine::from_env();
     let mut opts = Opts::default();
-    let mut i = 1;
-    while i < args.len() && args[i].starts_with('-') {
-        match args[i].as_bytes().get(1) {
+    while let Some(letter) = args.option() {
+        match letter {
             Some(b'n') => opts.no_corners = true,
             Some(b'p') => opts.profile = true,
             Some(b's') => opts.print_sum = true,
             Some(b'r') => opts.reserve = true,
             Some(b'e') => opts.transitions = true,
             Some(b'a') => opts.actions = true,
-            Some(b'h') => {
-                print!("{USAGE}");
-                let _ = std::io::stdout().flush();
-                return ExitCode::FAILURE;
-            }
+            Some(b'h') => return common::usage(USAGE),
             _ => {}
         }
-        i += 1;
     }
-    let pos = |k: usize| args.get(i + k).map_or(0, |a| common::atoi(a));
-    opts.size = pos(0);
-    opts.maxiter = pos(1);
-    opts.repart = pos(2);
+    opts.size = args.pos(0);
+    opts.maxiter = args.pos(1);
+    opts.repart = args.pos(2);
     common::main_with("jac2d", || run(opts))
 }
 
@@ -120,20 +112,10 @@ fn run(o: Opts) -> ferry::Result<()> {
     let mut comm = Comm::init()?;
     let (rank, nprocs) = (comm.rank(), comm.size());
     if rank == 0 {
-        let mut h = format!(
-            "{size} x {size} cells (mem {:.1} MB), running {maxiter} iterations with {nprocs} tasks",
-            0.000016 * size as f64 * size as f64
+        println!(
+            "{}",
+            common::jac2d_header(size, maxiter, nprocs, o.no_corners, o.repart)
         );
-        if o.no_corners {
-            h.push_str(" (halo without corners)");
-        }
-        if o.repart > 0 {
-            h.push_str(&format!(
-                "\n  with repartitioning every {} iterations\n",
-                o.repart
-            ));
-        }
-        println!("{h}");
     }
     let start = Instant::now();
     let space = Space::new2(size as u64, size as u64)?;
@@ -244,7 +226,7 @@ fn run(o: Opts) -> ferry::Result<()> {
             let res = comm.allreduce_value_with(res, Op::Sum, &CollOptions::rank_ordered())?;
             comm_time += c0.elapsed();
             if rank == 0 {
-                println!("Residuum after {:2} iters: {res:.6}", iter + 1);
+                println!("{}", common::residuum_line(iter + 1, res));
             }
             if res < 0.001 {
                 break;
@@ -264,7 +246,7 @@ fn run(o: Opts) -> ferry::Result<()> {
                     s += m.data[x + y * m.strides[1]];
                 }
             }
-            println!("Global value sum after {iter} iterations: {s:.6}");
+            println!("{}", common::value_sum_line(iter, s));
         }
     }
     if o.profile {
@@ -275,16 +257,12 @@ fn run(o: Opts) -> ferry::Result<()> {
 
 /// `-p`: one line per rank appended to `jac2d_profiling.txt` (total and switch time).
 fn write_profile(rank: usize, iters: i64, total: Duration, comm: Duration) -> ferry::Result<()> {
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open("jac2d_profiling.txt")
-        .map_err(|e| ferry::Error::io("profiling file jac2d_profiling.txt", e))?;
-    writeln!(
-        f,
-        "rank {rank}: {iters} iterations, total {:.6} s, switches and reductions {:.6} s",
-        total.as_secs_f64(),
-        comm.as_secs_f64()
+    common::append_line(
+        "jac2d_profiling.txt",
+        &format!(
+            "rank {rank}: {iters} iterations, total {:.6} s, switches and reductions {:.6} s\n",
+            total.as_secs_f64(),
+            comm.as_secs_f64()
+        ),
     )
-    .map_err(|e| ferry::Error::io("profiling file jac2d_profiling.txt", e))
 }

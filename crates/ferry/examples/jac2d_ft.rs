@@ -60,28 +60,21 @@ struct Opts {
 }
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().collect();
+    let mut args = common::CmdLine::from_env();
     let mut opts = Opts::default();
-    let mut i = 1;
-    while i < args.len() && args[i].starts_with('-') {
-        match args[i].as_bytes().get(1) {
+    while let Some(letter) = args.option() {
+        match letter {
             Some(b'n') => opts.no_corners = true,
             Some(b'p') => opts.profile = true,
             Some(b's') => opts.print_sum = true,
             // -r, -e, -a tune ferry-data containers, which this program does not use.
-            Some(b'h') => {
-                print!("{USAGE}");
-                let _ = std::io::stdout().flush();
-                return ExitCode::FAILURE;
-            }
+            Some(b'h') => return common::usage(USAGE),
             _ => {}
         }
-        i += 1;
     }
-    let pos = |k: usize| args.get(i + k).map_or(0, |a| common::atoi(a));
-    opts.size = pos(0);
-    opts.maxiter = pos(1);
-    opts.repart = pos(2);
+    opts.size = args.pos(0);
+    opts.maxiter = args.pos(1);
+    opts.repart = args.pos(2);
     common::main_with("jac2d_ft", || run(opts))
 }
 
@@ -228,20 +221,10 @@ fn run(o: Opts) -> ferry::Result<()> {
     let me = comm.world_rank();
     // A replacement (REBUILD) joins a running job: the header was printed long ago.
     if comm.rank() == 0 && !comm.is_replacement() {
-        let mut h = format!(
-            "{size} x {size} cells (mem {:.1} MB), running {maxiter} iterations with {nprocs} tasks",
-            0.000016 * size as f64 * size as f64
+        println!(
+            "{}",
+            common::jac2d_header(size as i64, maxiter, nprocs, o.no_corners, o.repart)
         );
-        if o.no_corners {
-            h.push_str(" (halo without corners)");
-        }
-        if o.repart > 0 {
-            h.push_str(&format!(
-                "\n  with repartitioning every {} iterations\n",
-                o.repart
-            ));
-        }
-        println!("{h}");
         let _ = std::io::stdout().flush();
     }
     let start = Instant::now();
@@ -415,7 +398,7 @@ fn iterate(
             comm.allreduce(&mut rowsum, &ReduceOp::Sum)?;
             let res = rowsum.iter().fold(0.0f64, |a, &r| a + r);
             if comm.rank() == 0 {
-                println!("Residuum after {:2} iters: {res:.6}", st.iter + 1);
+                println!("{}", common::residuum_line(st.iter + 1, res));
                 let _ = std::io::stdout().flush();
             }
             if res < 0.001 {
@@ -487,7 +470,7 @@ fn gather_and_print(comm: &Communicator, st: &State) -> ferry::Result<()> {
             s += v;
         }
     }
-    println!("Global value sum after {} iterations: {s:.6}", st.iter);
+    println!("{}", common::value_sum_line(st.iter, s));
     let _ = std::io::stdout().flush();
     Ok(())
 }
@@ -501,13 +484,7 @@ fn write_profile(
     c: &Costs,
     saved: &Recoverable<f64>,
 ) -> ferry::Result<()> {
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open("jac2d_ft_profiling.txt")
-        .map_err(|e| ferry::Error::io("profiling file jac2d_ft_profiling.txt", e))?;
     let per = |d: Duration, n: u64| d.as_secs_f64() * 1e3 / n.max(1) as f64;
-    // One write per line: ranks append to the same file at the same time.
     let line = format!(
         "rank {rank}: {iters} iterations, total {:.6} s, {:.3} ms per iteration, {} checkpoints \
          {:.3} ms each, {} recoveries {:.3} ms each, {} bytes held for recovery\n",
@@ -519,6 +496,5 @@ fn write_profile(
         per(c.restore_time, u64::from(c.recoveries)),
         saved.held_bytes()
     );
-    f.write_all(line.as_bytes())
-        .map_err(|e| ferry::Error::io("profiling file jac2d_ft_profiling.txt", e))
+    common::append_line("jac2d_ft_profiling.txt", &line)
 }

@@ -42,25 +42,21 @@ struct Opts {
     maxiter: i64,
 }
 
+const USAGE: &str = "Usage: jac2d_ft_data [-s] [-n] [<side> [<maxiter>]]\n";
+
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().collect();
+    let mut args = common::CmdLine::from_env();
     let mut opts = Opts::default();
-    let mut i = 1;
-    while i < args.len() && args[i].starts_with('-') {
-        match args[i].as_bytes().get(1) {
+    while let Some(letter) = args.option() {
+        match letter {
             Some(b'n') => opts.no_corners = true,
             Some(b's') => opts.print_sum = true,
-            Some(b'h') => {
-                println!("Usage: jac2d_ft_data [-s] [-n] [<side> [<maxiter>]]");
-                return ExitCode::FAILURE;
-            }
+            Some(b'h') => return common::usage(USAGE),
             _ => {}
         }
-        i += 1;
     }
-    let pos = |k: usize| args.get(i + k).map_or(0, |a| common::atoi(a));
-    opts.size = pos(0);
-    opts.maxiter = pos(1);
+    opts.size = args.pos(0);
+    opts.maxiter = args.pos(1);
     common::main_with("jac2d_ft_data", || run(opts))
 }
 
@@ -171,14 +167,10 @@ fn run(o: Opts) -> ferry::Result<()> {
     let me = comm.world_rank();
     // A replacement (REBUILD) joins a running job: the header was printed long ago.
     if comm.rank() == 0 && !comm.is_replacement() {
-        let mut h = format!(
-            "{size} x {size} cells (mem {:.1} MB), running {maxiter} iterations with {nprocs} tasks",
-            0.000016 * size as f64 * size as f64
+        println!(
+            "{}",
+            common::jac2d_header(size, maxiter, nprocs, o.no_corners, 0)
         );
-        if o.no_corners {
-            h.push_str(" (halo without corners)");
-        }
-        println!("{h}");
         let _ = std::io::stdout().flush();
     }
     let space = Space::new2(size as u64, size as u64)?;
@@ -354,7 +346,7 @@ fn iterate(
             comm.allreduce(&mut rowsum, &ReduceOp::Sum)?;
             let res = rowsum.iter().fold(0.0f64, |a, &r| a + r);
             if comm.rank() == 0 {
-                println!("Residuum after {:2} iters: {res:.6}", st.iter + 1);
+                println!("{}", common::residuum_line(st.iter + 1, res));
                 let _ = std::io::stdout().flush();
             }
             if res < 0.001 {
@@ -411,7 +403,7 @@ fn gather_and_print(
                 s += m.data[x + y * m.strides[1]];
             }
         }
-        println!("Global value sum after {iter} iterations: {s:.6}");
+        println!("{}", common::value_sum_line(iter, s));
         let _ = std::io::stdout().flush();
     }
     Ok(())

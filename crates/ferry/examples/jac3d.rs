@@ -58,20 +58,17 @@ struct Opts {
 }
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().collect();
+    let mut args = common::CmdLine::from_env();
     let mut o = Opts {
         shrink_count: 1,
         ..Opts::default()
     };
-    let mut i = 1;
-    let value = |i: usize| args.get(i).map_or(0, |a| common::atoi(a));
-    while i < args.len() && args[i].starts_with('-') {
-        match args[i].as_bytes().get(1) {
+    while let Some(letter) = args.option() {
+        match letter {
             Some(b'n') => o.no_corners = true,
             Some(b'g') => o.grid = true,
             Some(b'x') => {
-                i += 1;
-                o.xblocks = value(i);
+                o.xblocks = args.value().map_or(0, common::atoi);
                 o.grid = true;
             }
             Some(b'p') => o.profile = true,
@@ -79,26 +76,15 @@ fn main() -> ExitCode {
             Some(b'r') => o.reserve = true,
             Some(b'e') => o.transitions = true,
             Some(b'a') => o.actions = true,
-            Some(b'i') => {
-                i += 1;
-                o.shrink_every = value(i);
-            }
-            Some(b'c') => {
-                i += 1;
-                o.shrink_count = value(i);
-            }
+            Some(b'i') => o.shrink_every = args.value().map_or(0, common::atoi),
+            Some(b'c') => o.shrink_count = args.value().map_or(0, common::atoi),
             Some(b'l') => o.own_layout = true,
-            Some(b'h') => {
-                print!("{USAGE}");
-                let _ = std::io::stdout().flush();
-                return ExitCode::FAILURE;
-            }
+            Some(b'h') => return common::usage(USAGE),
             _ => {}
         }
-        i += 1;
     }
-    o.size = value(i);
-    o.maxiter = value(i + 1);
+    o.size = args.pos(0);
+    o.maxiter = args.pos(1);
     common::main_with("jac3d", || run(o))
 }
 

@@ -60,11 +60,10 @@ enum Exit {
     Error(String),
 }
 
-fn parse(args: &[String]) -> Result<Opts, Exit> {
+fn parse(mut args: common::CmdLine) -> Result<Opts, Exit> {
     let mut o = Opts::default();
-    let mut i = 1;
-    while i < args.len() && args[i].starts_with('-') {
-        match args[i].as_bytes().get(1) {
+    while let Some(letter) = args.option() {
+        match letter {
             Some(b'i') => o.indirection = true,
             Some(b'c') => o.compact = true,
             Some(b's') => o.single = true,
@@ -74,12 +73,10 @@ fn parse(args: &[String]) -> Result<Opts, Exit> {
             Some(b'h') => return Err(Exit::Usage),
             _ => {}
         }
-        i += 1;
     }
-    let pos = &args[i..];
-    let n = pos.first().map(|a| atoi(a)).unwrap_or(0);
-    let m = pos.get(1).map(|a| atoi(a)).unwrap_or(0);
-    let iters = pos.get(2).map(|a| atoi(a)).unwrap_or(10);
+    let n = args.positional(0).map_or(0, atoi);
+    let m = args.positional(1).map_or(0, atoi);
+    let iters = args.positional(2).map_or(10, atoi);
     if n < 0 || m < 0 {
         return Err(Exit::Error(format!(
             "markov: state count ({n}) and fan-in ({m}) must not be negative\n"
@@ -363,8 +360,7 @@ fn run(o: Opts) -> ferry::Result<()> {
 }
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().collect();
-    match parse(&args) {
+    match parse(common::CmdLine::from_env()) {
         Err(exit) => {
             // Every rank parses the same arguments; one copy of the text is enough.
             if std::env::var("FERRY_RANK").map_or(true, |r| r == "0") {

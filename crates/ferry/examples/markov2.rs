@@ -63,11 +63,10 @@ enum Exit {
     Error(String),
 }
 
-fn parse(args: &[String]) -> Result<Opts, Exit> {
+fn parse(mut args: common::CmdLine) -> Result<Opts, Exit> {
     let mut o = Opts::default();
-    let mut i = 1;
-    while i < args.len() && args[i].starts_with('-') {
-        match args[i].as_bytes().get(1) {
+    while let Some(letter) = args.option() {
+        match letter {
             Some(b'i') => o.indirection = true,
             Some(b'c') => o.compact = true,
             Some(b's') => o.single = true,
@@ -76,13 +75,11 @@ fn parse(args: &[String]) -> Result<Opts, Exit> {
             Some(b'p') => o.profile = true,
             _ => return Err(Exit::Usage),
         }
-        i += 1;
     }
-    let pos = &args[i..];
-    o.n = pos.first().map(|a| atoi(a)).unwrap_or(0);
-    o.m = pos.get(1).map(|a| atoi(a)).unwrap_or(0);
-    o.iters = pos.get(2).map(|a| atoi(a)).unwrap_or(10).max(0) as usize;
-    o.istate = pos.get(3).map(|a| atoi(a)).unwrap_or(-1);
+    o.n = args.positional(0).map_or(0, atoi);
+    o.m = args.positional(1).map_or(0, atoi);
+    o.iters = args.positional(2).map_or(10, atoi).max(0) as usize;
+    o.istate = args.positional(3).map_or(-1, atoi);
     if o.n < 0 || o.m < 0 {
         return Err(Exit::Error(format!(
             "markov2: state count ({}) and fan-out ({}) must not be negative\n",
@@ -375,8 +372,7 @@ fn run(mut o: Opts) -> ferry::Result<()> {
 }
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().collect();
-    match parse(&args) {
+    match parse(common::CmdLine::from_env()) {
         Err(exit) => {
             // Every rank parses the same arguments; one copy of the text is enough.
             if std::env::var("FERRY_RANK").map_or(true, |r| r == "0") {

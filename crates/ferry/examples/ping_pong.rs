@@ -36,25 +36,18 @@ struct Opts {
 }
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().collect();
+    let mut args = common::CmdLine::from_env();
     let mut o = Opts::default();
-    let mut i = 1;
-    while i < args.len() && args[i].starts_with('-') {
-        match args[i].as_bytes().get(1) {
+    while let Some(letter) = args.option() {
+        match letter {
             Some(b'r') => o.no_reserve = true,
             Some(b'a') => o.no_actions = true,
             Some(b's') => o.spread = true,
-            Some(b'h') => {
-                print!("{USAGE}");
-                let _ = std::io::stdout().flush();
-                return ExitCode::FAILURE;
-            }
+            Some(b'h') => return common::usage(USAGE),
             _ => {}
         }
-        i += 1;
     }
-    let pos = |k: usize| args.get(i + k).map_or(0, |a| common::atoi(a));
-    let (size, iters) = (pos(0), pos(1));
+    let (size, iters) = (args.pos(0), args.pos(1));
     common::main_with("ping_pong", || run(o, size, iters))
 }
 

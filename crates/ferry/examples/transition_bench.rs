@@ -24,18 +24,15 @@ use std::time::{Duration, Instant};
 use ferry::prelude::*;
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().collect();
+    let mut args = common::CmdLine::from_env();
     let mut check = false;
-    let mut i = 1;
-    while i < args.len() && args[i].starts_with('-') {
-        if args[i] == "-c" {
+    while args.option().is_some() {
+        if args.option_text() == "-c" {
             check = true;
         }
-        i += 1;
     }
-    let pos = |k: usize| args.get(i + k).map_or(0, |a| common::atoi(a));
-    let mib = if pos(0) > 0 { pos(0) } else { 64 };
-    let iters = if pos(1) > 0 { pos(1) } else { 20 };
+    let mib = if args.pos(0) > 0 { args.pos(0) } else { 64 };
+    let iters = if args.pos(1) > 0 { args.pos(1) } else { 20 };
     common::main_with("transition_bench", || run(mib, iters, check))
 }
 

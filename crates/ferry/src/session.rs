@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use ferry_coll::{self as coll, Cartesian, Graph, Group, ReduceOp, Topology};
 use ferry_core::pset::ProcessSets;
 use ferry_core::{
-    Config, Element, Error, ErrorKind, LaunchInfo, MsgKey, MsgKind, Result, Transport,
+    Config, Element, Error, ErrorKind, LaunchInfo, MsgKey, MsgKind, Result, RetiredFlows, Transport,
 };
 
 /// What every session of the process shares: the transport and the process sets.
@@ -348,6 +348,20 @@ impl std::fmt::Debug for SessionComm {
     }
 }
 
+impl Drop for SessionComm {
+    /// Retires the communicator's flows (bounded flow tables, M2): its context is never
+    /// handed out again in this process, and a program that creates and drops communicators
+    /// in a loop would otherwise keep a flow per peer, tag and kind of every one of them.
+    /// Like every retirement this promises that this member received what it was sent on
+    /// the communicator; peers retire at their own pace.
+    fn drop(&mut self) {
+        // A poisoned transport (a panic while it was in use) has nothing left to keep small.
+        if let Ok(mut t) = self.rt.transport.lock() {
+            t.retire_flows(RetiredFlows::Generation(self.context));
+        }
+    }
+}
+
 impl SessionComm {
     /// This process's index in the communicator.
     pub fn rank(&self) -> usize {
@@ -498,8 +512,61 @@ impl SessionComm {
 }
 
 #[cfg(test)]
+#[path = "../tests/support/threads.rs"]
+mod threads;
+
+#[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A session over `t`, as [`Session::init`] makes one over the transport it builds, but
+    /// with a runtime of its own (the process-wide one cannot hold ranks that are threads).
+    fn session_over(t: Box<dyn Transport>) -> Session {
+        let (rank, size) = (t.rank(), t.size());
+        Session::over(Arc::new(Runtime {
+            rank,
+            sets: ProcessSets::from_vars(&[], rank, size).expect("process sets"),
+            transport: Mutex::new(t),
+            sessions: AtomicU32::new(0),
+            print_stats: false,
+        }))
+    }
+
+    /// 2,000 communicators made from `ferry://world` and dropped one after another, each
+    /// used for a collective and a point-to-point message, keep every rank's flow table
+    /// flat (without retirement on drop it grows by several flows per communicator).
+    #[test]
+    fn dropped_session_communicators_retire_their_flows() {
+        for backend in threads::BACKENDS {
+            let samples = threads::on_threads(backend, 4, "sesscomm", |t| {
+                let mut s = session_over(t);
+                let world = s.group_from_pset("ferry://world").expect("world group");
+                let mut flows = Vec::new();
+                for i in 0..2_000u32 {
+                    let c = s.comm_from_group(&world, "loop").expect("communicator");
+                    let mut v = [1u32];
+                    c.allreduce(&mut v, &ReduceOp::Sum).expect("allreduce");
+                    assert_eq!(v[0], 4);
+                    let (n, r) = (c.size(), c.rank());
+                    let mut got = Vec::new();
+                    c.send((r + 1) % n, 3, &i.to_le_bytes()).expect("send");
+                    c.recv((r + n - 1) % n, 3, &mut got).expect("recv");
+                    assert_eq!(got, i.to_le_bytes());
+                    drop(c);
+                    if (i + 1) % 200 == 0 {
+                        flows.push(s.rt.lock("test").unwrap().flow_count().unwrap());
+                    }
+                }
+                let rt = s.rt.clone();
+                drop(s);
+                rt.lock("test").unwrap().finish().expect("finish");
+                flows
+            });
+            for (rank, f) in samples.iter().enumerate() {
+                threads::assert_flat_flows(&format!("{backend}, rank {rank}"), f, 8);
+            }
+        }
+    }
 
     #[test]
     fn contexts_differ_by_session_tag_order_and_members() {

@@ -46,6 +46,9 @@ pub(crate) struct CommState {
     pub base: u32,
     /// Current generation, and its live members (sorted world ranks).
     pub generation: u32,
+    /// Lowest generation whose message flows may still be in the transport: the ones below
+    /// were retired when the communicator left them.
+    pub unretired: u32,
     pub live: Vec<usize>,
     /// Revoked generations (the current one and later ones a peer revoked first).
     pub revoked: BTreeSet<u32>,
@@ -89,6 +92,7 @@ impl Engine {
                 id,
                 base: g0,
                 generation: g0,
+                unretired: g0,
                 live: Vec::new(),
                 revoked: BTreeSet::new(),
                 floods: VecDeque::new(),
@@ -110,6 +114,12 @@ impl Engine {
         let Some(c) = self.comms.get_mut(&id) else {
             return;
         };
+        // Every member left the earlier generations together (an agreement or a rebuild
+        // record moved them here) and no handle of them operates any more (`check_current`):
+        // their flows are unreachable, and a program that recovers again and again would
+        // otherwise keep the flows of every generation it went through.
+        let left = c.unretired..generation;
+        c.unretired = c.unretired.max(generation);
         c.generation = generation;
         c.agree_seq = 0;
         c.revoked.retain(|&g| g >= generation);
@@ -123,6 +133,12 @@ impl Engine {
             c.floods.pop_front();
         }
         c.live = live;
+        if !self.finished {
+            for g in left {
+                self.t
+                    .retire_flows(RetiredFlows::Generation(message_generation(id, g)));
+            }
+        }
         if let Some(n) = self.next_gen.get_mut(id as usize) {
             *n = (*n).max(generation + 1);
         }
@@ -178,7 +194,7 @@ impl Engine {
         }
         self.delegated.retain(|d| d.1 != id);
         if !self.finished {
-            for g in c.base..=c.generation {
+            for g in c.unretired..=c.generation {
                 self.t
                     .retire_flows(RetiredFlows::Generation(message_generation(id, g)));
             }

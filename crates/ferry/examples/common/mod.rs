@@ -25,6 +25,112 @@ pub fn atoi(s: &str) -> i64 {
     }
 }
 
+/// A C-style command line: leading options (`-x...`, only the second character counts, as
+/// the LAIK examples read them), then positional arguments.
+pub struct CmdLine {
+    args: Vec<String>,
+    /// Index of the first argument not yet taken as an option or an option's value.
+    next: usize,
+}
+
+impl CmdLine {
+    /// The process's arguments, the program name skipped.
+    pub fn from_env() -> CmdLine {
+        CmdLine {
+            args: std::env::args().collect(),
+            next: 1,
+        }
+    }
+
+    /// The next leading option: `Some(letter)` (its second character, `None` for `-` alone);
+    /// the outer `None` at the first argument that does not start with `-`.
+    pub fn option(&mut self) -> Option<Option<u8>> {
+        let a = self.args.get(self.next).filter(|a| a.starts_with('-'))?;
+        let letter = a.as_bytes().get(1).copied();
+        self.next += 1;
+        Some(letter)
+    }
+
+    /// The whole text of the option [`CmdLine::option`] returned last.
+    pub fn option_text(&self) -> &str {
+        self.args
+            .get(self.next.wrapping_sub(1))
+            .map_or("", String::as_str)
+    }
+
+    /// The argument after an option that takes one (`-x 4`), taken so that the option loop
+    /// goes on behind it; `None` at the end of the line.
+    pub fn value(&mut self) -> Option<&str> {
+        let v = self.args.get(self.next)?;
+        self.next += 1;
+        Some(v.as_str())
+    }
+
+    /// Positional argument `k` (0-based, after the options), if given.
+    pub fn positional(&self, k: usize) -> Option<&str> {
+        self.args.get(self.next + k).map(String::as_str)
+    }
+
+    /// Positional argument `k` as C's `atoi` reads it; 0 when missing.
+    pub fn pos(&self, k: usize) -> i64 {
+        self.positional(k).map_or(0, atoi)
+    }
+}
+
+/// `-h`: prints `text` to stdout and ends with status 1, as the LAIK examples do.
+pub fn usage(text: &str) -> ExitCode {
+    print!("{text}");
+    let _ = std::io::stdout().flush();
+    ExitCode::FAILURE
+}
+
+/// First line of the 2d Jacobi programs (jac2d, jac2d_ft, jac2d_ft_data): grid, iterations,
+/// tasks, and the options that change the run.
+pub fn jac2d_header(
+    size: i64,
+    maxiter: i64,
+    nprocs: usize,
+    no_corners: bool,
+    repart: i64,
+) -> String {
+    let mut h = format!(
+        "{size} x {size} cells (mem {:.1} MB), running {maxiter} iterations with {nprocs} tasks",
+        0.000016 * size as f64 * size as f64
+    );
+    if no_corners {
+        h.push_str(" (halo without corners)");
+    }
+    if repart > 0 {
+        h.push_str(&format!(
+            "\n  with repartitioning every {repart} iterations\n"
+        ));
+    }
+    h
+}
+
+/// The residuum line of the Jacobi programs after `iters` iterations.
+pub fn residuum_line(iters: i64, res: f64) -> String {
+    format!("Residuum after {iters:2} iters: {res:.6}")
+}
+
+/// The final line of the Jacobi programs' `-s`.
+pub fn value_sum_line(iters: i64, sum: f64) -> String {
+    format!("Global value sum after {iters} iterations: {sum:.6}")
+}
+
+/// Appends `line` to the file `name` in one write (ranks append to the same file at once):
+/// the programs' `-p` profiling output.
+pub fn append_line(name: &str, line: &str) -> ferry::Result<()> {
+    let what = format!("profiling file {name}");
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(name)
+        .map_err(|e| ferry::Error::io(what.clone(), e))?;
+    f.write_all(line.as_bytes())
+        .map_err(|e| ferry::Error::io(what, e))
+}
+
 /// Runs an example's body: flushes stdout, and turns an error into a message on stderr
 /// (naming the program) and exit status 1.
 pub fn main_with(name: &str, body: impl FnOnce() -> ferry::Result<()>) -> ExitCode {
