@@ -24,6 +24,10 @@
 //! data of a later switch; recovery (`ferry-ft`) takes lost values from buddies, never from
 //! a dead rank's region. Reductions keep the message path (their operands are folded from
 //! receive buffers).
+//!
+//! Each completed copy is reported to the transport (`Transport::note_shared_copy`, by the
+//! owner on `done` and by the reader after its copy), so that the monitor counts it as the
+//! data message it replaces.
 
 use ferry_core::element::as_bytes;
 use ferry_core::element::as_bytes_mut;
@@ -309,7 +313,13 @@ impl<T: Element> ActionSeq<T> {
             } else {
                 let pulls = self.unpack.iter().filter(|(k, _)| *k == j).map(|(_, c)| c);
                 match pull(ctrl, peer, rank, mem, maps, pulls, &mut bufs, generic) {
-                    Ok(()) => DONE,
+                    Ok(()) => {
+                        let bytes = as_bytes(&self.recv_bufs[j]).len();
+                        if let Err(e) = t.note_shared_copy(peer, self.key, bytes, false) {
+                            failure.get_or_insert(e);
+                        }
+                        DONE
+                    }
                     Err(Refusal::Map(e)) => {
                         tracing::debug!(
                             "rank {rank}: cannot map rank {peer}'s container, taking a copy: {e}"
@@ -365,7 +375,12 @@ impl<T: Element> ActionSeq<T> {
                 continue;
             }
             match get(&plan.answer_in[i], 0) {
-                DONE => {}
+                DONE => {
+                    let bytes = as_bytes(&self.send_bufs[i]).len();
+                    if let Err(e) = t.note_shared_copy(peer, self.key, bytes, true) {
+                        failure.get_or_insert(e);
+                    }
+                }
                 NACK => {
                     plan.nacked[i] = true;
                     third = true;
