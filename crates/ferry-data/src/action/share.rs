@@ -468,10 +468,87 @@ fn unpack_where<T: Element>(
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use ferry_core::mem::MemTransport;
-    use ferry_core::Transport;
+    use ferry_core::{Error, RegionId, Result, SharedMemory, SharedRegion, Transport};
 
     use crate::{Container, DataFlow, Instance, Partitioner, Partitioning, Space};
+
+    /// Shared memory that refuses to allocate or to map (on the ranks a test picks).
+    struct Refusing {
+        inner: Arc<dyn SharedMemory>,
+        alloc: bool,
+        map: bool,
+    }
+
+    impl SharedMemory for Refusing {
+        fn alloc(&self, len: usize) -> Result<SharedRegion> {
+            if !self.alloc {
+                return Err(Error::invalid("shared alloc", "refused by the test"));
+            }
+            self.inner.alloc(len)
+        }
+        fn map(&self, owner: usize, id: &RegionId) -> Result<SharedRegion> {
+            if !self.map {
+                return Err(Error::invalid("shared map", "refused by the test"));
+            }
+            self.inner.map(owner, id)
+        }
+    }
+
+    /// Two ranks switch a small container rows -> halo (in place) -> columns (two buffers)
+    /// with rank 1 unable to allocate (`alloc` false: it offers nothing) or to map (`map`
+    /// false: it answers nack); every cell must arrive all the same.
+    fn degraded(alloc: bool, map: bool) {
+        MemTransport::run(2, |mut t| {
+            let mut inst = Instance::for_transport(&t).unwrap();
+            let inner = t.shared_memory().unwrap();
+            let one = t.rank() == 1;
+            inst.set_shared_memory(Some(Arc::new(Refusing {
+                inner,
+                alloc: alloc || !one,
+                map: map || !one,
+            })));
+            inst.set_share_min_bytes(0);
+            let s = Space::new2(6, 4).unwrap();
+            let w = inst.world().clone();
+            let rows = Partitioning::new(&s, &w, &Partitioner::Grid { blocks: [1, 2, 1] }).unwrap();
+            let halo = Partitioning::derived(&s, &Partitioner::Halo { depth: 1 }, &rows).unwrap();
+            let cols = Partitioning::new(&s, &w, &Partitioner::Grid { blocks: [2, 1, 1] }).unwrap();
+            let mut c = Container::<u32>::new(&mut inst, "d", &s);
+            c.share_layout(&rows, &halo).unwrap();
+            c.switch_to(&mut t, &rows, DataFlow::None, None).unwrap();
+            assert_eq!(c.in_shared_memory(), alloc || !one, "rank {}", t.rank());
+            for r in c.my_ranges().to_vec() {
+                for y in r.from()[1]..r.to()[1] {
+                    for x in r.from()[0]..r.to()[0] {
+                        c.set(&[x, y, 0], (10 * y + x) as u32).unwrap();
+                    }
+                }
+            }
+            for p in [&halo, &cols] {
+                c.switch_to(&mut t, p, DataFlow::Preserve, None).unwrap();
+                for r in c.my_ranges().to_vec() {
+                    for y in r.from()[1]..r.to()[1] {
+                        for x in r.from()[0]..r.to()[0] {
+                            assert_eq!(c.get(&[x, y, 0]).unwrap(), (10 * y + x) as u32);
+                        }
+                    }
+                }
+            }
+        });
+    }
+
+    #[test]
+    fn an_owner_without_shared_storage_still_delivers() {
+        degraded(false, true);
+    }
+
+    #[test]
+    fn a_reader_that_cannot_map_still_receives() {
+        degraded(true, false);
+    }
 
     /// Ranks as threads of one process, a halo switch in place: each rank writes its received
     /// halo cells into the very buffer its neighbour copies border cells from. Run under Miri
