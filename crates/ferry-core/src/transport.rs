@@ -407,6 +407,22 @@ pub trait Transport: Send {
         None
     }
 
+    /// Reports that `bytes` of flow `key` moved between this rank and `peer` through
+    /// node-shared memory (S3) instead of as a message: out of this rank's memory when `sent`,
+    /// else into it. Nothing travels and backends ignore it; a wrapper that accounts for
+    /// traffic (the monitor) counts it as the message it replaces, so that its figures stay
+    /// those of the message path. An error is the wrapper's (a monitor check that failed).
+    fn note_shared_copy(
+        &mut self,
+        peer: usize,
+        key: MsgKey,
+        bytes: usize,
+        sent: bool,
+    ) -> Result<()> {
+        let _ = (peer, key, bytes, sent);
+        Ok(())
+    }
+
     /// Communication statistics of this rank so far (T7).
     fn stats(&self) -> Stats;
 

@@ -439,10 +439,11 @@ impl<T: Element> Container<T> {
             // every path out of it (an error withdraws the offer before it is returned).
             let offer = self.storage.publish();
             let bufs = if seq.inplace {
-                Bufs::One(&mut self.storage[..total])
+                // Raw access only: readers copy from this buffer while received cells land.
+                Bufs::in_place(&mut self.storage, total)
             } else {
                 let (cur, spare) = self.storage.split();
-                Bufs::Two(&cur[..old_total], &mut spare[..total])
+                Bufs::two(&cur[..old_total], &mut spare[..total])
             };
             let ctx = ShareCtx {
                 mem: &*mem,

@@ -148,6 +148,17 @@ impl<T: Element> Storage<T> {
         }
     }
 
+    /// The current buffer as a raw pointer and its length, derived from the region (or the
+    /// heap vector) without a reference over the buffer: for in-place switches, where peers
+    /// read cells of it while this rank writes others (see `action/share/raw.rs`).
+    pub(crate) fn cur_raw(&mut self) -> (*mut T, usize) {
+        let c = self.cur;
+        match &self.shared {
+            Some(s) => (self.ptr_of(c), s.len[c]),
+            None => (self.heap[c].as_mut_ptr(), self.heap[c].len()),
+        }
+    }
+
     /// The current buffer (read) and the spare one (write).
     pub(crate) fn split(&mut self) -> (&[T], &mut [T]) {
         let (c, s) = (self.cur, 1 - self.cur);

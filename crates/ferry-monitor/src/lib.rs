@@ -39,11 +39,12 @@ pub mod summary;
 mod writer;
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use ferry_core::stats::Stats;
 use ferry_core::transport::{RecvBuf, RetiredFlows, WaitPolicy};
-use ferry_core::{Error, Exchange, MsgKey, Result, Transport};
+use ferry_core::{Error, Exchange, MsgKey, Result, SharedMemory, Transport};
 
 pub use align::{Deviation, DeviationKind};
 pub use check::{clear_on_deviation, on_deviation};
@@ -374,6 +375,25 @@ impl Transport for Monitored {
 
     fn stats(&self) -> Stats {
         self.inner.stats()
+    }
+
+    fn shared_memory(&self) -> Option<Arc<dyn SharedMemory>> {
+        self.inner.shared_memory()
+    }
+
+    fn note_shared_copy(
+        &mut self,
+        peer: usize,
+        key: MsgKey,
+        bytes: usize,
+        sent: bool,
+    ) -> Result<()> {
+        // Recorded as the data message the copy replaces, so that traffic matrices, sizes and
+        // checks read the same with shared containers as without.
+        let call = self.begin();
+        let call = self.end(call);
+        let dir = if sent { Dir::Send } else { Dir::Recv };
+        self.note(call, dir, peer, key, bytes)
     }
 
     fn retire_flows(&mut self, flows: RetiredFlows) {

@@ -24,6 +24,10 @@
 //! data of a later switch; recovery (`ferry-ft`) takes lost values from buddies, never from
 //! a dead rank's region. Reductions keep the message path (their operands are folded from
 //! receive buffers).
+//!
+//! Each completed copy is reported to the transport (`Transport::note_shared_copy`, by the
+//! owner on `done` and by the reader after its copy), so that the monitor counts it as the
+//! data message it replaces.
 
 use ferry_core::element::as_bytes;
 use ferry_core::element::as_bytes_mut;
@@ -32,11 +36,13 @@ use ferry_core::{
     SharedRegion, Transport,
 };
 
-use super::{copy_box, ActionSeq};
+use super::{ActionSeq, BoxCopy};
 use crate::storage::Published;
 
 mod pull;
+mod raw;
 use pull::{pull, Refusal};
+pub(crate) use raw::Bufs;
 
 /// Pairs that move fewer bytes than this in a switch keep the message path: below it a message
 /// goes inline through the shm rings (cheap copies), and the protocol's two control messages
@@ -102,34 +108,6 @@ impl PeerMaps {
     }
 }
 
-/// The buffers of one execution: separate old and new, or one buffer (in place).
-///
-/// In place, this rank writes received cells through `&mut` into the buffer its readers copy
-/// other cells from. Between processes (shm, hybrid) that is two mappings and disjoint cells;
-/// for ranks that are threads of one process (the mem backend of the tests) Miri's Stacked
-/// Borrows reports the readers' raw reads under the owner's `&mut` (out of place, the buffer
-/// readers copy from is only behind `&`; no Miri run covers that path alone yet). Writing the
-/// received cells through raw pointers would settle it; not done yet.
-pub(crate) enum Bufs<'a, T> {
-    Two(&'a [T], &'a mut [T]),
-    One(&'a mut [T]),
-}
-
-impl<T> Bufs<'_, T> {
-    fn old(&self) -> &[T] {
-        match self {
-            Bufs::Two(o, _) => o,
-            Bufs::One(d) => d,
-        }
-    }
-    fn new_mut(&mut self) -> &mut [T] {
-        match self {
-            Bufs::Two(_, n) => n,
-            Bufs::One(d) => d,
-        }
-    }
-}
-
 /// Per-sequence state of the protocol, built at the first shared execution.
 pub(crate) struct SharePlan {
     key: MsgKey,
@@ -156,6 +134,24 @@ fn get(buf: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b)
 }
 
+/// The error both sides of a pair report when the other side's message or memory is not
+/// what the protocol expects.
+fn protocol(rank: usize, peer: usize, why: String) -> Error {
+    Error::new(ErrorKind::Protocol, "switch")
+        .on_rank(rank)
+        .with_peer(peer)
+        .with_detail(why)
+}
+
+/// A control buffer per peer: room for the header and a place per segment where the pair
+/// shares, nothing where it does not.
+fn ctrl_bufs(segments: impl Iterator<Item = usize>, shared: &[bool]) -> Vec<Vec<u8>> {
+    segments
+        .zip(shared)
+        .map(|(n, &s)| vec![0u8; if s { CTRL_HEAD + PLACE_BYTES * n } else { 0 }])
+        .collect()
+}
+
 impl<T: Element> ActionSeq<T> {
     fn share_plan(&mut self, t: &dyn Transport, min_bytes: usize) -> &mut SharePlan {
         if self.share.is_none() {
@@ -163,35 +159,15 @@ impl<T: Element> ActionSeq<T> {
             // Reductions fold from receive buffers: they keep the message path.
             let ok = !self.transition.reduces();
             // Both sides of a pair decide alike: same plan (same length), same node numbers.
-            let big = |elems: usize| elems.saturating_mul(std::mem::size_of::<T>()) >= min_bytes;
-            let send_shared: Vec<bool> = self
-                .transition
-                .sends
-                .iter()
-                .map(|p| ok && big(p.elems) && t.node_of(p.peer) == here)
-                .collect();
-            let recv_shared: Vec<bool> = self
-                .transition
-                .recvs
-                .iter()
-                .map(|p| ok && big(p.elems) && t.node_of(p.peer) == here)
-                .collect();
-            let mut ctrl_out: Vec<Vec<u8>> = self
-                .transition
-                .sends
-                .iter()
-                .zip(&send_shared)
-                .map(|(p, &s)| {
-                    vec![
-                        0u8;
-                        if s {
-                            CTRL_HEAD + PLACE_BYTES * p.segments.len()
-                        } else {
-                            0
-                        }
-                    ]
-                })
-                .collect();
+            let shares = |elems: usize, peer: usize| {
+                ok && elems.saturating_mul(std::mem::size_of::<T>()) >= min_bytes
+                    && t.node_of(peer) == here
+            };
+            let tr = &self.transition;
+            let send_shared: Vec<bool> = tr.sends.iter().map(|p| shares(p.elems, p.peer)).collect();
+            let recv_shared: Vec<bool> = tr.recvs.iter().map(|p| shares(p.elems, p.peer)).collect();
+            let mut ctrl_out = ctrl_bufs(tr.sends.iter().map(|p| p.segments.len()), &send_shared);
+            let ctrl_in = ctrl_bufs(tr.recvs.iter().map(|p| p.segments.len()), &recv_shared);
             let mut at = vec![CTRL_HEAD; ctrl_out.len()];
             for (i, c) in &self.pack {
                 if !send_shared[*i] {
@@ -205,22 +181,6 @@ impl<T: Element> ActionSeq<T> {
                 }
                 at[*i] += PLACE_BYTES;
             }
-            let ctrl_in = self
-                .transition
-                .recvs
-                .iter()
-                .zip(&recv_shared)
-                .map(|(p, &s)| {
-                    vec![
-                        0u8;
-                        if s {
-                            CTRL_HEAD + PLACE_BYTES * p.segments.len()
-                        } else {
-                            0
-                        }
-                    ]
-                })
-                .collect();
             let key = MsgKey::new(self.key.generation, SHARE_KIND, self.key.tag);
             self.share = Some(SharePlan {
                 key,
@@ -243,8 +203,8 @@ impl<T: Element> ActionSeq<T> {
         p.send_shared.iter().chain(&p.recv_shared).any(|&s| s)
     }
 
-    /// Runs the switch with the sharing protocol (module documentation). `local` runs after
-    /// the first messages went out (the local copies of a two-buffer switch).
+    /// Runs the switch with the sharing protocol (module documentation). The local copies of
+    /// a two-buffer switch run after the first messages went out.
     pub(crate) fn execute_shared(
         &mut self,
         t: &mut dyn Transport,
@@ -252,13 +212,8 @@ impl<T: Element> ActionSeq<T> {
         ctx: ShareCtx<'_>,
     ) -> Result<()> {
         let rank = t.rank();
-        if bufs.old().len() < self.old_layout.total || bufs.new_mut().len() < self.new_layout.total
-        {
-            return Err(Error::invalid(
-                "switch",
-                "container storage does not match the action sequence's layouts",
-            )
-            .on_rank(rank));
+        if bufs.old_len() < self.old_layout.total || bufs.new_len() < self.new_layout.total {
+            return Err(out_of_layout().on_rank(rank));
         }
         let generic = self.generic;
         let ShareCtx {
@@ -291,18 +246,12 @@ impl<T: Element> ActionSeq<T> {
             plan.nacked.iter_mut().for_each(|n| *n = false);
             plan.need.iter_mut().for_each(|n| *n = 0);
         }
-        for (i, c) in &self.pack {
+        {
             let plan = self.share.as_ref().expect("built");
-            if !plan.send_shared[*i] {
-                copy_box(
-                    bufs.old(),
-                    c.src,
-                    &mut self.send_bufs[*i],
-                    c.dst,
-                    c.ext,
-                    generic,
-                );
-            }
+            pack_where(&self.pack, &mut self.send_bufs, &bufs, generic, |i| {
+                !plan.send_shared[i]
+            })
+            .map_err(|e| e.on_rank(rank))?;
         }
         {
             let plan = self.share.as_mut().expect("built");
@@ -329,9 +278,11 @@ impl<T: Element> ActionSeq<T> {
             let done = t
                 .progress_exchange(&mut ex)
                 .map_err(|e| e.context("switch"))?;
-            if let Bufs::Two(old, new) = &mut bufs {
+            if bufs.is_two() {
                 for c in &self.local {
-                    copy_box(old, c.src, new, c.dst, c.ext, generic);
+                    if !bufs.local(c, generic) {
+                        return Err(out_of_layout().on_rank(rank));
+                    }
                 }
             }
             if !done {
@@ -339,18 +290,11 @@ impl<T: Element> ActionSeq<T> {
             }
         }
         let plan = self.share.as_mut().expect("built");
-        for (j, c) in &self.unpack {
-            if !plan.recv_shared[*j] {
-                copy_box(
-                    &self.recv_bufs[*j],
-                    c.src,
-                    bufs.new_mut(),
-                    c.dst,
-                    c.ext,
-                    generic,
-                );
-            }
-        }
+        unpack_where(&self.unpack, &self.recv_bufs, &mut bufs, generic, |j| {
+            !plan.recv_shared[j]
+        })
+        .map_err(|e| e.on_rank(rank))?;
+        let plan = self.share.as_mut().expect("built");
         // Step 2: take the offers, answer them; data from owners that offered nothing.
         let mut failure: Option<Error> = None;
         for (j, &peer) in self.recv_peers.iter().enumerate() {
@@ -363,17 +307,19 @@ impl<T: Element> ActionSeq<T> {
                 plan.need[j] = DATA_IN_STEP2;
                 0
             } else if head != CTRL_MAGIC | OFFER << 32 {
-                failure.get_or_insert(
-                    Error::new(ErrorKind::Protocol, "switch")
-                        .on_rank(rank)
-                        .with_peer(peer)
-                        .with_detail(format!("rank {peer} sent no valid offer ({head:#x})")),
-                );
+                let why = format!("rank {peer} sent no valid offer ({head:#x})");
+                failure.get_or_insert(protocol(rank, peer, why));
                 FAILED
             } else {
                 let pulls = self.unpack.iter().filter(|(k, _)| *k == j).map(|(_, c)| c);
-                match pull(ctrl, peer, rank, mem, maps, pulls, bufs.new_mut(), generic) {
-                    Ok(()) => DONE,
+                match pull(ctrl, peer, rank, mem, maps, pulls, &mut bufs, generic) {
+                    Ok(()) => {
+                        let bytes = as_bytes(&self.recv_bufs[j]).len();
+                        if let Err(e) = t.note_shared_copy(peer, self.key, bytes, false) {
+                            failure.get_or_insert(e);
+                        }
+                        DONE
+                    }
                     Err(Refusal::Map(e)) => {
                         tracing::debug!(
                             "rank {rank}: cannot map rank {peer}'s container, taking a copy: {e}"
@@ -389,22 +335,15 @@ impl<T: Element> ActionSeq<T> {
             };
             put(&mut plan.answer_out[j], 0, answer);
         }
-        for (i, c) in &self.pack {
-            if plan.send_shared[*i] && offer.is_none() {
-                copy_box(
-                    bufs.old(),
-                    c.src,
-                    &mut self.send_bufs[*i],
-                    c.dst,
-                    c.ext,
-                    generic,
-                );
-            }
-        }
+        let offered = offer.is_some();
+        pack_where(&self.pack, &mut self.send_bufs, &bufs, generic, |i| {
+            plan.send_shared[i] && !offered
+        })
+        .map_err(|e| e.on_rank(rank))?;
         {
             let mut ex = Exchange::new();
             for (i, &peer) in self.send_peers.iter().enumerate() {
-                if plan.send_shared[i] && offer.is_none() {
+                if plan.send_shared[i] && !offered {
                     ex.send(peer, self.key, as_bytes(&self.send_bufs[i]));
                 }
             }
@@ -424,7 +363,7 @@ impl<T: Element> ActionSeq<T> {
                 .enumerate()
                 .zip(plan.answer_in.iter_mut())
             {
-                if plan.send_shared[i] && offer.is_some() {
+                if plan.send_shared[i] && offered {
                     ex.recv_into(peer, plan.key, ans);
                 }
             }
@@ -432,42 +371,34 @@ impl<T: Element> ActionSeq<T> {
         }
         let mut third = false;
         for (i, &peer) in self.send_peers.iter().enumerate() {
-            if !(plan.send_shared[i] && offer.is_some()) {
+            if !(plan.send_shared[i] && offered) {
                 continue;
             }
             match get(&plan.answer_in[i], 0) {
-                DONE => {}
+                DONE => {
+                    let bytes = as_bytes(&self.send_bufs[i]).len();
+                    if let Err(e) = t.note_shared_copy(peer, self.key, bytes, true) {
+                        failure.get_or_insert(e);
+                    }
+                }
                 NACK => {
                     plan.nacked[i] = true;
                     third = true;
                 }
                 other => {
-                    failure.get_or_insert(
-                        Error::new(ErrorKind::Protocol, "switch")
-                            .on_rank(rank)
-                            .with_peer(peer)
-                            .with_detail(format!(
-                                "rank {peer} could not take this rank's values (answer {other})"
-                            )),
-                    );
+                    let why =
+                        format!("rank {peer} could not take this rank's values (answer {other})");
+                    failure.get_or_insert(protocol(rank, peer, why));
                 }
             }
         }
         third |= plan.need.contains(&DATA_IN_STEP3);
         // Step 3: values as messages for readers that could not map this rank's region.
         if third {
-            for (i, c) in &self.pack {
-                if plan.nacked[*i] {
-                    copy_box(
-                        bufs.old(),
-                        c.src,
-                        &mut self.send_bufs[*i],
-                        c.dst,
-                        c.ext,
-                        generic,
-                    );
-                }
-            }
+            pack_where(&self.pack, &mut self.send_bufs, &bufs, generic, |i| {
+                plan.nacked[i]
+            })
+            .map_err(|e| e.on_rank(rank))?;
             let mut ex = Exchange::new();
             for (i, &peer) in self.send_peers.iter().enumerate() {
                 if plan.nacked[i] {
@@ -481,22 +412,178 @@ impl<T: Element> ActionSeq<T> {
             }
             t.exchange(&mut ex).map_err(|e| e.context("switch"))?;
         }
-        for (j, c) in &self.unpack {
-            if plan.need[*j] != 0 {
-                copy_box(
-                    &self.recv_bufs[*j],
-                    c.src,
-                    bufs.new_mut(),
-                    c.dst,
-                    c.ext,
-                    generic,
-                );
-            }
-        }
+        unpack_where(&self.unpack, &self.recv_bufs, &mut bufs, generic, |j| {
+            plan.need[j] != 0
+        })
+        .map_err(|e| e.on_rank(rank))?;
         if let Some(e) = failure {
             return Err(e);
         }
         self.runs += 1;
         Ok(())
+    }
+}
+
+/// A box of the bound plan does not fit the buffers it runs on (the container's storage
+/// changed under the sequence).
+fn out_of_layout() -> Error {
+    Error::invalid(
+        "switch",
+        "container storage does not match the action sequence's layouts",
+    )
+}
+
+/// Packs the boxes of the send peers `which(i)` selects from the old buffer into their
+/// message buffers.
+fn pack_where<T: Element>(
+    pack: &[(usize, BoxCopy)],
+    out: &mut [Vec<T>],
+    bufs: &Bufs<'_, T>,
+    generic: bool,
+    which: impl Fn(usize) -> bool,
+) -> Result<()> {
+    for (i, c) in pack {
+        if which(*i) && !bufs.pack(c, &mut out[*i], generic) {
+            return Err(out_of_layout());
+        }
+    }
+    Ok(())
+}
+
+/// Unpacks the messages of the recv peers `which(j)` selects into the new buffer.
+fn unpack_where<T: Element>(
+    unpack: &[(usize, BoxCopy)],
+    msgs: &[Vec<T>],
+    bufs: &mut Bufs<'_, T>,
+    generic: bool,
+    which: impl Fn(usize) -> bool,
+) -> Result<()> {
+    for (j, c) in unpack {
+        if which(*j) && !bufs.unpack(&msgs[*j], c, generic) {
+            return Err(out_of_layout());
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use ferry_core::mem::MemTransport;
+    use ferry_core::{Error, RegionId, Result, SharedMemory, SharedRegion, Transport};
+
+    use crate::{Container, DataFlow, Instance, Partitioner, Partitioning, Space};
+
+    /// Shared memory that refuses to allocate or to map (on the ranks a test picks).
+    struct Refusing {
+        inner: Arc<dyn SharedMemory>,
+        alloc: bool,
+        map: bool,
+    }
+
+    impl SharedMemory for Refusing {
+        fn alloc(&self, len: usize) -> Result<SharedRegion> {
+            if !self.alloc {
+                return Err(Error::invalid("shared alloc", "refused by the test"));
+            }
+            self.inner.alloc(len)
+        }
+        fn map(&self, owner: usize, id: &RegionId) -> Result<SharedRegion> {
+            if !self.map {
+                return Err(Error::invalid("shared map", "refused by the test"));
+            }
+            self.inner.map(owner, id)
+        }
+    }
+
+    /// Two ranks switch a small container rows -> halo (in place) -> columns (two buffers)
+    /// with rank 1 unable to allocate (`alloc` false: it offers nothing) or to map (`map`
+    /// false: it answers nack); every cell must arrive all the same.
+    fn degraded(alloc: bool, map: bool) {
+        MemTransport::run(2, |mut t| {
+            let mut inst = Instance::for_transport(&t).unwrap();
+            let inner = t.shared_memory().unwrap();
+            let one = t.rank() == 1;
+            inst.set_shared_memory(Some(Arc::new(Refusing {
+                inner,
+                alloc: alloc || !one,
+                map: map || !one,
+            })));
+            inst.set_share_min_bytes(0);
+            let s = Space::new2(6, 4).unwrap();
+            let w = inst.world().clone();
+            let rows = Partitioning::new(&s, &w, &Partitioner::Grid { blocks: [1, 2, 1] }).unwrap();
+            let halo = Partitioning::derived(&s, &Partitioner::Halo { depth: 1 }, &rows).unwrap();
+            let cols = Partitioning::new(&s, &w, &Partitioner::Grid { blocks: [2, 1, 1] }).unwrap();
+            let mut c = Container::<u32>::new(&mut inst, "d", &s);
+            c.share_layout(&rows, &halo).unwrap();
+            c.switch_to(&mut t, &rows, DataFlow::None, None).unwrap();
+            assert_eq!(c.in_shared_memory(), alloc || !one, "rank {}", t.rank());
+            for r in c.my_ranges().to_vec() {
+                for y in r.from()[1]..r.to()[1] {
+                    for x in r.from()[0]..r.to()[0] {
+                        c.set(&[x, y, 0], (10 * y + x) as u32).unwrap();
+                    }
+                }
+            }
+            for p in [&halo, &cols] {
+                c.switch_to(&mut t, p, DataFlow::Preserve, None).unwrap();
+                for r in c.my_ranges().to_vec() {
+                    for y in r.from()[1]..r.to()[1] {
+                        for x in r.from()[0]..r.to()[0] {
+                            assert_eq!(c.get(&[x, y, 0]).unwrap(), (10 * y + x) as u32);
+                        }
+                    }
+                }
+            }
+        });
+    }
+
+    #[test]
+    fn an_owner_without_shared_storage_still_delivers() {
+        degraded(false, true);
+    }
+
+    #[test]
+    fn a_reader_that_cannot_map_still_receives() {
+        degraded(true, false);
+    }
+
+    /// Ranks as threads of one process, a halo switch in place: each rank writes its received
+    /// halo cells into the very buffer its neighbour copies border cells from. Run under Miri
+    /// (`.ci/miri`) this is the check that no reference to that buffer is live meanwhile.
+    #[test]
+    fn in_place_shared_switches_between_threads_deliver_the_halo() {
+        let out = MemTransport::run(2, |mut t| {
+            let mut inst = Instance::for_transport(&t).unwrap();
+            inst.set_shared_memory(t.shared_memory());
+            inst.set_share_min_bytes(0);
+            let s = Space::new2(6, 4).unwrap();
+            let w = inst.world().clone();
+            let rows = Partitioning::new(&s, &w, &Partitioner::Grid { blocks: [1, 2, 1] }).unwrap();
+            let halo = Partitioning::derived(&s, &Partitioner::Halo { depth: 1 }, &rows).unwrap();
+            let mut c = Container::<u32>::new(&mut inst, "h", &s);
+            c.share_layout(&rows, &halo).unwrap();
+            c.switch_to(&mut t, &rows, DataFlow::None, None).unwrap();
+            assert!(c.in_shared_memory());
+            for r in c.my_ranges().to_vec() {
+                for y in r.from()[1]..r.to()[1] {
+                    for x in r.from()[0]..r.to()[0] {
+                        c.set(&[x, y, 0], (10 * y + x) as u32).unwrap();
+                    }
+                }
+            }
+            let mut there = c.prepare(&halo, DataFlow::Preserve, false).unwrap();
+            assert!(there.in_place(), "the halo switch must run in place");
+            c.run(&mut t, &mut there, None).unwrap();
+            // The first row beyond this rank's block came from the neighbour.
+            let y = if t.rank() == 0 { 2 } else { 1 };
+            (0..6)
+                .map(|x| c.get(&[x, y, 0]).unwrap())
+                .collect::<Vec<_>>()
+        });
+        assert_eq!(out[0], [20, 21, 22, 23, 24, 25]);
+        assert_eq!(out[1], [10, 11, 12, 13, 14, 15]);
     }
 }

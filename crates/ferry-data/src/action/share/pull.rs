@@ -5,54 +5,10 @@ use std::sync::atomic::{fence, AtomicU64, Ordering};
 
 use ferry_core::{Element, Error, ErrorKind, RegionId, SharedMemory};
 
-use super::{get, PeerMaps, CTRL_HEAD, PLACE_BYTES};
+use super::raw::{reach, Bufs};
+use super::{get, protocol, PeerMaps, CTRL_HEAD, PLACE_BYTES};
 use crate::action::{BoxCopy, Place};
 use crate::storage::{HEADER, MAGIC, STATE};
-use crate::MAX_DIMS;
-
-/// Highest element offset a place reaches for a box of extents `ext`, or None if the place
-/// (from a peer's message) overflows.
-fn reach(p: &Place, ext: [usize; MAX_DIMS]) -> Option<usize> {
-    let mut last = p.off;
-    for (e, st) in ext.iter().zip(p.st) {
-        last = last.checked_add(e.checked_sub(1)?.checked_mul(st)?)?;
-    }
-    Some(last)
-}
-
-/// Copies a box from raw memory (a peer's region) into `dst`, row by row.
-///
-/// # Safety
-/// Every element `s.off + x*s.st[0] + y*s.st[1] + z*s.st[2]` of the box must be readable at
-/// `src` for the whole call (the caller checked `reach(s, ext) < available`), and `d` must lie
-/// inside `dst` (checked when the sequence was bound).
-unsafe fn copy_box_raw<T: Element>(
-    src: *const T,
-    s: Place,
-    dst: &mut [T],
-    d: Place,
-    ext: [usize; MAX_DIMS],
-    generic: bool,
-) {
-    let [ex, ey, ez] = ext;
-    for z in 0..ez {
-        for y in 0..ey {
-            let so = s.off + y * s.st[1] + z * s.st[2];
-            let dof = d.off + y * d.st[1] + z * d.st[2];
-            if !generic && s.st[0] == 1 && d.st[0] == 1 {
-                let row = &mut dst[dof..dof + ex];
-                // SAFETY: the caller guarantees `ex` readable elements from `src + so`; the
-                // destination row is a slice of our own buffer, not the peer's region.
-                unsafe { std::ptr::copy_nonoverlapping(src.add(so), row.as_mut_ptr(), ex) };
-            } else {
-                for x in 0..ex {
-                    // SAFETY: as above, element by element.
-                    dst[dof + x * d.st[0]] = unsafe { src.add(so + x * s.st[0]).read() };
-                }
-            }
-        }
-    }
-}
 
 /// Why an offer could not be taken.
 pub(super) enum Refusal {
@@ -71,17 +27,10 @@ pub(super) fn pull<'c, T: Element>(
     mem: &dyn SharedMemory,
     maps: &mut PeerMaps,
     pulls: impl Iterator<Item = &'c BoxCopy>,
-    new: &mut [T],
+    new: &mut Bufs<'_, T>,
     generic: bool,
 ) -> std::result::Result<(), Refusal> {
-    let invalid = |why: String| {
-        Refusal::Invalid(
-            Error::new(ErrorKind::Protocol, "switch")
-                .on_rank(rank)
-                .with_peer(peer)
-                .with_detail(why),
-        )
-    };
+    let invalid = |why: String| Refusal::Invalid(protocol(rank, peer, why));
     let size = std::mem::size_of::<T>();
     if get(ctrl, 8) != size as u64 {
         return Err(invalid(format!(
@@ -148,11 +97,15 @@ pub(super) fn pull<'c, T: Element>(
                 "rank {peer}'s segment {k} reaches beyond its buffer of {avail} elements"
             )));
         }
-        // SAFETY: every element of the box is below `avail`, inside the region, which this
-        // mapping keeps alive; the owner does not write it while the offer stands (checked
-        // again below: a withdrawn offer makes the copy an error, never data); `c.dst` was
-        // checked against the new layout at bind time.
-        unsafe { copy_box_raw(src, s, new, c.dst, c.ext, generic) };
+        // SAFETY: `avail` elements from `src` are inside the region, which this mapping keeps
+        // alive; the owner does not write them while the offer stands (checked again below:
+        // a withdrawn offer makes the copy an error, never data), and this rank never writes
+        // a peer's region.
+        if !unsafe { new.pull(src, avail, s, c, generic) } {
+            return Err(invalid(format!(
+                "segment {k} from rank {peer} does not fit this rank's new layout"
+            )));
+        }
     }
     // The second look: whatever the copy read must predate a withdrawal we do not see.
     fence(Ordering::Acquire);
@@ -166,35 +119,13 @@ pub(super) fn pull<'c, T: Element>(
 mod tests {
     use super::super::{put, CTRL_MAGIC, OFFER};
     use super::*;
-    use crate::action::copy_box;
+    use ferry_core::shared::HeapShared;
     use ferry_core::SharedRegion;
-
-    #[test]
-    fn places_from_a_peer_are_checked_without_overflow() {
-        let p = Place {
-            off: 3,
-            st: [1, 10, 100],
-        };
-        assert_eq!(reach(&p, [4, 2, 1]), Some(3 + 3 + 10));
-        let huge = Place {
-            off: usize::MAX - 1,
-            st: [1, 1, 1],
-        };
-        assert_eq!(reach(&huge, [3, 1, 1]), None);
-        assert_eq!(reach(&p, [0, 1, 1]), None, "an empty box reaches nothing");
-    }
 
     /// An owner's region with 64 f64 (value = index) and an offer of one 4 x 2 box at
     /// element 2 (row stride 8), as the reader sees them.
-    fn offer(
-        epoch: u64,
-    ) -> (
-        Vec<ferry_core::shared::HeapShared>,
-        SharedRegion,
-        Vec<u8>,
-        BoxCopy,
-    ) {
-        let ranks = ferry_core::shared::HeapShared::for_job(2);
+    fn offer(epoch: u64) -> (Vec<HeapShared>, SharedRegion, Vec<u8>, BoxCopy) {
+        let ranks = HeapShared::for_job(2);
         let region = ranks[0].alloc(HEADER + 64 * 8).unwrap();
         // SAFETY: the test owns the fresh region; header words are 64-aligned, data follows.
         unsafe {
@@ -229,38 +160,40 @@ mod tests {
         (ranks, region, ctrl, c)
     }
 
+    /// Rank 1 takes `ctrl` from rank 0 into `new` (a separate old buffer, never read).
+    fn take(
+        ctrl: &[u8],
+        ranks: &[HeapShared],
+        maps: &mut PeerMaps,
+        c: &BoxCopy,
+        new: &mut [f64],
+    ) -> std::result::Result<(), Refusal> {
+        let old = [0f64; 0];
+        let mut bufs = Bufs::two(&old, new);
+        pull(
+            ctrl,
+            0,
+            1,
+            &ranks[1],
+            maps,
+            [c].into_iter(),
+            &mut bufs,
+            false,
+        )
+    }
+
     #[test]
     fn a_reader_copies_a_standing_offer_and_refuses_a_withdrawn_one() {
         let (ranks, region, ctrl, c) = offer(7);
         let mut maps = PeerMaps::default();
         let mut new = vec![0f64; 8];
-        let res = pull(
-            &ctrl,
-            0,
-            1,
-            &ranks[1],
-            &mut maps,
-            [&c].into_iter(),
-            &mut new,
-            false,
-        );
-        assert!(res.is_ok());
+        assert!(take(&ctrl, &ranks, &mut maps, &c, &mut new).is_ok());
         assert_eq!(new, [2.0, 3.0, 4.0, 5.0, 10.0, 11.0, 12.0, 13.0]);
         assert_eq!(maps.len(), 1, "the mapping is kept for the next switch");
         // The owner withdrew (its switch failed, or it dropped the container).
         // SAFETY: the state word of the owner's region, accessed atomically.
         unsafe { (*region.as_ptr().add(STATE).cast::<AtomicU64>()).store(0, Ordering::Release) };
-        let res = pull(
-            &ctrl,
-            0,
-            1,
-            &ranks[1],
-            &mut maps,
-            [&c].into_iter(),
-            &mut new,
-            false,
-        );
-        match res {
+        match take(&ctrl, &ranks, &mut maps, &c, &mut new) {
             Err(Refusal::Invalid(e)) => assert!(e.to_string().contains("withdrew"), "{e}"),
             _ => panic!("a withdrawn offer must be refused"),
         }
@@ -271,93 +204,37 @@ mod tests {
         let (ranks, _region, ctrl, c) = offer(3);
         let mut new = vec![0f64; 8];
         let mut maps = PeerMaps::default();
-        let mut far = ctrl.clone();
-        put(&mut far, CTRL_HEAD, 60);
-        let res = pull(
-            &far,
-            0,
-            1,
-            &ranks[1],
-            &mut maps,
-            [&c].into_iter(),
-            &mut new,
-            false,
-        );
+        let refused = |field: usize, value: u64, maps: &mut PeerMaps, new: &mut [f64]| {
+            let mut bad = ctrl.clone();
+            put(&mut bad, field, value);
+            take(&bad, &ranks, maps, &c, new)
+        };
+        let res = refused(CTRL_HEAD, 60, &mut maps, &mut new);
         assert!(
             matches!(res, Err(Refusal::Invalid(_))),
             "box beyond the buffer"
         );
-        let mut stale = ctrl.clone();
-        put(&mut stale, 16, 2);
-        let res = pull(
-            &stale,
-            0,
-            1,
-            &ranks[1],
-            &mut maps,
-            [&c].into_iter(),
-            &mut new,
-            false,
-        );
+        let res = refused(16, 2, &mut maps, &mut new);
         assert!(matches!(res, Err(Refusal::Invalid(_))), "an older epoch");
-        let mut other = ctrl.clone();
-        put(&mut other, 32, 999);
-        let mut fresh = PeerMaps::default();
-        let res = pull(
-            &other,
-            0,
-            1,
-            &ranks[1],
-            &mut fresh,
-            [&c].into_iter(),
-            &mut new,
-            false,
-        );
+        let res = refused(32, 999, &mut PeerMaps::default(), &mut new);
         assert!(
             matches!(res, Err(Refusal::Map(_))),
             "no such region: copy instead"
         );
-        let mut wide = ctrl;
-        put(&mut wide, 8, 4);
-        let res = pull(
-            &wide,
-            0,
-            1,
-            &ranks[1],
-            &mut maps,
-            [&c].into_iter(),
-            &mut new,
-            false,
-        );
+        let res = refused(8, 4, &mut maps, &mut new);
         assert!(
             matches!(res, Err(Refusal::Invalid(_))),
             "another element size"
         );
+        let mut short = vec![0f64; 7];
+        let res = take(&ctrl, &ranks, &mut maps, &c, &mut short);
         assert!(
-            new.iter().all(|&v| v == 0.0),
+            matches!(res, Err(Refusal::Invalid(_))),
+            "a box beyond this rank's buffer is refused, not a panic"
+        );
+        assert!(
+            new.iter().chain(&short).all(|&v| v == 0.0),
             "nothing copied from a refused offer"
         );
-    }
-
-    #[test]
-    fn raw_box_copy_matches_the_slice_copy() {
-        let src: Vec<u32> = (0..200).collect();
-        let s = Place {
-            off: 5,
-            st: [1, 12, 60],
-        };
-        let d = Place {
-            off: 2,
-            st: [1, 7, 40],
-        };
-        for generic in [false, true] {
-            let mut a = vec![0u32; 150];
-            let mut b = vec![0u32; 150];
-            copy_box(&src, s, &mut a, d, [6, 3, 2], generic);
-            // SAFETY: reach(s, ext) = 5 + 5 + 24 + 60 = 94 < 200.
-            unsafe { copy_box_raw(src.as_ptr(), s, &mut b, d, [6, 3, 2], generic) };
-            assert_eq!(a, b);
-            assert!(a.iter().any(|&v| v != 0));
-        }
     }
 }
