@@ -42,9 +42,10 @@ use ferry_core::{
 use ferry_proto::{Arrival, EarlyArrivals};
 
 use crate::flows::Flows;
+use crate::heap_map::HeapMaps;
 
 use crate::ring::{
-    self, decode_cma, encode_cma, window_free, Claim, CmaDesc, Consumer, Entry, Offer, Producer,
+    self, decode_cma, encode_desc, window_free, Claim, CmaDesc, Consumer, Entry, Offer, Producer,
     RingRef, CMA_DESC, T_ABORT, T_CMA, T_FRAG, T_INLINE,
 };
 use crate::segment::{
@@ -175,6 +176,8 @@ pub struct ShmTransport {
     given_up: std::collections::HashSet<Arrival>,
     /// Single-copy reads claimed during a drain, performed after it: (recv index, desc).
     to_read: Vec<(usize, CmaDesc)>,
+    /// Mappings of peers' shared-heap regions, for descriptors that name one (`heap_map.rs`).
+    heap_maps: HeapMaps,
     /// Operation vectors reused by the single-message paths.
     spare_sends: Vec<SendOp<'static>>,
     spare_recvs: Vec<RecvOp<'static>>,
@@ -231,11 +234,15 @@ impl ShmTransport {
         self.pipelined
     }
 
-    /// Whether a message of `len` bytes goes by single copy (a descriptor) rather than
+    /// Whether the message `data` goes by single copy (a descriptor) rather than
     /// through the ring.
     #[inline]
-    fn by_single_copy(&self, len: usize) -> bool {
-        self.single_copy && !self.pipelined && len >= self.threshold
+    fn by_single_copy(&self, data: &[u8]) -> bool {
+        // A buffer in the shared heap goes by descriptor even where large messages are
+        // pipelined: the receiver copies it with one memcpy from its mapping of the region.
+        self.single_copy
+            && data.len() >= self.threshold
+            && (!self.pipelined || crate::heap::find(data).is_some())
     }
 
     /// Number of ranks sharing this segment (the node's ranks in a hybrid job).

@@ -322,6 +322,7 @@ impl ShmTransport {
             abandoned: std::collections::HashSet::new(),
             given_up: std::collections::HashSet::new(),
             to_read: Vec::new(),
+            heap_maps: HeapMaps::default(),
             spare_sends: Vec::new(),
             spare_recvs: Vec::new(),
             single_copy,
