@@ -1,7 +1,9 @@
 //! Seeded, replayable simulation of the ring protocol (issue 05, issue 12): one sender and one
 //! receiver of a real ring (`ring.rs`, in heap memory) take single protocol steps in an order
 //! drawn by a seeded scheduler: pushes into a full ring, single-copy descriptors that the
-//! receiver claims and copies in two separate steps, withdrawals of idle descriptors (the
+//! receiver claims and copies in two separate steps (every other one naming a shared-heap
+//! region, copied through the receiver's mapping, which outlives the sender and must still be
+//! the region's current generation), withdrawals of idle descriptors (the
 //! message then follows as a fragment), pipelined messages streamed as chunks of one to
 //! several slots (spans) while the receiver copies earlier chunks out, a receiver that leaves
 //! the first chunk of a message whose receive is not posted in the ring or takes it early, a
@@ -31,8 +33,8 @@ use std::sync::atomic::AtomicU64;
 use ferry_proto::{MsgKey, MsgKind};
 
 use crate::ring::{
-    self, decode_cma, encode_cma, window_free, Claim, Consumer, Entry, Offer, Producer, RingRef,
-    CMA_DESC, T_ABORT, T_CMA, T_FRAG, T_INLINE,
+    self, decode_cma, encode_desc, window_free, Claim, CmaDesc, Consumer, Entry, HeapDesc, Offer,
+    Producer, RingRef, CMA_DESC, T_ABORT, T_CMA, T_FRAG, T_INLINE,
 };
 use crate::segment::RING_CTRL;
 
@@ -168,6 +170,10 @@ struct Coverage {
     discarded: u64,
     /// Cut-off streams (and withdrawn descriptors) closed by an abort entry.
     stream_aborted: u64,
+    /// Descriptors naming a shared-heap region copied through the receiver's mapping, and
+    /// those copied after the sender died (the mapping outlives it).
+    heap_copies: u64,
+    heap_after_death: u64,
 }
 
 impl Coverage {
@@ -184,6 +190,8 @@ impl Coverage {
         self.early += c.early;
         self.discarded += c.discarded;
         self.stream_aborted += c.stream_aborted;
+        self.heap_copies += c.heap_copies;
+        self.heap_after_death += c.heap_after_death;
     }
 }
 
@@ -212,8 +220,11 @@ struct Sim {
     settle: Settle,
     sender_dead: bool,
     receiver_dead: bool,
-    /// Receiver: claimed descriptors not yet copied (msg, seq).
-    copying: Vec<(usize, u64)>,
+    /// Receiver: claimed descriptors not yet copied (msg, seq, the region they name).
+    copying: Vec<(usize, u64, Option<HeapDesc>)>,
+    /// Sender: the generation of each buffer's shared-heap region; reusing a buffer frees
+    /// its region and allocates a new one (`heap.rs`).
+    generation: Vec<u64>,
     /// Receiver: messages below this have their receive posted.
     posted_upto: usize,
     /// Receiver: receives given up (their messages must never be delivered).
@@ -265,6 +276,7 @@ impl Sim {
             sender_dead: false,
             receiver_dead: false,
             copying: Vec::new(),
+            generation: (0..messages as u64).map(|m| 1 + m * 1000).collect(),
             posted_upto: 0,
             given_up: vec![false; messages],
             partial: None,
@@ -297,6 +309,7 @@ impl Sim {
     fn reuse(&mut self, msg: usize) {
         self.sent[msg] = Sent::Returned;
         self.bufs[msg].fill(POISON);
+        self.generation[msg] += 1;
     }
 
     // ----- sender steps ----------------------------------------------------------------
@@ -328,7 +341,23 @@ impl Sim {
                     return;
                 }
                 let addr = msg as u64;
-                let desc = encode_cma(1, addr, MSG_BYTES as u64, seq);
+                // Every other single-copy message lies in the sender's shared heap: its
+                // descriptor names the region, which the receiver copies from through a
+                // mapping that outlives the sender.
+                let heap = (msg % 2 == 1).then(|| HeapDesc {
+                    generation: self.generation[msg],
+                    fd: 3,
+                    ino: 7,
+                    base: addr,
+                    len: MSG_BYTES as u64,
+                });
+                let desc = encode_desc(&CmaDesc {
+                    pid: 1,
+                    addr,
+                    len: MSG_BYTES as u64,
+                    seq,
+                    heap,
+                });
                 let e = self.entry(T_CMA, msg);
                 if self.producer.push(&e, &desc) {
                     self.pushed += 1;

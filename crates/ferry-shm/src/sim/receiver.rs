@@ -40,7 +40,7 @@ impl Sim {
                 match ring::claim(self.word(d.seq), d.seq) {
                     Claim::Got => {
                         self.cov.claimed += 1;
-                        self.copying.push((d.addr as usize, d.seq))
+                        self.copying.push((d.addr as usize, d.seq, d.heap))
                     }
                     Claim::Withdrawn => {
                         self.cov.withdrawn += 1;
@@ -159,8 +159,23 @@ impl Sim {
             return Ok(());
         }
         let i = self.rng.below(self.copying.len() as u64) as usize;
-        let (msg, seq) = self.copying.remove(i);
-        if self.sender_dead {
+        let (msg, seq, heap) = self.copying.remove(i);
+        if let Some(h) = heap {
+            // Through the receiver's mapping of the named region (`heap_map.rs`): it must
+            // still be the region the sender lent, and it reads even after the sender died.
+            if h.generation != self.generation[msg] {
+                return Err(Violation(format!(
+                    "copy of message {msg} (descriptor {seq}) through a mapping of a region the \
+                     sender had freed (generation {} now {})",
+                    h.generation, self.generation[msg]
+                )));
+            }
+            self.cov.heap_copies += 1;
+            if self.sender_dead {
+                self.cov.heap_after_death += 1;
+            }
+        }
+        if self.sender_dead && heap.is_none() {
             // process_vm_readv fails with ESRCH: an error, not data.
             self.reported_failed.push(msg);
         } else {

@@ -95,7 +95,9 @@ fn ring_protocol_holds_under_random_schedules() {
                 && c.deferred > 0
                 && c.early > 0
                 && c.discarded > 0
-                && c.stream_aborted > 0,
+                && c.stream_aborted > 0
+                && c.heap_copies > 0
+                && c.heap_after_death > 0,
             "the schedules missed a protocol path: {c:?}"
         );
     }
