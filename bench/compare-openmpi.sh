@@ -17,7 +17,8 @@
 #            (pipelined copy-in/copy-out through a shared 16 x 64 KiB ring)
 # Figures: latency 8 B (2 ranks; tcp also 1, 2 and 4 MiB against the polling ping-pong of
 # the same sizes), bandwidth 64 KiB and 1 MiB (2 ranks), allreduce 8 B and 1 MiB (2 and 4
-# ranks); shm also bandwidth 4 MiB and latency 32 KiB - 4 MiB; mpi: latency 8 B, 64 KiB, 1 MiB
+# ranks); shm also bandwidth 4 MiB and latency 32 KiB - 4 MiB, and both again with the
+# benchmarks' buffers in ferry's shared heap (--shared-heap, like MPI_Alloc_mem); mpi: latency 8 B, 64 KiB, 1 MiB
 # and bandwidth 64 KiB, 1 MiB. All C
 # programs are ours (bench/c/), with the OSU 5.x methodology of the ferry examples
 # (crates/ferry/examples/osu_*.rs). Also draws bandwidth against message size (ferry, Open MPI
@@ -133,6 +134,10 @@ for round in $(seq 1 "$RUNS"); do
         run ompi_shm_lat "$MPIRUN" "${MPIFLAGS[@]}" -np 2 "${OMPI_SHM[@]}" "$BIN/c_osu_latency" -m 4194304
         run ferry_shm_bw "$FERRY" run -n 2 --backend shm -- "$EX/osu_bw" -m 4194304
         run ompi_shm_bw "$MPIRUN" "${MPIFLAGS[@]}" -np 2 "${OMPI_SHM[@]}" "$BIN/c_osu_bw" -m 4194304
+        # The same with the benchmarks' buffers in ferry's shared heap (ferry::SharedHeap, the
+        # analogue of MPI_Alloc_mem): large messages are one memcpy from the sender's region.
+        run ferry_shmheap_lat "$FERRY" run -n 2 --backend shm -- "$EX/osu_latency" -m 4194304 --shared-heap
+        run ferry_shmheap_bw "$FERRY" run -n 2 --backend shm -- "$EX/osu_bw" -m 4194304 --shared-heap
         for n in 2 4; do
             run "ferry_shm_ar$n" "$FERRY" run -n $n --backend shm -- "$EX/osu_allreduce" -m 1048576
             run "ompi_shm_ar$n" "$MPIRUN" "${MPIFLAGS[@]}" -np $n "${OMPI_SHM[@]}" "$BIN/c_osu_allreduce" -m 1048576
@@ -210,6 +215,15 @@ for b in ["tcp", "shm"]:
                             (2097152, "2 MiB"), (4194304, "4 MiB")):
             spec.append((f"shm latency {label}, 2 ranks", "ferry_shm_lat", "ompi_shm_lat", size,
                          "us", False, "<= 1.0x", None))
+        # Ferry with its buffers in its shared heap (like MPI_Alloc_mem); Open MPI as above.
+        for size, label, goal in ((65536, "64 KiB", ">= 1.2x"), (1048576, "1 MiB", ">= 1.5x"),
+                                  (4194304, "4 MiB", ">= 1.5x")):
+            spec.append((f"shm bandwidth {label}, ferry with its shared heap", "ferry_shmheap_bw",
+                         "ompi_shm_bw", size, "MB/s", True, goal, None))
+        for size, label in ((32768, "32 KiB"), (65536, "64 KiB"), (131072, "128 KiB"),
+                            (1048576, "1 MiB"), (4194304, "4 MiB")):
+            spec.append((f"shm latency {label}, ferry with its shared heap", "ferry_shmheap_lat",
+                         "ompi_shm_lat", size, "us", False, "<= 1.0x", None))
     if b == "tcp":
         for size, label in ((1048576, "1 MiB"), (2097152, "2 MiB"), (4194304, "4 MiB")):
             spec.append((f"tcp latency {label}, 2 ranks", "ferry_tcp_lat_large", "ompi_tcp_lat_large",
@@ -304,6 +318,7 @@ series = [
     ("shm ring, pipelined (floor)", "floor_ring", "#999999", "4 3"),
     ("tcp loopback polling (floor)", "floor_tcp_spin_bw", "#bbbbbb", "4 3"),
     ("ferry shm", "ferry_shm_bw", "#1f77b4", ""),
+    ("ferry shm, shared heap", "ferry_shmheap_bw", "#17becf", ""),
     ("Open MPI vader", "ompi_shm_bw", "#ff7f0e", ""),
     ("ferry tcp", "ferry_tcp_bw", "#2ca02c", ""),
     ("Open MPI tcp", "ompi_tcp_bw", "#d62728", ""),

@@ -15,6 +15,14 @@
 //! - `pingpong [MAX_BYTES]`: ranks 0 and 1 measure latency (half round trip) and streaming
 //!   bandwidth (window of 64 messages per exchange) for sizes 1 B .. MAX_BYTES (default 4 MiB).
 //!
+//! - `heap BYTES ITERS`: rank 0 sends ITERS messages of BYTES to rank 1, each with new
+//!   contents, every third from a newly allocated buffer (a new shared-heap region, often at
+//!   the address and descriptor number of the one just freed); rank 1 checks every byte and
+//!   prints `heap ok COPIES` with the number of messages it copied from a mapping of rank 0's
+//!   shared heap.
+//!
+//! With `SHM_WORKER_SHARED_HEAP=1`, large allocations come from [`ferry_shm::SharedHeap`].
+//!
 //! With `FERRY_TEST_SLEEP_RANK=R FERRY_TEST_SLEEP_MS=T`, rank R prints `sleeping pid P` and
 //! sleeps T ms before it starts.
 //!
@@ -25,9 +33,15 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use ferry_core::{Config, Exchange, LaunchInfo, MsgKey, Transport};
-use ferry_shm::ShmTransport;
+use ferry_shm::{SharedHeap, ShmTransport};
+
+#[global_allocator]
+static HEAP: SharedHeap = SharedHeap::inactive();
 
 fn main() {
+    if std::env::var_os("SHM_WORKER_SHARED_HEAP").is_some_and(|v| v == "1") {
+        HEAP.set_active(true);
+    }
     let args: Vec<String> = std::env::args().skip(1).collect();
     let code = match run(&args) {
         Ok(()) => 0,
@@ -71,6 +85,7 @@ fn run(args: &[String]) -> ferry_core::Result<()> {
         Some("alltoall") => alltoall(t, arg(args, 1, 30), arg(args, 2, 64)),
         Some("pingpong") => pingpong(t, arg(args, 1, 4 << 20)),
         Some("abandon") => abandon(t, arg(args, 1, 1 << 20)),
+        Some("heap") => heap(t, arg(args, 1, 1 << 20), arg(args, 2, 30)),
         other => Err(ferry_core::Error::invalid(
             "shm_worker",
             format!("unknown mode {other:?} (allreduce, alltoall, pingpong)"),
@@ -129,6 +144,56 @@ fn abandon(t: &mut dyn Transport, bytes: usize) -> ferry_core::Result<()> {
             }
             // Ends without finishing, like a crash.
             std::process::exit(0);
+        }
+        _ => Ok(()),
+    }
+}
+
+fn heap(t: &mut dyn Transport, bytes: usize, iters: usize) -> ferry_core::Result<()> {
+    let key = MsgKey::user(9);
+    let fill = |i: usize, buf: &mut [u8]| {
+        for (j, b) in buf.iter_mut().enumerate() {
+            *b = (i * 31 + j % 253) as u8;
+        }
+    };
+    match t.rank() {
+        0 => {
+            let mut buf = vec![0u8; bytes];
+            for i in 0..iters {
+                if i % 3 == 2 {
+                    // Free first, so the new region tends to reuse the old one's address and
+                    // descriptor number: only its generation tells them apart.
+                    drop(buf);
+                    buf = vec![0u8; bytes];
+                }
+                fill(i, &mut buf);
+                t.send(1, key, &buf)?;
+            }
+            Ok(())
+        }
+        1 => {
+            let mut got = Vec::new();
+            let mut want = vec![0u8; bytes];
+            for i in 0..iters {
+                t.recv(0, key, &mut got)?;
+                fill(i, &mut want);
+                if got != want {
+                    return Err(
+                        ferry_core::Error::new(ferry_core::ErrorKind::Protocol, "heap")
+                            .on_rank(1)
+                            .with_peer(0)
+                            .with_detail(format!("message {i} has wrong bytes")),
+                    );
+                }
+            }
+            let copies = t
+                .stats()
+                .extra
+                .iter()
+                .find(|(n, _)| *n == "shm shared-heap copies")
+                .map_or(0, |(_, v)| *v);
+            println!("heap ok {copies}");
+            Ok(())
         }
         _ => Ok(()),
     }

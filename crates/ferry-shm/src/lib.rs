@@ -23,6 +23,8 @@
 
 mod flows;
 mod handoff;
+mod heap;
+mod heap_map;
 mod ring;
 mod segment;
 mod shared_alloc;
@@ -32,5 +34,6 @@ mod sys;
 mod transport;
 
 pub use handoff::{create_job_segment, SHM_FD_VAR};
+pub use heap::SharedHeap;
 pub use segment::{remove_job_segments, segment_name};
 pub use transport::{ShmTransport, StartupWatch, DEFAULT_JOB};

@@ -53,8 +53,9 @@ pub(crate) const ACK_CANCELLED: u64 = 1 << 62;
 /// message (its receive fails, naming the sender).
 pub(crate) const ACK_ABORTED: u64 = 1 << 61;
 
-/// Bytes of a single-copy descriptor: pid, address, length, descriptor sequence.
-pub(crate) const CMA_DESC: usize = 32;
+/// Bytes of a single-copy descriptor: pid, address, length, descriptor sequence, then the
+/// shared-heap region (generation, 0 for none; descriptor, inode, base, length).
+pub(crate) const CMA_DESC: usize = 72;
 
 /// The header of one ring entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -441,14 +442,59 @@ pub(crate) fn withdraw(word: &AtomicU64, seq: u64, abort: bool) -> bool {
         .is_ok()
 }
 
-/// Encodes a single-copy descriptor.
+/// Encodes a single-copy descriptor read through cross-memory attach.
+#[cfg(test)]
 pub(crate) fn encode_cma(pid: u32, addr: u64, len: u64, seq: u64) -> [u8; CMA_DESC] {
+    encode_desc(&CmaDesc {
+        pid,
+        addr,
+        len,
+        seq,
+        heap: None,
+    })
+}
+
+/// Encodes a single-copy descriptor.
+pub(crate) fn encode_desc(c: &CmaDesc) -> [u8; CMA_DESC] {
+    let h = c.heap.unwrap_or(HeapDesc {
+        generation: 0,
+        fd: 0,
+        ino: 0,
+        base: 0,
+        len: 0,
+    });
+    let words = [
+        c.pid as u64,
+        c.addr,
+        c.len,
+        c.seq,
+        h.generation,
+        h.fd,
+        h.ino,
+        h.base,
+        h.len,
+    ];
     let mut d = [0u8; CMA_DESC];
-    d[0..8].copy_from_slice(&(pid as u64).to_le_bytes());
-    d[8..16].copy_from_slice(&addr.to_le_bytes());
-    d[16..24].copy_from_slice(&len.to_le_bytes());
-    d[24..32].copy_from_slice(&seq.to_le_bytes());
+    for (i, w) in words.iter().enumerate() {
+        d[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
+    }
     d
+}
+
+/// The sender's shared-heap region that holds a single-copy message (`heap.rs`): the receiver
+/// maps it once and copies with `memcpy` instead of cross-memory attach.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct HeapDesc {
+    /// Never 0; unique to one region of one process (`heap.rs`).
+    pub generation: u64,
+    /// The sender's descriptor of the region's memory file.
+    pub fd: u64,
+    /// Its inode (a descriptor number can be reused for another file).
+    pub ino: u64,
+    /// The region's address in the sender.
+    pub base: u64,
+    /// The region's length.
+    pub len: u64,
 }
 
 /// A decoded single-copy descriptor.
@@ -458,20 +504,30 @@ pub(crate) struct CmaDesc {
     pub addr: u64,
     pub len: u64,
     pub seq: u64,
+    /// Set when the message lies in the sender's shared heap.
+    pub heap: Option<HeapDesc>,
 }
 
 /// Decodes a single-copy descriptor.
 pub(crate) fn decode_cma(d: &[u8; CMA_DESC]) -> CmaDesc {
     let w = |i: usize| {
         let mut b = [0u8; 8];
-        b.copy_from_slice(&d[i..i + 8]);
+        b.copy_from_slice(&d[i * 8..i * 8 + 8]);
         u64::from_le_bytes(b)
     };
+    let generation = w(4);
     CmaDesc {
         pid: w(0) as u32,
-        addr: w(8),
-        len: w(16),
-        seq: w(24),
+        addr: w(1),
+        len: w(2),
+        seq: w(3),
+        heap: (generation != 0).then(|| HeapDesc {
+            generation,
+            fd: w(5),
+            ino: w(6),
+            base: w(7),
+            len: w(8),
+        }),
     }
 }
 
@@ -612,8 +668,20 @@ mod tests {
             addr: 0xdead_beef_0000,
             len: 1 << 30,
             seq: 5,
+            heap: None,
         };
         assert_eq!(decode_cma(&encode_cma(d.pid, d.addr, d.len, d.seq)), d);
+        let h = CmaDesc {
+            heap: Some(HeapDesc {
+                generation: 1 << 60,
+                fd: 12,
+                ino: 99,
+                base: 0xdead_0000_0000,
+                len: 1 << 31,
+            }),
+            ..d
+        };
+        assert_eq!(decode_cma(&encode_desc(&h)), h);
     }
 
     /// Claim and withdraw race for real on many descriptors at once (two threads): exactly

@@ -1,7 +1,9 @@
 //! Seeded, replayable simulation of the ring protocol (issue 05, issue 12): one sender and one
 //! receiver of a real ring (`ring.rs`, in heap memory) take single protocol steps in an order
 //! drawn by a seeded scheduler: pushes into a full ring, single-copy descriptors that the
-//! receiver claims and copies in two separate steps, withdrawals of idle descriptors (the
+//! receiver claims and copies in two separate steps (every other one naming a shared-heap
+//! region, copied through the receiver's mapping, which outlives the sender and must still be
+//! the region's current generation), withdrawals of idle descriptors (the
 //! message then follows as a fragment), pipelined messages streamed as chunks of one to
 //! several slots (spans) while the receiver copies earlier chunks out, a receiver that leaves
 //! the first chunk of a message whose receive is not posted in the ring or takes it early, a
@@ -31,8 +33,8 @@ use std::sync::atomic::AtomicU64;
 use ferry_proto::{MsgKey, MsgKind};
 
 use crate::ring::{
-    self, decode_cma, encode_cma, window_free, Claim, Consumer, Entry, Offer, Producer, RingRef,
-    CMA_DESC, T_ABORT, T_CMA, T_FRAG, T_INLINE,
+    self, decode_cma, encode_desc, window_free, Claim, CmaDesc, Consumer, Entry, HeapDesc, Offer,
+    Producer, RingRef, CMA_DESC, T_ABORT, T_CMA, T_FRAG, T_INLINE,
 };
 use crate::segment::RING_CTRL;
 
@@ -168,6 +170,10 @@ struct Coverage {
     discarded: u64,
     /// Cut-off streams (and withdrawn descriptors) closed by an abort entry.
     stream_aborted: u64,
+    /// Descriptors naming a shared-heap region copied through the receiver's mapping, and
+    /// those copied after the sender died (the mapping outlives it).
+    heap_copies: u64,
+    heap_after_death: u64,
 }
 
 impl Coverage {
@@ -184,6 +190,8 @@ impl Coverage {
         self.early += c.early;
         self.discarded += c.discarded;
         self.stream_aborted += c.stream_aborted;
+        self.heap_copies += c.heap_copies;
+        self.heap_after_death += c.heap_after_death;
     }
 }
 
@@ -212,8 +220,11 @@ struct Sim {
     settle: Settle,
     sender_dead: bool,
     receiver_dead: bool,
-    /// Receiver: claimed descriptors not yet copied (msg, seq).
-    copying: Vec<(usize, u64)>,
+    /// Receiver: claimed descriptors not yet copied (msg, seq, the region they name).
+    copying: Vec<(usize, u64, Option<HeapDesc>)>,
+    /// Sender: the generation of each buffer's shared-heap region; reusing a buffer frees
+    /// its region and allocates a new one (`heap.rs`).
+    generation: Vec<u64>,
     /// Receiver: messages below this have their receive posted.
     posted_upto: usize,
     /// Receiver: receives given up (their messages must never be delivered).
@@ -265,6 +276,7 @@ impl Sim {
             sender_dead: false,
             receiver_dead: false,
             copying: Vec::new(),
+            generation: (0..messages as u64).map(|m| 1 + m * 1000).collect(),
             posted_upto: 0,
             given_up: vec![false; messages],
             partial: None,
@@ -297,6 +309,7 @@ impl Sim {
     fn reuse(&mut self, msg: usize) {
         self.sent[msg] = Sent::Returned;
         self.bufs[msg].fill(POISON);
+        self.generation[msg] += 1;
     }
 
     // ----- sender steps ----------------------------------------------------------------
@@ -328,7 +341,23 @@ impl Sim {
                     return;
                 }
                 let addr = msg as u64;
-                let desc = encode_cma(1, addr, MSG_BYTES as u64, seq);
+                // Every other single-copy message lies in the sender's shared heap: its
+                // descriptor names the region, which the receiver copies from through a
+                // mapping that outlives the sender.
+                let heap = (msg % 2 == 1).then(|| HeapDesc {
+                    generation: self.generation[msg],
+                    fd: 3,
+                    ino: 7,
+                    base: addr,
+                    len: MSG_BYTES as u64,
+                });
+                let desc = encode_desc(&CmaDesc {
+                    pid: 1,
+                    addr,
+                    len: MSG_BYTES as u64,
+                    seq,
+                    heap,
+                });
                 let e = self.entry(T_CMA, msg);
                 if self.producer.push(&e, &desc) {
                     self.pushed += 1;
@@ -500,197 +529,6 @@ impl Sim {
         }
     }
 
-    // ----- receiver steps --------------------------------------------------------------
-
-    fn receive_one(&mut self) -> Result<(), Violation> {
-        let Some(e) = self.consumer.peek() else {
-            return Ok(());
-        };
-        if e.serial != self.popped {
-            return Err(Violation(format!(
-                "ring entry {} arrived when {} was due (lost, duplicated or reordered)",
-                e.serial, self.popped
-            )));
-        }
-        let msg = e.key.tag as usize;
-        if msg >= self.bufs.len() {
-            return Err(Violation(format!("entry of unknown message {msg}")));
-        }
-        match e.typ {
-            T_FRAG if self.kind[msg] == Kind::Stream => return self.receive_chunk(msg, &e),
-            T_INLINE | T_FRAG => {
-                let mut data = vec![0u8; MSG_BYTES];
-                self.consumer.read_payload(&mut data);
-                self.consumer.pop();
-                if e.typ == T_FRAG {
-                    if !self.awaiting_fragment.contains(&msg) {
-                        return Err(Violation(format!("fragment of message {msg} unasked")));
-                    }
-                    self.awaiting_fragment.retain(|&m| m != msg);
-                }
-                self.deliver(msg, data)?;
-            }
-            T_CMA => {
-                let mut raw = [0u8; CMA_DESC];
-                self.consumer.read_payload(&mut raw);
-                self.consumer.pop();
-                let d = decode_cma(&raw);
-                match ring::claim(self.word(d.seq), d.seq) {
-                    Claim::Got => {
-                        self.cov.claimed += 1;
-                        self.copying.push((d.addr as usize, d.seq))
-                    }
-                    Claim::Withdrawn => {
-                        self.cov.withdrawn += 1;
-                        self.awaiting_fragment.push(msg)
-                    }
-                    Claim::Aborted => {
-                        self.cov.aborted += 1;
-                        self.reported_failed.push(msg)
-                    }
-                }
-            }
-            T_ABORT => {
-                self.consumer.pop();
-                if let Some(p) = self.partial.take_if(|p| p.msg == msg) {
-                    if p.target != Target::Discard {
-                        self.reported_failed.push(msg);
-                    }
-                    self.cov.stream_aborted += 1;
-                } else if self.awaiting_fragment.contains(&msg) {
-                    self.awaiting_fragment.retain(|&m| m != msg);
-                    self.reported_failed.push(msg);
-                    self.cov.stream_aborted += 1;
-                } else {
-                    return Err(Violation(format!(
-                        "abort of message {msg}, which is not streaming in"
-                    )));
-                }
-            }
-            other => return Err(Violation(format!("unknown entry type {other}"))),
-        }
-        self.popped += 1;
-        Ok(())
-    }
-
-    /// One chunk of stream `msg` at the head of the ring.
-    fn receive_chunk(&mut self, msg: usize, e: &Entry) -> Result<(), Violation> {
-        let total = e.total_len as usize;
-        if self.partial.is_none() {
-            let target = if self.given_up[msg] {
-                Target::Discard
-            } else if msg < self.posted_upto {
-                Target::Posted
-            } else if self.rng.below(3) != 0 {
-                // Receive not posted: left in the ring for now (`defer_early`).
-                self.cov.deferred += 1;
-                return Ok(());
-            } else {
-                self.cov.early += 1;
-                Target::Early
-            };
-            self.partial = Some(Partial {
-                msg,
-                total,
-                received: 0,
-                buf: vec![0u8; total],
-                target,
-            });
-        }
-        let Some(mut p) = self.partial.take() else {
-            return Ok(());
-        };
-        if p.msg != msg || p.total != total {
-            return Err(Violation(format!(
-                "chunk of message {msg} interleaved with stream {}",
-                p.msg
-            )));
-        }
-        let chunk = self.consumer.head_cap().min(total - p.received);
-        if p.target != Target::Discard {
-            self.consumer
-                .read_payload(&mut p.buf[p.received..p.received + chunk]);
-        }
-        self.consumer.pop();
-        self.popped += 1;
-        p.received += chunk;
-        if p.received < total {
-            self.partial = Some(p);
-            return Ok(());
-        }
-        if p.target == Target::Discard {
-            self.cov.discarded += 1;
-            return Ok(());
-        }
-        self.deliver(msg, p.buf)
-    }
-
-    /// The receiver posts the receive of the next message.
-    fn post_one(&mut self) {
-        self.posted_upto = (self.posted_upto + 1).min(self.bufs.len());
-    }
-
-    /// The receiver gives up a receive (its operation was abandoned): that of the stream
-    /// streaming in, if any, else that of a stream not received yet.
-    fn give_up_one(&mut self) {
-        if let Some(p) = self.partial.as_mut() {
-            if !self.given_up[p.msg] {
-                self.given_up[p.msg] = true;
-                p.target = Target::Discard;
-                return;
-            }
-        }
-        let open = (0..self.bufs.len()).find(|&m| {
-            self.kind[m] == Kind::Stream
-                && !self.given_up[m]
-                && !self.delivered.contains_key(&m)
-                && !self.reported_failed.contains(&m)
-        });
-        if let Some(m) = open {
-            self.given_up[m] = true;
-            self.posted_upto = self.posted_upto.max(m + 1);
-        }
-    }
-
-    fn copy_one(&mut self) -> Result<(), Violation> {
-        if self.copying.is_empty() {
-            return Ok(());
-        }
-        let i = self.rng.below(self.copying.len() as u64) as usize;
-        let (msg, seq) = self.copying.remove(i);
-        if self.sender_dead {
-            // process_vm_readv fails with ESRCH: an error, not data.
-            self.reported_failed.push(msg);
-        } else {
-            let data = self.bufs[msg].clone();
-            if data.contains(&POISON) {
-                return Err(Violation(format!(
-                    "copy of message {msg} (descriptor {seq}) read a buffer the sender had reused"
-                )));
-            }
-            self.deliver(msg, data)?;
-        }
-        ring::complete(self.word(seq), seq);
-        Ok(())
-    }
-
-    fn deliver(&mut self, msg: usize, data: Vec<u8>) -> Result<(), Violation> {
-        if self.given_up[msg] && self.kind[msg] == Kind::Stream {
-            return Err(Violation(format!(
-                "message {msg} delivered after its receive was given up"
-            )));
-        }
-        if data != want(&self.kind, msg) {
-            return Err(Violation(format!(
-                "message {msg} delivered with wrong bytes"
-            )));
-        }
-        if self.delivered.insert(msg, data).is_some() {
-            return Err(Violation(format!("message {msg} delivered twice")));
-        }
-        Ok(())
-    }
-
     // ----- the schedule ----------------------------------------------------------------
 
     fn run(&mut self, ev: Events) -> Result<(), Violation> {
@@ -811,182 +649,7 @@ impl Sim {
     }
 }
 
-/// The events of one schedule.
-#[derive(Debug, Clone, Copy, Default)]
-struct Events {
-    /// The sender's operation fails at this step.
-    fail_at: Option<usize>,
-    /// (sender?, step): that side is killed at that step.
-    kill: Option<(bool, usize)>,
-    /// The receiver gives up a receive at this step.
-    give_up_at: Option<usize>,
-    /// The receiver also gives up receives at random steps.
-    random_give_ups: bool,
-}
+mod receiver;
+mod schedules;
 
-impl Events {
-    fn steps(&self, messages: usize) -> usize {
-        400 + messages * 30
-    }
-}
-
-/// Draws the number of messages and the events of schedule `seed`.
-fn draw(seed: u64) -> (usize, Events) {
-    let mut pick = Rng::new(seed ^ 0x5eed);
-    let messages = 1 + pick.below(40) as usize;
-    let fail_at = (pick.below(3) == 0).then(|| pick.below(300) as usize);
-    let kill = (pick.below(4) == 0).then(|| (pick.below(2) == 0, pick.below(300) as usize));
-    let random_give_ups = pick.below(4) == 0;
-    let ev = Events {
-        fail_at,
-        kill,
-        give_up_at: None,
-        random_give_ups,
-    };
-    (messages, ev)
-}
-
-/// Runs schedule `seed` with events `ev`; returns the violation, if any, and what it
-/// exercised.
-fn schedule_with(
-    seed: u64,
-    messages: usize,
-    settle: Settle,
-    ev: Events,
-) -> Result<Coverage, Violation> {
-    let mut sim = Sim::new(seed, messages, settle);
-    sim.run(ev)?;
-    Ok(sim.cov)
-}
-
-/// Runs schedule `seed`; returns the violation, if any, and what it exercised.
-fn schedule(seed: u64, settle: Settle) -> Result<Coverage, Violation> {
-    let (messages, ev) = draw(seed);
-    schedule_with(seed, messages, settle, ev)
-}
-
-fn seeds() -> Vec<u64> {
-    match std::env::var("FERRY_SIM_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-    {
-        Some(s) => vec![s],
-        None => (0..8000).collect(),
-    }
-}
-
-#[test]
-#[cfg_attr(
-    miri,
-    ignore = "thousands of schedules; the ring steps run under Miri in ring.rs"
-)]
-fn ring_protocol_holds_under_random_schedules() {
-    let mut total = Coverage::default();
-    let all = seeds();
-    for &seed in &all {
-        match schedule(seed, Settle::WithdrawOrWait) {
-            Ok(c) => total.add(&c),
-            Err(Violation(v)) => panic!("schedule {seed} (replay: FERRY_SIM_SEED={seed}): {v}"),
-        }
-    }
-    eprintln!("{} schedules: {total:?}", all.len());
-    if all.len() > 1 {
-        let c = total;
-        assert!(
-            c.full_ring > 0
-                && c.claimed > 0
-                && c.withdrawn > 0
-                && c.aborted > 0
-                && c.waited_for_claim > 0
-                && c.lost_race > 0
-                && c.chunks > 0
-                && c.spans > 0
-                && c.deferred > 0
-                && c.early > 0
-                && c.discarded > 0
-                && c.stream_aborted > 0,
-            "the schedules missed a protocol path: {c:?}"
-        );
-    }
-}
-
-/// Kills either side, fails the sender's operation, or gives up a receive at every step of
-/// a few schedules of pipelined messages (not only at random steps): no step of the protocol
-/// lets a half-sent message through, loses a later one or leaves a receiver waiting forever.
-/// `FERRY_SIM_SEED=N` runs only schedule N.
-#[test]
-#[cfg_attr(miri, ignore = "tens of thousands of schedules")]
-fn every_step_kill_and_abandon() {
-    let all: Vec<u64> = match std::env::var("FERRY_SIM_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-    {
-        Some(s) => vec![s],
-        None => (0..6).collect(),
-    };
-    let mut total = Coverage::default();
-    let mut runs = 0u64;
-    for &seed in &all {
-        let messages = 6 + (seed as usize % 5);
-        let steps = Events::default().steps(messages);
-        for step in 0..steps {
-            let cases = [
-                Events {
-                    fail_at: Some(step),
-                    ..Events::default()
-                },
-                Events {
-                    kill: Some((true, step)),
-                    ..Events::default()
-                },
-                Events {
-                    kill: Some((false, step)),
-                    ..Events::default()
-                },
-                Events {
-                    give_up_at: Some(step),
-                    ..Events::default()
-                },
-            ];
-            for ev in cases {
-                match schedule_with(seed, messages, Settle::WithdrawOrWait, ev) {
-                    Ok(c) => total.add(&c),
-                    Err(Violation(v)) => {
-                        panic!("schedule {seed} with {ev:?} (replay: FERRY_SIM_SEED={seed}): {v}")
-                    }
-                }
-                runs += 1;
-            }
-        }
-    }
-    eprintln!("{runs} schedules: {total:?}");
-    if all.len() > 1 {
-        assert!(
-            total.stream_aborted > 0 && total.discarded > 0 && total.spans > 0,
-            "the schedules missed a protocol path: {total:?}"
-        );
-    }
-}
-
-/// The checker is not blind: a sender that reuses its buffers after a failure without taking
-/// its descriptors back (issue 05's defect) is caught by some schedule.
-#[test]
-#[cfg_attr(miri, ignore = "thousands of schedules")]
-fn broken_settle_is_caught() {
-    let caught = (0..5000u64).find(|&s| schedule(s, Settle::Broken).is_err());
-    assert!(
-        caught.is_some(),
-        "no schedule noticed reuse of lent buffers"
-    );
-}
-
-/// A few schedules, small enough for Miri (checks the ring's raw-pointer accesses and the
-/// atomics' use under its model).
-#[test]
-fn a_few_schedules() {
-    for seed in 0..8 {
-        if let Err(Violation(v)) = schedule(seed, Settle::WithdrawOrWait) {
-            panic!("schedule {seed}: {v}");
-        }
-    }
-}
+use schedules::Events;

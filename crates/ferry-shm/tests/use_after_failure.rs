@@ -89,6 +89,29 @@ fn failed_pipelined_exchange_by_operation_timeout_leaves_nothing_to_read() {
     ]);
 }
 
+/// The same with rank 0's buffer in its shared heap (`SharedHeap`): the descriptor names the
+/// region, which rank 1 would copy from through its own mapping (no process_vm_readv that
+/// fails once rank 0 is gone), so only the single-copy protocol keeps it from reading the
+/// overwritten bytes. Large messages are pipelined otherwise, as by default.
+#[test]
+fn failed_shared_heap_exchange_by_dead_peer_leaves_nothing_to_read() {
+    run(&[
+        ("FERRY_SHM_PIPELINE", "on".into()),
+        ("SHM_WORKER_SHARED_HEAP", "1".into()),
+    ]);
+}
+
+/// The same, failing on the operation timeout while the descriptor is still offered.
+#[test]
+fn failed_shared_heap_exchange_by_operation_timeout_leaves_nothing_to_read() {
+    run(&[
+        ("FERRY_GENERAL_OPERATION_TIMEOUT_MS", "100".into()),
+        ("FERRY_GENERAL_SPIN_US", "400000".into()),
+        ("FERRY_SHM_PIPELINE", "on".into()),
+        ("SHM_WORKER_SHARED_HEAP", "1".into()),
+    ]);
+}
+
 /// The same through `progress_exchange`, which the data layer calls directly for its first
 /// pass: an error there (here a message longer than its fixed receive buffer) settles the
 /// exchange as well. Ranks are threads, so the reused buffer is plain process memory.

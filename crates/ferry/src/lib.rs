@@ -116,4 +116,8 @@ pub use ferry_data as data;
 /// [`ferry_ft::Communicator`] and [`World::into_transport`].
 pub use ferry_ft as ft;
 pub use ferry_monitor as monitor;
+/// Opt-in allocator (`#[global_allocator]`) that puts large allocations into node-shared
+/// memory, so the shared-memory backend receives large messages from them with one `memcpy`
+/// (like `MPI_Alloc_mem` with XPMEM); see `docs/PERFORMANCE.md`.
+pub use ferry_shm::SharedHeap;
 pub use world::{init, init_with, World};

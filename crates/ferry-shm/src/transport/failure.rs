@@ -142,6 +142,10 @@ impl ShmTransport {
         }
         {
             if let Some((l, t)) = worst {
+                if let PeerTrouble::Died(pid) = t {
+                    // Its regions are gone with it: do not keep their memory mapped.
+                    self.heap_maps.forget(pid);
+                }
                 let peer = self.global_of[l];
                 let root = self.root_cause(l);
                 let detail = if root != peer {
@@ -206,7 +210,7 @@ impl ShmTransport {
                 progress: progress | SETTLED,
             };
             let single_copy =
-                self.by_single_copy(s.data.len()) && progress & FORCED_FRAG == 0 && progress != 0;
+                self.by_single_copy(s.data) && progress & FORCED_FRAG == 0 && progress != 0;
             if l == self.me {
                 continue;
             }

@@ -38,19 +38,37 @@ impl ShmTransport {
         buf: &mut RecvBuf<'_>,
     ) -> Result<()> {
         let len = d.len as usize;
+        let mut mapped = false;
         let result = match buf.prepare(len) {
-            Ok(dst) => sys::cma_read(self.pids[l], d.addr, dst).map_err(|e| {
-                let kind = if sys::is_no_such_process(&e) {
-                    ErrorKind::PeerFailed
+            Ok(dst) => {
+                if let Some(h) = d.heap {
+                    // One memcpy from the sender's region; where it cannot be mapped
+                    // (freed, not permitted), cross-memory attach reads the same bytes.
+                    match self.heap_maps.copy(self.pids[l], &h, d.addr, dst) {
+                        Ok(()) => mapped = true,
+                        Err(e) => {
+                            tracing::debug!(rank = self.rank, peer, error = %e, "shared-heap region not mapped");
+                            self.stats.bump("shm heap regions not mapped", 1);
+                        }
+                    }
+                }
+                if mapped {
+                    Ok(())
                 } else {
-                    ErrorKind::Io
-                };
-                Error::new(kind, "recv")
-                    .on_rank(self.rank)
-                    .with_peer(peer)
-                    .with_detail(format!("single-copy read of {len} bytes"))
-                    .with_source(e)
-            }),
+                    sys::cma_read(self.pids[l], d.addr, dst).map_err(|e| {
+                        let kind = if sys::is_no_such_process(&e) {
+                            ErrorKind::PeerFailed
+                        } else {
+                            ErrorKind::Io
+                        };
+                        Error::new(kind, "recv")
+                            .on_rank(self.rank)
+                            .with_peer(peer)
+                            .with_detail(format!("single-copy read of {len} bytes"))
+                            .with_source(e)
+                    })
+                }
+            }
             Err(want) => Err(self.len_error(peer, len, want)),
         };
         // Complete the descriptor even on failure so the sender does not wait forever; the
@@ -60,7 +78,14 @@ impl ShmTransport {
         }
         self.wake(l);
         result?;
-        self.stats.bump("shm single-copy reads", 1);
+        self.stats.bump(
+            if mapped {
+                "shm shared-heap copies"
+            } else {
+                "shm single-copy reads"
+            },
+            1,
+        );
         self.stats.record_recv(peer, len);
         Ok(())
     }

@@ -2,6 +2,8 @@
 //! ones as single-copy descriptors.
 
 use super::*;
+use crate::heap;
+use crate::ring::HeapDesc;
 
 /// Chunks a pipelined message is cut into at least (while they fit into `chunk_span` slots).
 const PIPELINE_DEPTH: usize = 4;
@@ -42,7 +44,7 @@ impl ShmTransport {
             return Ok(OpState::Done);
         }
         self.open_tx(l);
-        let by_single_copy = self.by_single_copy(len);
+        let by_single_copy = self.by_single_copy(data);
         let Some(tx) = self.tx[l].as_mut() else {
             return Err(self.err(ErrorKind::InvalidArgument, "send").with_peer(peer));
         };
@@ -81,7 +83,19 @@ impl ShmTransport {
                     self.want_acks.push((l, seq - ACK_WINDOW));
                     return Ok(OpState::Active { serial, progress });
                 }
-                let desc = encode_cma(sys::my_pid(), data.as_ptr() as u64, len as u64, seq);
+                let desc = encode_desc(&CmaDesc {
+                    pid: sys::my_pid(),
+                    addr: data.as_ptr() as u64,
+                    len: len as u64,
+                    seq,
+                    heap: heap::find(data).map(|r| HeapDesc {
+                        generation: r.generation,
+                        fd: r.fd as u64,
+                        ino: r.ino,
+                        base: r.base as u64,
+                        len: r.len as u64,
+                    }),
+                });
                 let e = Entry {
                     typ: T_CMA,
                     key,

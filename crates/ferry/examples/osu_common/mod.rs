@@ -3,6 +3,12 @@
 
 use std::process::ExitCode;
 
+/// Large buffers come from node-shared memory only with `--shared-heap` (like running an
+/// MPI benchmark with buffers from `MPI_Alloc_mem`); by default this forwards to the system
+/// allocator.
+#[global_allocator]
+static HEAP: ferry::SharedHeap = ferry::SharedHeap::inactive();
+
 /// Options every OSU-style benchmark takes.
 pub struct SizeArgs {
     /// Smallest message size (bytes).
@@ -26,7 +32,7 @@ pub fn parse_size(s: &str) -> Option<usize> {
     num.parse::<usize>().ok()?.checked_mul(mult)
 }
 
-/// Parses `-m [MIN:]MAX`, `-i ITERS`, `-x WARMUP` and `-h`; every other flag is offered to
+/// Parses `-m [MIN:]MAX`, `-i ITERS`, `-x WARMUP`, `--shared-heap` and `-h`; every other flag is offered to
 /// `extra(flag, next_value)`, which returns whether it took the flag. Sizes below `min_floor`
 /// are raised to it (allreduce starts at one `f32`).
 pub fn parse(
@@ -57,10 +63,11 @@ pub fn parse(
             }
             "-i" => a.iters = Some(value()?.parse().map_err(|e| format!("-i: {e}"))?),
             "-x" => a.warmup = Some(value()?.parse().map_err(|e| format!("-x: {e}"))?),
+            "--shared-heap" => HEAP.set_active(true),
             "-h" | "--help" => {
                 return Err(format!(
-                    "usage: {name} [-m [MIN:]MAX] [-i ITERS] [-x WARMUP]{usage_extra}"
-                ))
+                "usage: {name} [-m [MIN:]MAX] [-i ITERS] [-x WARMUP] [--shared-heap]{usage_extra}"
+            ))
             }
             other => {
                 if !extra(other, &mut value)? {

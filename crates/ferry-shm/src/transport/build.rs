@@ -1,0 +1,351 @@
+//! Joining the segment and building a rank's transport: from the environment (launcher or
+//! hand start), in-process groups of threads, and one node of the hybrid backend.
+
+use super::*;
+
+/// How a rank joins its segment.
+pub(crate) struct JoinSpec<'a> {
+    /// Segment name; None: anonymous (already created, in-process).
+    pub name: Option<String>,
+    /// Index in the segment, or None to draw one from the shared counter (R2b).
+    pub local: Option<usize>,
+    /// Global ranks of the segment's members, in segment order (None: identity, size = local
+    /// size, standalone).
+    pub members: Option<(Vec<usize>, usize, usize)>,
+    pub config: &'a Config,
+}
+
+impl ShmTransport {
+    /// Builds this rank from the environment (S1, R2b).
+    ///
+    /// Launcher mode: `FERRY_JOB_ID`, `FERRY_RANK` and `FERRY_SIZE` are set; the segment is
+    /// named after the job id (with a job id but no rank, ranks come from the counter). Hand
+    /// start: `FERRY_SIZE=N` plus an optional job name
+    /// (`FERRY_SHM_JOB` / `shm.job`, default `default`); ranks are drawn from a counter in the
+    /// segment (001 §4.2), so N copies started by hand number themselves 0..N-1.
+    pub fn from_env(config: &Config, launch: &LaunchInfo) -> Result<ShmTransport> {
+        ShmTransport::from_env_watched(config, launch, &|| None)
+    }
+
+    /// [`ShmTransport::from_env`], giving up the wait for the ranks of the launcher's segment
+    /// when `watch` returns an error (see [`StartupWatch`]).
+    pub fn from_env_watched(
+        config: &Config,
+        launch: &LaunchInfo,
+        watch: StartupWatch<'_>,
+    ) -> Result<ShmTransport> {
+        let size = launch
+            .size
+            .ok_or_else(|| Error::config("the shm backend needs FERRY_SIZE (number of ranks)"))?;
+        // A job id (launcher, or mpirun/srun discovery) names the segment; without one the
+        // hand-start name does. The rank is FERRY_RANK when given, else drawn from the counter.
+        let job = match &launch.job_id {
+            Some(job) => format!("j{job}"),
+            None => format!(
+                "h{}",
+                config.shm.job.clone().unwrap_or_else(|| DEFAULT_JOB.into())
+            ),
+        };
+        let local = launch.rank;
+        // Started by `ferry run`: the launcher made the segment and passed it down, so it was
+        // never named (S4 during start-up, see handoff.rs).
+        let layout = Layout::for_job(size, config.shm.ring_slots, config.shm.slot_bytes)?;
+        if let Some(seg) = crate::handoff::inherited_segment(layout)? {
+            let deadline = Instant::now() + config.startup_timeout();
+            return ShmTransport::join_segment(seg, local, None, size, config, deadline, watch);
+        }
+        let name = segment_name(&job, None);
+        let t = ShmTransport::join(
+            JoinSpec {
+                name: Some(name),
+                local,
+                members: None,
+                config,
+            },
+            size,
+            None,
+        )?;
+        Ok(t)
+    }
+
+    /// Creates all `size` ranks of a job inside this process over one anonymous segment
+    /// (threads-as-ranks tests and embedding). Hand one transport to each thread.
+    pub fn create_in_process(size: usize, config: &Config) -> Result<Vec<ShmTransport>> {
+        if size == 0 {
+            return Err(Error::invalid("shm init", "a job needs at least one rank"));
+        }
+        let layout = Layout::for_job(size, config.shm.ring_slots, config.shm.slot_bytes)?;
+        let seg = Arc::new(Segment::anonymous(layout)?);
+        // Attach every rank first (the start-up barriers need all of them), then probe.
+        let mut probes = Vec::new();
+        for r in 0..size {
+            probes.push(attach_block(&seg, r)?);
+        }
+        let all: Vec<usize> = (0..size).collect();
+        let single_copy = decide_single_copy(
+            &seg,
+            config,
+            Instant::now() + config.startup_timeout(),
+            &all,
+        )?;
+        probes
+            .into_iter()
+            .enumerate()
+            .map(|(r, probe)| {
+                ShmTransport::build(seg.clone(), r, None, size, config, single_copy, probe)
+            })
+            .collect()
+    }
+
+    /// Runs `f` on `size` threads, one shm rank each, and returns their results in rank order.
+    pub fn run_threads<R, F>(size: usize, config: &Config, f: F) -> Result<Vec<R>>
+    where
+        R: Send,
+        F: Fn(ShmTransport) -> R + Sync,
+    {
+        let ranks = ShmTransport::create_in_process(size, config)?;
+        Ok(std::thread::scope(|scope| {
+            let handles: Vec<_> = ranks
+                .into_iter()
+                .map(|t| {
+                    let f = &f;
+                    scope.spawn(move || f(t))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| match h.join() {
+                    Ok(r) => r,
+                    Err(p) => std::panic::resume_unwind(p),
+                })
+                .collect()
+        }))
+    }
+
+    /// Joins node `node`'s segment of job `job` as the node-local part of a job spread over
+    /// several nodes (the hybrid backend): `members` are the global ranks on this node in
+    /// segment order, `rank` is this process's global rank among `size`.
+    pub fn join_node(
+        job: &str,
+        node: usize,
+        members: Vec<usize>,
+        rank: usize,
+        size: usize,
+        config: &Config,
+    ) -> Result<ShmTransport> {
+        let local = members.iter().position(|&r| r == rank).ok_or_else(|| {
+            Error::invalid("shm init", format!("rank {rank} is not among {members:?}"))
+        })?;
+        let local_size = members.len();
+        ShmTransport::join(
+            JoinSpec {
+                name: Some(segment_name(&format!("j{job}"), Some(node))),
+                local: Some(local),
+                members: Some((members, rank, size)),
+                config,
+            },
+            local_size,
+            None,
+        )
+    }
+
+    /// Joins (or creates) a named segment of `local_size` ranks; `members` maps segment
+    /// indices to global ranks for the hybrid backend.
+    pub(crate) fn join(
+        spec: JoinSpec<'_>,
+        local_size: usize,
+        deadline: Option<Instant>,
+    ) -> Result<ShmTransport> {
+        let config = spec.config;
+        let deadline = deadline.unwrap_or_else(|| Instant::now() + config.startup_timeout());
+        let layout = Layout::for_job(local_size, config.shm.ring_slots, config.shm.slot_bytes)?;
+        let name = spec
+            .name
+            .ok_or_else(|| Error::invalid("shm init", "a joined segment needs a name"))?;
+        // Segments of jobs that died while gathering are removed before this one gathers.
+        static SWEPT: std::sync::Once = std::sync::Once::new();
+        SWEPT.call_once(|| {
+            crate::handoff::sweep_stale();
+        });
+        let seg = Segment::open_named(&name, layout, deadline)?;
+        ShmTransport::join_segment(
+            seg,
+            spec.local,
+            spec.members,
+            local_size,
+            config,
+            deadline,
+            &|| None,
+        )
+    }
+
+    /// Joins the opened segment `seg` of `local_size` ranks as index `local` (drawn from the
+    /// counter when None).
+    pub(super) fn join_segment(
+        seg: Segment,
+        local: Option<usize>,
+        members: Option<(Vec<usize>, usize, usize)>,
+        local_size: usize,
+        config: &Config,
+        deadline: Instant,
+        watch: StartupWatch<'_>,
+    ) -> Result<ShmTransport> {
+        let seg = Arc::new(seg);
+        let name = seg.name.clone().unwrap_or_else(|| "(inherited)".into());
+        let fail = |seg: &Segment, e: Error| {
+            // A rank that cannot complete the gathering removes the name so nothing is left.
+            seg.unlink();
+            e
+        };
+        let me = match local {
+            Some(r) if r < local_size => r,
+            Some(r) => {
+                return Err(fail(
+                    &seg,
+                    Error::config(format!("rank {r} is not below size {local_size}")),
+                ))
+            }
+            None => {
+                let r = seg.counter().fetch_add(1, Ordering::AcqRel) as usize;
+                if r >= local_size {
+                    return Err(Error::config(format!(
+                        "shm job {name} already has its {local_size} ranks; start this \
+                         process under another job name (FERRY_SHM_JOB)"
+                    )));
+                }
+                r
+            }
+        };
+        let probe = attach_block(&seg, me).map_err(|e| fail(&seg, e))?;
+        let prev = arrive(&seg, local_size, |s| s.attached());
+        if prev + 1 == local_size as u64 {
+            // Last to arrive: every rank has the segment mapped, the name can go (S4).
+            seg.unlink();
+        }
+        wait_all(
+            &seg,
+            local_size,
+            |s| s.attached(),
+            deadline,
+            "attach",
+            me,
+            watch,
+        )
+        .map_err(|e| fail(&seg, e.on_rank(me)))?;
+        let single_copy =
+            decide_single_copy(&seg, config, deadline, &[me]).map_err(|e| e.on_rank(me))?;
+        let (global_of, rank, size) = match members {
+            Some((m, rank, size)) => (Some(m), rank, size),
+            None => (None, me, local_size),
+        };
+        let t = ShmTransport::build(
+            seg,
+            me,
+            global_of.map(|g| (g, rank)),
+            size,
+            config,
+            single_copy,
+            probe,
+        )?;
+        if me == 0 {
+            tracing::info!(
+                ranks = local_size,
+                single_copy = t.single_copy,
+                "shm: job started"
+            );
+        }
+        Ok(t)
+    }
+
+    pub(super) fn build(
+        seg: Arc<Segment>,
+        me: usize,
+        members: Option<(Vec<usize>, usize)>,
+        size: usize,
+        config: &Config,
+        single_copy: bool,
+        probe: Box<u64>,
+    ) -> Result<ShmTransport> {
+        let n = seg.layout.size;
+        let (global_of, rank) = match members {
+            Some((g, rank)) => (g, rank),
+            None => ((0..n).collect(), me),
+        };
+        if global_of.len() != n || global_of.iter().any(|&g| g >= size) {
+            return Err(Error::invalid(
+                "shm init",
+                "node member list does not fit the job",
+            ));
+        }
+        let mut local_of = vec![None; size];
+        for (l, &g) in global_of.iter().enumerate() {
+            local_of[g] = Some(l);
+        }
+        let l = seg.layout;
+        let pids: Vec<u32> = (0..n)
+            .map(|p| seg.pid(p).load(Ordering::Acquire) as u32)
+            .collect();
+        let inline_cap = l.slot_bytes - crate::ring::SLOT_HEADER;
+        let mut stats = Stats::new(rank, size, "shm");
+        stats.bump("shm single copy enabled", single_copy as u64);
+        Ok(ShmTransport {
+            seg,
+            rank,
+            size,
+            me,
+            local_of,
+            global_of,
+            tx: (0..n).map(|_| None).collect(),
+            rx: (0..n).map(|_| None).collect(),
+            active_rx: Vec::new(),
+            known_senders: vec![0; l.map_words],
+            peer_open: vec![false; n],
+            pids,
+            watch: (0..n).map(|_| None).collect(),
+            send_flows: Flows::default(),
+            recv_flows: Flows::default(),
+            inbox: EarlyArrivals::new(config.shm.inbox_messages, config.shm.inbox_bytes),
+            inbox_cap_bytes: config.shm.inbox_bytes,
+            inbox_cap_messages: config.shm.inbox_messages,
+            pending_cma: HashMap::new(),
+            partial: (0..n).map(|_| None).collect(),
+            partial_bytes: 0,
+            partial_count: 0,
+            cma_next: vec![0; n],
+            posted_at: vec![Instant::now(); n * ACK_WINDOW as usize],
+            eager_wait: config.spin().max(Duration::from_micros(200)),
+            peer_progress: vec![Instant::now(); n],
+            deferred: vec![None; n],
+            frag_owner: vec![None; n],
+            abort_pending: vec![Vec::new(); n],
+            aborts_queued: false,
+            abandoned: std::collections::HashSet::new(),
+            given_up: std::collections::HashSet::new(),
+            to_read: Vec::new(),
+            heap_maps: HeapMaps::default(),
+            spare_sends: Vec::new(),
+            spare_recvs: Vec::new(),
+            single_copy,
+            inline_cap,
+            chunk_span: CHUNK_SPAN,
+            pipelined: match config.shm.pipeline {
+                Pipeline::On => true,
+                Pipeline::Off => false,
+                Pipeline::Auto => n <= ferry_core::config::available_cores(),
+            },
+            threshold: config.shm.single_copy_threshold.max(inline_cap + 1),
+            stats,
+            policy: config.wait_policy(n),
+            blocked: vec![false; n],
+            busy: vec![false; n],
+            waiting: Vec::new(),
+            want_acks: Vec::new(),
+            want_space: Vec::new(),
+            drain_start: 0,
+            last_liveness: Instant::now(),
+            tolerant: false,
+            finished: false,
+            _probe: probe,
+        })
+    }
+}
