@@ -116,6 +116,18 @@ impl Retain {
         }
     }
 
+    pub(crate) fn debug(&self) -> String {
+        format!(
+            "nonces {:x?} down {:?} kept {} done_from {:?} done_sent {:?} restarted {}",
+            self.peer_nonce,
+            self.down_since,
+            self.kept.len(),
+            self.done_from,
+            self.done_sent,
+            self.restarted
+        )
+    }
+
     fn drop_kept_where(&mut self, mut gone: impl FnMut(&MsgId) -> bool) -> usize {
         let mut freed = 0;
         let mut n = 0;
