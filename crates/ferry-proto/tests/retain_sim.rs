@@ -553,6 +553,10 @@ impl Sim {
 
 struct Outcome {
     states: Vec<Option<u64>>,
+    /// Each rank's answer to "am I a restart?" at the end.
+    verdicts: Vec<Option<Option<bool>>>,
+    /// Restarts of peers each rank saw.
+    restarts_seen: Vec<u64>,
     results: Vec<Option<Result<(), String>>>,
     errors: Vec<Vec<String>>,
     peak_retained: usize,
@@ -647,6 +651,20 @@ fn run(
         peak = peak.max(node.peak_retained);
     }
     Outcome {
+        verdicts: sim
+            .nodes
+            .iter()
+            .map(|x| x.as_ref().map(|x| x.ep.restart_verdict()))
+            .collect(),
+        restarts_seen: sim
+            .nodes
+            .iter()
+            .map(|x| {
+                x.as_ref()
+                    .and_then(|x| x.ep.retain_counters())
+                    .map_or(0, |c| c.restarts_seen)
+            })
+            .collect(),
         states: sim
             .nodes
             .iter()
@@ -713,6 +731,18 @@ fn check_recovers(mode: Mode, rounds: usize, default_seeds: u64) {
              {:?}\nresults {:?}\nerrors {:?}\ntrace {:?}",
             out.violations, out.states, reference.states, out.results, out.errors, out.trace
         );
+        // Every rank met every other one: each knows whether it is a restart. Only the
+        // restarted rank is, and only if a survivor had met its killed process.
+        for (r, v) in out.verdicts.iter().enumerate() {
+            let want = r == k && out.restarts_seen.iter().any(|&n| n > 0);
+            assert_eq!(
+                *v,
+                Some(Some(want)),
+                "seed {seed}: rank {r}'s restart verdict (rank {k} restarted; restarts seen \
+                 {:?})",
+                out.restarts_seen
+            );
+        }
         if let Mode::Checkpoint(every) = mode {
             // Retained: at most the rounds since the receivers' last checkpoints, plus the
             // rounds in flight around one.
