@@ -167,6 +167,12 @@ impl Group {
         self.seq.load(Ordering::Relaxed)
     }
 
+    /// Continues the collectives of this copy of the group at `seq` (a process restarted
+    /// from a checkpoint taken after `seq` collectives, see `ferry::retain`).
+    pub fn resume_sequence(&self, seq: u32) {
+        self.seq.store(seq, Ordering::Relaxed);
+    }
+
     /// Takes the sequence number of the next collective.
     pub(crate) fn next_seq(&self) -> u32 {
         self.seq.fetch_add(1, Ordering::Relaxed)

@@ -473,6 +473,14 @@ pub trait Transport: Send {
         None
     }
 
+    /// With retained messages: whether this process is a restart of its rank (a peer knew an
+    /// earlier process of it), found out by contacting the peers; call it before
+    /// [`Transport::retain_resume`] and before any other communication. `Ok(false)` when the
+    /// backend retains nothing (the default).
+    fn is_restart(&mut self) -> Result<bool> {
+        Ok(false)
+    }
+
     /// With retained messages: a restarted rank resumes the flow counters of its checkpoint
     /// token, before it communicates, so that it continues where the checkpoint was.
     fn retain_resume(&mut self, token: &[u8]) -> Result<()> {

@@ -426,6 +426,10 @@ impl Transport for Monitored {
         self.inner.retain_resume(token)
     }
 
+    fn is_restart(&mut self) -> Result<bool> {
+        self.inner.is_restart()
+    }
+
     fn finish(&mut self) -> Result<()> {
         let inner = self.inner.finish();
         let monitor = self.finish_monitor();

@@ -72,8 +72,9 @@ pub enum FrameType {
     /// Retained messages (T6): the receiver marked a checkpoint after consuming the messages
     /// of this flow up to (not including) `serial`; the sender drops its retained copies.
     Consumed = 16,
-    /// Retained messages (T6): the sender knew an earlier incarnation of the receiver's rank,
-    /// which is therefore a restart.
+    /// Retained messages (T6), after every handshake: whether the sender knew an earlier
+    /// incarnation of the receiver's rank (serial 0: the receiver is a restart) or not
+    /// (serial 1).
     Rejoined = 17,
 }
 

@@ -2,15 +2,18 @@
 //!
 //! Usage: `t_retain ITERS [ELEMS [SLEEP_MS [CKPT_EVERY CKPT_DIR]]]` (defaults 200, 1000, 0).
 //! Every rank holds ELEMS doubles; in each iteration it swaps them with both ring neighbours
-//! (point-to-point only) and smooths its values with theirs, then sleeps SLEEP_MS (so that a
-//! test can kill it mid-run). Every 10 iterations the ranks send their sums to rank 0, which
-//! prints `iter I sum S`; at the end rank 0 prints `Global sum after ITERS iterations: S`.
+//! (point-to-point) and smooths its values with theirs, then sleeps SLEEP_MS (so that a test
+//! can kill it mid-run). Every 10 iterations the ranks send their sums to rank 0 and run two
+//! collectives (an allreduce of the largest value, an allgather of the sums); rank 0 prints
+//! `iter I sum S max M allgather A`. At the end rank 0 prints `Global sum after ITERS
+//! iterations: S`.
 //!
 //! With CKPT_EVERY and CKPT_DIR, every CKPT_EVERY iterations each rank writes its values and
 //! its retention token to `CKPT_DIR/rank-R.ckpt` (a temporary file renamed into place) and
 //! marks the checkpoint ([`ferry::retain::checkpoint`]), so that its senders drop what it
-//! consumed; a rank that finds its file at start-up is a restart and resumes from it
-//! ([`ferry::retain::resume`]). Without them a restarted rank runs again from the start.
+//! consumed; a rank that is a restart ([`ferry::Comm::is_restart`]) resumes from its file
+//! ([`ferry::retain::resume`]; a file found by a first start is an earlier job's and ignored).
+//! Without them a restarted rank runs again from the start.
 //! Either way the output equals that of an undisturbed run (rank 0 is the one that prints; a
 //! restarted rank 0 prints its lines again).
 
@@ -20,6 +23,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
+use ferry::coll::ReduceOp;
 use ferry::{Comm, Error, ErrorKind};
 
 const HALO: u32 = 1;
@@ -119,11 +123,17 @@ fn run() -> ferry::Result<()> {
         .as_ref()
         .map(|(_, dir)| dir.join(format!("rank-{me}.ckpt")));
     if let Some(file) = &ckpt_file {
-        if let Some((iter, values, token)) = load(file, a.elems)? {
-            ferry::retain::resume(&mut comm, &token)?;
-            x = values;
-            start = iter;
-            eprintln!("t_retain: rank {me} resumes at iteration {iter}");
+        // Only a restart resumes; a file found by a first start is an earlier job's.
+        if comm.is_restart()? {
+            match load(file, a.elems)? {
+                Some((iter, values, token)) => {
+                    ferry::retain::resume(&mut comm, &token)?;
+                    x = values;
+                    start = iter;
+                    eprintln!("t_retain: rank {me} resumes at iteration {iter}");
+                }
+                None => eprintln!("t_retain: rank {me} restarts without a checkpoint"),
+            }
         }
     }
     let right = (me + 1) % n;
@@ -144,15 +154,21 @@ fn run() -> ferry::Result<()> {
         let done = iter + 1;
         if done.is_multiple_of(10) || done == a.iters {
             let mine: f64 = x.iter().sum();
+            // Two collectives as well (their sequence numbers must survive a resume from a
+            // checkpoint): the largest value, and every rank's sum.
+            let top =
+                comm.allreduce_value(x.iter().copied().fold(f64::MIN, f64::max), ReduceOp::Max)?;
+            let sums = comm.allgather(&[mine])?;
             if me == 0 {
                 let mut total = mine;
                 for r in 1..n {
                     total += comm.recv_value::<f64>(r, SUM)?;
                 }
+                let check: f64 = sums.iter().sum();
                 if done == a.iters {
                     println!("Global sum after {done} iterations: {total:.9}");
                 } else {
-                    println!("iter {done} sum {total:.9}");
+                    println!("iter {done} sum {total:.9} max {top:.9} allgather {check:.9}");
                 }
             } else {
                 comm.send_value(mine, 0, SUM)?;

@@ -13,9 +13,11 @@
 //! now and then bounds them: [`checkpoint`] hands it the token to save with its state and then
 //! lets the senders drop every message consumed before that point; a restart that finds a
 //! saved state calls [`resume`] with its token before it communicates and continues from
-//! there. Programs that checkpoint must use point-to-point messages between checkpoints only
-//! in the same order on a restart (collectives of a [`Comm`] count calls in the `Comm`, which
-//! a resumed rank would restart at zero).
+//! there ([`Comm::is_restart`] tells whether this process is a restart). The restart must
+//! repeat the communication after the checkpoint in the same order: point-to-point messages
+//! and the collectives of the [`Comm`] it checkpointed (the token carries their sequence
+//! numbers too). Not covered: communicators derived from it after start-up and data-layer
+//! containers, whose state a program would have to rebuild the same way.
 
 use crate::comm::Comm;
 use ferry_core::{Error, ErrorKind, Result};
@@ -31,9 +33,15 @@ pub fn enabled(comm: &mut Comm) -> bool {
 /// asked for again. Call it between iterations, with no receive pending. Without retention
 /// `save` is not called and nothing happens.
 pub fn checkpoint(comm: &mut Comm, save: impl FnOnce(&[u8]) -> Result<()>) -> Result<()> {
-    let Some(token) = comm.transport().retain_token() else {
+    let Some(mut token) = comm.transport().retain_token() else {
         return Ok(());
     };
+    // The collectives' sequence numbers live in the communicator, not in the transport's
+    // flow counters: they travel in the token's trailer.
+    let (typed, group) = comm.collective_sequences();
+    token.extend_from_slice(&typed.to_le_bytes());
+    token.extend_from_slice(&group.to_le_bytes());
+    token.extend_from_slice(SEQ_MAGIC);
     save(&token)?;
     comm.transport().checkpoint_mark()?;
     Ok(())
@@ -48,5 +56,17 @@ pub fn resume(comm: &mut Comm, token: &[u8]) -> Result<()> {
             .on_rank(comm.rank())
             .with_detail("empty checkpoint token"));
     }
-    comm.transport().retain_resume(token)
+    let (flows, seqs) = match token.len().checked_sub(12) {
+        Some(at) if &token[at + 8..] == SEQ_MAGIC => (&token[..at], Some(&token[at..at + 8])),
+        _ => (token, None),
+    };
+    comm.transport().retain_resume(flows)?;
+    if let Some(s) = seqs {
+        let word = |i: usize| u32::from_le_bytes([s[i], s[i + 1], s[i + 2], s[i + 3]]);
+        comm.resume_collective_sequences(word(0), word(4));
+    }
+    Ok(())
 }
+
+/// Last bytes of a token that carries the communicator's collective sequence numbers.
+const SEQ_MAGIC: &[u8; 4] = b"FCSQ";

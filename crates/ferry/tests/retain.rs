@@ -32,6 +32,7 @@ struct Rank {
 
 struct Ended {
     ok: bool,
+    timed_out: bool,
     status: String,
     stdout: String,
     stderr: String,
@@ -106,26 +107,35 @@ impl Rank {
         let _ = self.child.wait();
     }
 
-    fn wait(mut self, deadline: Instant) -> Option<Ended> {
-        let status = loop {
+    /// Waits for the rank's end; one still running at `deadline` is killed and reported as
+    /// failed (`timed_out`), with what it printed, so that a hang shows its logs.
+    fn wait(mut self, deadline: Instant) -> Ended {
+        let end = loop {
             if let Some(s) = self.child.try_wait().expect("wait for a rank") {
-                break s;
+                break Some(s);
             }
             if Instant::now() > deadline {
                 self.kill();
-                return None;
+                break None;
             }
             std::thread::sleep(Duration::from_millis(10));
         };
+        let timed_out = end.is_none();
+        let ok = end.is_some_and(|s| s.success());
+        let status = end.map_or_else(
+            || "still running at the deadline (killed)".to_string(),
+            |s| format!("{s:?}"),
+        );
         let text = |h: Option<JoinHandle<Vec<u8>>>| {
             String::from_utf8_lossy(&h.and_then(|h| h.join().ok()).unwrap_or_default()).into_owned()
         };
-        Some(Ended {
-            ok: status.success(),
-            status: format!("{status:?}"),
+        Ended {
+            ok,
+            timed_out,
+            status,
             stdout: text(self.out.take()),
             stderr: text(self.err.take()),
-        })
+        }
     }
 }
 
@@ -253,10 +263,7 @@ fn reference(exe: &Path, args: &[&str], env: &[(&str, &str)]) -> (String, Durati
     let t = Instant::now();
     let ranks = job.start(exe, args, env);
     let deadline = Instant::now() + Duration::from_secs(120);
-    let ended: Vec<Ended> = ranks
-        .into_iter()
-        .map(|r| r.wait(deadline).expect("undisturbed run did not end"))
-        .collect();
+    let ended: Vec<Ended> = ranks.into_iter().map(|r| r.wait(deadline)).collect();
     for (r, e) in ended.iter().enumerate() {
         assert!(
             e.ok,
@@ -269,7 +276,7 @@ fn reference(exe: &Path, args: &[&str], env: &[(&str, &str)]) -> (String, Durati
 
 /// Kills rank `victim` once rank 0 printed `progress` and `then` passed, moves it to a new
 /// port in the file and starts the same command again; returns every rank's end (the
-/// restarted one for `victim`).
+/// restarted one for `victim`) and what the killed process had printed.
 fn kill_and_restart(
     exe: &Path,
     args: &[&str],
@@ -277,7 +284,7 @@ fn kill_and_restart(
     victim: usize,
     progress: &str,
     then: Duration,
-) -> Vec<Ended> {
+) -> (Vec<Ended>, String) {
     let mut job = Job::new("run", 4);
     let mut ranks = job.start(exe, args, env);
     assert!(
@@ -288,7 +295,7 @@ fn kill_and_restart(
     let mut old = ranks.remove(victim);
     let early_end = old.child.try_wait().ok().flatten();
     old.kill();
-    drop(old);
+    let printed = old.wait(Instant::now()).stdout;
     assert!(
         early_end.is_none(),
         "rank {victim} ended before it was killed"
@@ -298,27 +305,47 @@ fn kill_and_restart(
     write_config(&job.config, &job.ports);
     ranks.insert(victim, Rank::start(exe, args, &job.config, env));
     let deadline = Instant::now() + Duration::from_secs(180);
-    ranks
-        .into_iter()
-        .enumerate()
-        .map(|(r, x)| {
-            x.wait(deadline)
-                .unwrap_or_else(|| panic!("rank {r} did not end within 180 s of the start"))
-        })
-        .collect()
+    let ended = ranks.into_iter().map(|x| x.wait(deadline)).collect();
+    (ended, printed)
 }
 
-fn check_recovered(what: &str, ended: &[Ended], expected: &str) {
+/// Every rank ended well, and rank 0 printed the undisturbed run's output: the survivor
+/// rank 0 all of it; a restarted rank 0 what the killed process printed up to some line and
+/// the restart the rest from where it resumed (a line may come twice: the restart repeats
+/// the lines after its checkpoint, or all of them when it runs from the start).
+fn check_recovered(what: &str, ended: &[Ended], victim: usize, killed: &str, expected: &str) {
+    let hung = ended.iter().any(|e| e.timed_out);
     for (r, e) in ended.iter().enumerate() {
         assert!(
             e.ok,
-            "{what}: rank {r} failed ({}):\n{}\n{}",
-            e.status, e.stdout, e.stderr
+            "{what}: rank {r} failed ({}){}:\n{}\n{}",
+            e.status,
+            if hung {
+                " (a rank hung; FERRY_LOG=ferry_tcp=debug shows the connection events)"
+            } else {
+                ""
+            },
+            e.stdout,
+            e.stderr
         );
     }
-    assert_eq!(
-        ended[0].stdout, expected,
-        "{what}: rank 0's output differs from the undisturbed run's"
+    if victim != 0 {
+        assert_eq!(
+            ended[0].stdout, expected,
+            "{what}: rank 0's output differs from the undisturbed run's"
+        );
+        return;
+    }
+    let want: Vec<&str> = expected.lines().collect();
+    let before: Vec<&str> = killed.lines().collect();
+    let after: Vec<&str> = ended[0].stdout.lines().collect();
+    assert!(
+        want.starts_with(&before)
+            && want.ends_with(&after)
+            && before.len() + after.len() >= want.len(),
+        "{what}: the killed and the restarted rank 0 together do not print the undisturbed \
+         run's output\nkilled:\n{killed}\nrestarted:\n{}\nundisturbed:\n{expected}",
+        ended[0].stdout
     );
 }
 
@@ -340,15 +367,24 @@ fn jac3d_started_by_hand_survives_a_restart_at_a_new_address() {
     let (expected, took) = reference(&exe, &args, &env);
     assert!(expected.contains("Global value sum after "));
     for run in 0..runs() {
-        // Killed somewhere between iterations 1 and ~400 of 2000.
-        let after = format!("after {:>2} iters", 1 + 10 * (rand_u64() % 40));
-        let then = Duration::from_millis(rand_u64() % 50);
-        let ended = kill_and_restart(&exe, &args, &env, 3, &after, then);
-        check_recovered(
-            &format!("run {run}, rank 3 killed {then:?} after rank 0 printed {after:?} (undisturbed run: {took:?})"),
-            &ended,
-            &expected,
-        );
+        // Rank 3 as in 000's demonstration, and rank 0 (the one that prints, and that every
+        // other rank's reductions go through).
+        for victim in [3, 0] {
+            // Killed somewhere between iterations 1 and ~400 of 2000.
+            let after = format!("after {:>2} iters", 1 + 10 * (rand_u64() % 40));
+            let then = Duration::from_millis(rand_u64() % 50);
+            let (ended, killed) = kill_and_restart(&exe, &args, &env, victim, &after, then);
+            check_recovered(
+                &format!(
+                    "run {run}, rank {victim} killed {then:?} after rank 0 printed {after:?} \
+                     (undisturbed run: {took:?})"
+                ),
+                &ended,
+                victim,
+                &killed,
+                &expected,
+            );
+        }
     }
 }
 
@@ -363,53 +399,58 @@ fn t_retain_restarted_from_its_checkpoint_finishes_with_bounded_retention() {
         return;
     };
     let ckpt = std::env::temp_dir().join(format!("ferry-retain-ckpt-{}", std::process::id()));
-    let elems = 2000usize;
-    for run in 0..runs() {
+    let fresh = || {
         let _ = std::fs::remove_dir_all(&ckpt);
         std::fs::create_dir_all(&ckpt).expect("checkpoint dir");
-        let dir = ckpt.to_string_lossy().into_owned();
-        let args = ["300", "2000", "2", "10", dir.as_str()];
-        let env = [
-            ("FERRY_GENERAL_FAILURE_TIMEOUT_MS", "20000"),
-            ("FERRY_STATS", "1"),
-        ];
-        let (expected, took) = {
-            let (e, t) = reference(&exe, &args, &env);
-            let _ = std::fs::remove_dir_all(&ckpt);
-            std::fs::create_dir_all(&ckpt).expect("checkpoint dir");
-            (e, t)
-        };
-        assert!(expected.contains("Global sum after 300 iterations"));
-        let victim = 1 + (rand_u64() % 3) as usize;
-        // Past the first checkpoint (10), before the last lines.
-        let after = format!("iter {} sum", 20 + 10 * (rand_u64() % 20));
-        let then = Duration::from_millis(rand_u64() % 30);
-        let ended = kill_and_restart(&exe, &args, &env, victim, &after, then);
-        check_recovered(
-            &format!(
-                "run {run}, rank {victim} killed {then:?} after {after:?} (undisturbed: {took:?})"
-            ),
-            &ended,
-            &expected,
-        );
-        assert!(
-            ended[victim].stderr.contains("resumes at iteration"),
-            "the restart did not resume from its checkpoint:\n{}",
-            ended[victim].stderr
-        );
-        // Each rank sends 2 halos of `elems` doubles per iteration (and a sum every 10):
-        // with a checkpoint every 10 iterations at most ~2 checkpoint intervals are kept.
-        let per_iter = 2 * elems * 8 + 8;
-        let bound = 25 * per_iter;
-        for (r, e) in ended.iter().enumerate() {
-            let peak = stat(&e.stderr, "tcp retained bytes peak")
-                .unwrap_or_else(|| panic!("rank {r} reports no retention:\n{}", e.stderr));
-            assert!(
-                peak <= bound as u64,
-                "rank {r}: {peak} bytes retained at most, bound {bound} (300 iterations would \
-                 be {})",
-                300 * per_iter
+    };
+    let elems = 2000usize;
+    let dir = ckpt.to_string_lossy().into_owned();
+    let args = ["300", "2000", "2", "10", dir.as_str()];
+    let env = [
+        ("FERRY_GENERAL_FAILURE_TIMEOUT_MS", "20000"),
+        ("FERRY_STATS", "1"),
+    ];
+    fresh();
+    let (expected, took) = reference(&exe, &args, &env);
+    assert!(expected.contains("Global sum after 300 iterations"));
+    for run in 0..runs() {
+        // Rank 0 (it prints: its restart prints the lines after its checkpoint again) and
+        // one of the others.
+        for victim in [0, 1 + (rand_u64() % 3) as usize] {
+            fresh();
+            // Past the first checkpoint (10), before the last lines.
+            let after = format!("iter {} sum", 20 + 10 * (rand_u64() % 20));
+            let then = Duration::from_millis(rand_u64() % 30);
+            let (ended, killed) = kill_and_restart(&exe, &args, &env, victim, &after, then);
+            check_recovered(
+                &format!(
+                    "run {run}, rank {victim} killed {then:?} after {after:?} (undisturbed: \
+                     {took:?})"
+                ),
+                &ended,
+                victim,
+                &killed,
+                &expected,
             );
+            assert!(
+                ended[victim].stderr.contains("resumes at iteration"),
+                "the restart did not resume from its checkpoint:\n{}",
+                ended[victim].stderr
+            );
+            // Each rank sends 2 halos of `elems` doubles per iteration (and a sum every 10):
+            // with a checkpoint every 10 iterations at most ~2 checkpoint intervals are kept.
+            let per_iter = 2 * elems * 8 + 8;
+            let bound = 25 * per_iter;
+            for (r, e) in ended.iter().enumerate() {
+                let peak = stat(&e.stderr, "tcp retained bytes peak")
+                    .unwrap_or_else(|| panic!("rank {r} reports no retention:\n{}", e.stderr));
+                assert!(
+                    peak <= bound as u64,
+                    "rank {r}: {peak} bytes retained at most, bound {bound} (300 iterations \
+                     would be {})",
+                    300 * per_iter
+                );
+            }
         }
     }
     let _ = std::fs::remove_dir_all(&ckpt);
@@ -443,7 +484,8 @@ fn a_rank_that_is_never_restarted_fails_the_job_after_the_failure_timeout() {
     let deadline = killed + Duration::from_secs(30);
     let mut named = 0;
     for (i, r) in ranks.into_iter().enumerate() {
-        let e = r.wait(deadline).expect("a survivor waited forever");
+        let e = r.wait(deadline);
+        assert!(!e.timed_out, "survivor {i} waited forever:\n{}", e.stderr);
         assert!(
             !e.ok,
             "survivor {i} succeeded although rank 2 never came back"

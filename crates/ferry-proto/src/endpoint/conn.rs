@@ -190,14 +190,25 @@ impl Endpoint {
         now: Duration,
     ) -> Result<Option<ConnId>, super::EndpointError> {
         self.tick += 1;
+        // Without retention requests may follow the `Hello` at once (one round trip less for
+        // a first message). With retention they wait for the `HelloAck`: a dial can reach the
+        // listener of a process that is being killed, whose kernel completes the connect and
+        // then resets it, and what was queued behind the `Hello` would be lost with it while
+        // counted as sent. Only an established connection's loss makes the peer down, which
+        // sends everything again (`retain::reset_peer`).
+        let early = self.retain.is_none();
         if let Some(c) = self.peers[peer].conn {
             if let Some(conn) = self.conns.get_mut(&c).filter(|c| c.peer == Some(peer)) {
                 match conn.phase {
-                    Phase::Open | Phase::AwaitHelloAck => {
+                    Phase::Open => {
                         conn.last_used = self.tick;
                         return Ok(Some(c));
                     }
-                    Phase::Connecting { .. } => return Ok(None),
+                    Phase::AwaitHelloAck if early => {
+                        conn.last_used = self.tick;
+                        return Ok(Some(c));
+                    }
+                    Phase::Connecting { .. } | Phase::AwaitHelloAck => return Ok(None),
                     _ => {}
                 }
             }
@@ -211,10 +222,13 @@ impl Endpoint {
         for (&i, conn) in &self.conns {
             if conn.peer == Some(peer) {
                 match conn.phase {
-                    Phase::Open | Phase::AwaitHelloAck => {
+                    Phase::Open => {
                         found = Some(found.map_or(i, |f: ConnId| f.min(i)));
                     }
-                    Phase::Connecting { .. } => return Ok(None),
+                    Phase::AwaitHelloAck if early => {
+                        found = Some(found.map_or(i, |f: ConnId| f.min(i)));
+                    }
+                    Phase::Connecting { .. } | Phase::AwaitHelloAck => return Ok(None),
                     _ => closing = true,
                 }
             }
@@ -568,6 +582,10 @@ impl Endpoint {
                             // Dialled before this rank began to end: the goodbye waited for
                             // the handshake to complete.
                             self.goodbye_on(conn, peer);
+                        }
+                        if self.retain.is_some() {
+                            // What waited for the handshake goes now.
+                            self.progress_conns(now);
                         }
                     }
                     Err(e) => {

@@ -118,7 +118,7 @@ impl Endpoint {
                 Sink::Done
             }
             FrameType::Rejoined => {
-                self.on_rejoined();
+                self.on_rejoined(p, h.serial);
                 Sink::Done
             }
             FrameType::Hello | FrameType::HelloAck => fault(

@@ -548,6 +548,27 @@ impl Endpoint {
         )
     }
 
+    /// A dump of the receive side and the peers, for diagnosing a stalled exchange.
+    #[doc(hidden)]
+    pub fn debug_recv_state(&self) -> String {
+        let mut posted: Vec<_> = self.posted.iter().map(|(a, p)| (a, p.state)).collect();
+        posted.sort_by_key(|(a, _)| (a.source, a.key, a.serial));
+        let mut remote: Vec<_> = self.remote.iter().collect();
+        remote.sort_by_key(|(a, _)| (a.source, a.key, a.serial));
+        let peers: Vec<_> = self
+            .peers
+            .iter()
+            .map(|p| (&p.status, p.conn, p.n_conns, p.retry_at))
+            .collect();
+        format!(
+            "posted {posted:?} remote {remote:?} want_get {:?} inbox {} overflow {} peers {peers:?} retain {:?}",
+            self.want_get,
+            self.inbox.len(),
+            self.overflow.len(),
+            self.retain.as_ref().map(|r| r.debug())
+        )
+    }
+
     /// Forgets the flows of generations before `generation` (a group ended): their counters,
     /// early arrivals and pull bookkeeping can no longer be wanted, so a run that keeps
     /// creating groups stays bounded. Outbox entries stay until their receiver takes them or

@@ -96,6 +96,11 @@ pub(crate) struct Retain {
     done_sent: Vec<bool>,
     /// A peer knew an earlier incarnation of this rank.
     restarted: bool,
+    /// Each peer's answer to the question whether it knew an earlier incarnation of this
+    /// rank (REJOINED after every handshake; `None` until one came).
+    verdict: Vec<Option<bool>>,
+    /// This process saw a new incarnation of the peer (its answer on every handshake).
+    peer_restarted: Vec<bool>,
     counters: RetainCounters,
 }
 
@@ -112,8 +117,22 @@ impl Retain {
             done_from: vec![false; size],
             done_sent: vec![false; size],
             restarted: false,
+            verdict: vec![None; size],
+            peer_restarted: vec![false; size],
             counters: RetainCounters::default(),
         }
+    }
+
+    pub(crate) fn debug(&self) -> String {
+        format!(
+            "nonces {:x?} down {:?} kept {} done_from {:?} done_sent {:?} restarted {}",
+            self.peer_nonce,
+            self.down_since,
+            self.kept.len(),
+            self.done_from,
+            self.done_sent,
+            self.restarted
+        )
     }
 
     fn drop_kept_where(&mut self, mut gone: impl FnMut(&MsgId) -> bool) -> usize {
@@ -144,9 +163,44 @@ impl Endpoint {
     }
 
     /// Whether a peer told this process that it knew an earlier incarnation of its rank
-    /// (this process is a restart).
+    /// (this process is a restart), as far as the peers it met so far said.
     pub fn is_restart(&self) -> bool {
         self.retain.as_ref().is_some_and(|r| r.restarted)
+    }
+
+    /// Whether this process is a restart, once that is known: `Some(true)` as soon as a peer
+    /// said it knew an earlier incarnation of this rank, `Some(false)` once every other rank
+    /// this endpoint serves said it did not (each answers after every handshake), `None`
+    /// before. Without retention always `Some(false)`. See [`Endpoint::contact`].
+    pub fn restart_verdict(&self) -> Option<bool> {
+        let Some(r) = self.retain.as_ref() else {
+            return Some(false);
+        };
+        if r.restarted {
+            return Some(true);
+        }
+        let all = (0..self.cfg.size)
+            .filter(|&p| p != self.cfg.rank && !self.cfg.is_excluded(p))
+            .all(|p| r.verdict[p].is_some());
+        all.then_some(false)
+    }
+
+    /// Opens a connection to `peer` if there is none (its handshake brings its answer for
+    /// [`Endpoint::restart_verdict`]); an error if the peer is gone.
+    pub fn contact(&mut self, peer: usize, now: Duration) -> Result<(), EndpointError> {
+        self.check_peer(peer, "is_restart")?;
+        self.now = self.now.max(now);
+        if peer == self.cfg.rank {
+            return Ok(());
+        }
+        self.get_conn(peer, "is_restart", now).map(|_| ())
+    }
+
+    /// Whether `peer` already answered whether it knew an earlier incarnation of this rank.
+    pub fn has_verdict_of(&self, peer: usize) -> bool {
+        self.retain
+            .as_ref()
+            .is_none_or(|r| r.verdict.get(peer).is_some_and(|v| v.is_some()))
     }
 
     /// Counters of message retention, if it is on.
@@ -240,21 +294,33 @@ impl Endpoint {
         let old = r.peer_nonce[peer];
         r.peer_nonce[peer] = nonce;
         let was_down = r.down_since[peer].take().is_some();
-        if old == 0 || old == nonce || nonce == 0 {
+        let restart = old != 0 && old != nonce && nonce != 0;
+        if restart {
+            r.peer_restarted[peer] = true;
+        }
+        if nonce != 0 {
+            // Tell it on every handshake whether it is a restart (serial 0) or not (1), so
+            // that it can find out before it communicates, and resume from a checkpoint of
+            // its own or not.
+            let serial = u64::from(!r.peer_restarted[peer]);
+            let h = Header::control(
+                FrameType::Rejoined,
+                MsgKey::user(0),
+                self.cfg.rank as u32,
+                peer as u32,
+                serial,
+            );
+            self.transmit(conn, h, Payload::None);
+        }
+        if !restart {
             return;
         }
+        let Some(r) = self.retain.as_mut() else {
+            return;
+        };
         r.counters.restarts_seen += 1;
         r.done_from[peer] = false;
         r.done_sent[peer] = false;
-        // Tell it that it is a restart (it may resume from a checkpoint of its own).
-        let h = Header::control(
-            FrameType::Rejoined,
-            MsgKey::user(0),
-            self.cfg.rank as u32,
-            peer as u32,
-            0,
-        );
-        self.transmit(conn, h, Payload::None);
         if !was_down {
             // Its death was not noticed (no connection, or its end of stream is still on the
             // way): connections of the old incarnation go now, and it gets everything again.
@@ -377,10 +443,15 @@ impl Endpoint {
         self.unsent.extend(again);
     }
 
-    /// REJOINED: the peer knew an earlier incarnation of this rank.
-    pub(crate) fn on_rejoined(&mut self) {
+    /// REJOINED: whether the peer knew an earlier incarnation of this rank (serial 0) or not
+    /// (serial 1).
+    pub(crate) fn on_rejoined(&mut self, peer: usize, serial: u64) {
         if let Some(r) = self.retain.as_mut() {
-            r.restarted = true;
+            let knew = serial == 0;
+            r.restarted |= knew;
+            if let Some(v) = r.verdict.get_mut(peer) {
+                *v = Some(v.unwrap_or(false) || knew);
+            }
         }
     }
 
@@ -652,6 +723,23 @@ impl Endpoint {
         for (peer, key, send, recv) in flows {
             self.flows.set_counters(peer, key, send, recv);
         }
+        // What arrived before the resume (e.g. while `contact` found out that this process is
+        // a restart) and lies before the checkpoint is a duplicate now: dropped, or pulled
+        // and dropped if it waits in its sender's outbox, so that the sender frees it.
+        let old = |a: &Arrival, flows: &crate::ident::FlowTable| {
+            a.serial < flows.next_recv(a.source, a.key)
+        };
+        let flows = &self.flows;
+        self.inbox.retain(|a| !old(a, flows));
+        self.overflow.retain(|a, _| !old(a, flows));
+        let mut pull: Vec<Arrival> = self
+            .remote
+            .iter()
+            .filter(|(a, asked)| !**asked && old(a, &self.flows))
+            .map(|(a, _)| *a)
+            .collect();
+        pull.sort_unstable_by_key(|a| (a.source, a.key, a.serial));
+        self.want_get.extend(pull);
         Ok(())
     }
 }

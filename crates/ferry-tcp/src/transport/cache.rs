@@ -22,6 +22,7 @@ impl TcpTransport {
             self.connect_failed(conn, why, now);
             return;
         };
+        tracing::debug!("rank {}: dial rank {peer} at {addr} ({conn:?})", self.rank);
         match start_connect(addr, self.set.failure_timeout) {
             Ok((sock, done)) => {
                 let fd = sock.as_raw_fd();
@@ -71,6 +72,7 @@ impl TcpTransport {
         match err {
             None => {
                 l.connecting = false;
+                tracing::debug!("rank {}: {id:?} connected", self.rank);
                 self.ep.on_connected(id, now);
             }
             Some(e) => {
@@ -110,6 +112,7 @@ impl TcpTransport {
                         continue;
                     }
                     let id = self.ep.on_accepted(self.now());
+                    tracing::debug!("rank {}: accepted {from} ({id:?})", self.rank);
                     if let Err(e) = self.poller.add(sock.as_raw_fd(), id.0, false) {
                         tracing::warn!("rank {}: cannot watch a socket: {e}", self.rank);
                     }
@@ -186,6 +189,9 @@ impl TcpTransport {
                 for (p, a) in cfg.tcp.addresses.iter().enumerate() {
                     if p != self.rank {
                         if let Some(addr) = resolve(a) {
+                            if self.addrs[p] != Some(addr) {
+                                tracing::debug!("rank {}: rank {p} moved to {addr}", self.rank);
+                            }
                             self.addrs[p] = Some(addr);
                         }
                     }

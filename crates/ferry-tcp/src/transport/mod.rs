@@ -539,6 +539,10 @@ impl Transport for TcpTransport {
         self.ep.retains().then(|| self.ep.retain_token())
     }
 
+    fn is_restart(&mut self) -> Result<bool> {
+        self.learn_restart()
+    }
+
     fn retain_resume(&mut self, token: &[u8]) -> Result<()> {
         if !self.ep.retains() {
             return Err(Error::new(ErrorKind::Unsupported, "resume")

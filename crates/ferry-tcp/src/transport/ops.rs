@@ -192,7 +192,10 @@ impl TcpTransport {
                         }
                     }
                 }
-                Action::Drop(conn) => self.remove_link(conn),
+                Action::Drop(conn) => {
+                    tracing::debug!("rank {}: drop {conn:?}", self.rank);
+                    self.remove_link(conn)
+                }
                 Action::SendDone(op) => {
                     if let Some(i) = send_index(ex, op) {
                         ex.sends[i].state = OpState::Done;

@@ -158,6 +158,7 @@ impl TcpTransport {
         let mut active = start;
         let mut mark = self.moved;
         let mut polls: u32 = 0;
+        let mut dumped = false;
         loop {
             if self.progress_exchange(ex)? {
                 return Ok(());
@@ -185,6 +186,15 @@ impl TcpTransport {
                     std::thread::yield_now();
                 }
             } else {
+                if now.duration_since(active) > Duration::from_secs(2) && !dumped {
+                    dumped = true;
+                    tracing::debug!(
+                        "rank {}: stalled: {} | {}",
+                        self.rank,
+                        self.ep.debug_state(),
+                        self.ep.debug_recv_state()
+                    );
+                }
                 let slice = Duration::from_millis(10);
                 let left = policy.timeout.map_or(slice, |limit| limit - elapsed);
                 self.wait_for_input(left.min(slice))?;

@@ -29,9 +29,52 @@ impl TcpTransport {
         self.ep.retains()
     }
 
-    /// Whether a peer told this process that it knew an earlier incarnation of its rank.
-    pub fn is_restart(&self) -> bool {
+    /// Whether a peer told this process so far that it knew an earlier incarnation of its
+    /// rank (no waiting; [`Transport::is_restart`] finds out for sure).
+    pub fn told_restart(&self) -> bool {
         self.ep.is_restart()
+    }
+
+    /// Finds out whether this process is a restart (see [`Transport::is_restart`]): contacts
+    /// every peer it has not met yet and serves the connections until each answered (every
+    /// handshake of a retaining job ends with the peer's answer) or one said yes. A peer that
+    /// cannot be reached fails this like a send to it would (after `tcp.connect_timeout_ms`,
+    /// or `general.failure_timeout_ms` for a peer that is down).
+    pub(super) fn learn_restart(&mut self) -> Result<bool> {
+        if !self.ep.retains() {
+            return Ok(false);
+        }
+        let mut idle = Exchange::new();
+        loop {
+            self.tick += 1;
+            let now = self.advance_clock();
+            if let Some(v) = self.ep.restart_verdict() {
+                return Ok(v);
+            }
+            for p in 0..self.size {
+                if p != self.rank && !self.excluded[p] && !self.ep.has_verdict_of(p) {
+                    if let Err(e) = self.ep.contact(p, now) {
+                        return Err(self.error(e));
+                    }
+                }
+            }
+            self.apply_actions(&mut idle)?;
+            self.poll_io(&mut idle, 0)?;
+            self.housekeeping(&mut idle, true)?;
+            self.flush_batch(None);
+            self.flush_dirty();
+            if let Some(e) = self.pending_error.take() {
+                return Err(e);
+            }
+            if self.ep.restart_verdict().is_none() {
+                let wait = self
+                    .ep
+                    .poll_timeout()
+                    .map_or(Duration::from_millis(10), |t| t.saturating_sub(now))
+                    .min(Duration::from_millis(10));
+                self.wait_io(wait.as_millis().max(1) as i32);
+            }
+        }
     }
 
     /// Retention counters (bytes retained now and at most, restarts seen, duplicates

@@ -187,6 +187,7 @@ impl TcpTransport {
 
     /// The connection of link `id` ended or broke: the endpoint decides what that means.
     pub(super) fn link_lost(&mut self, id: ConnId, how: Lost) {
+        tracing::debug!("rank {}: {id:?} lost: {how:?}", self.rank);
         if self.ep.is_live(id) {
             if let (Some(p), Lost::Error(e)) = (self.links.get(&id).and_then(|l| l.peer), &how) {
                 tracing::debug!("rank {}: connection with rank {p}: {e}", self.rank);
@@ -231,6 +232,25 @@ impl TcpTransport {
                             l.gets_out = l.gets_out.saturating_sub(1);
                         }
                         frames += 1;
+                        if !matches!(
+                            h.ty,
+                            FrameType::Add
+                                | FrameType::Try
+                                | FrameType::Announce
+                                | FrameType::Accept
+                                | FrameType::Refuse
+                                | FrameType::Get
+                                | FrameType::Data
+                                | FrameType::Miss
+                        ) {
+                            tracing::debug!(
+                                "rank {}: {:?} from rank {} on {id:?} (serial {:#x})",
+                                self.rank,
+                                h.ty,
+                                h.source,
+                                h.serial
+                            );
+                        }
                         let dest = match self.ep.on_header(id, h, now) {
                             Sink::Done => None,
                             Sink::Recv(op, len) => {

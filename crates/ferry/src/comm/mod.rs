@@ -109,6 +109,34 @@ impl Comm {
         self.world.transport()
     }
 
+    /// Whether this process is a restart of its rank in a hand-started tcp job with retained
+    /// messages (`tcp.retain`, docs/FAULT-TOLERANCE.md "Retained messages"): a peer knew an
+    /// earlier process of this rank, which was killed and is replaced by this one. Found out by
+    /// contacting every peer (each says, after the handshake, whether it knew an earlier
+    /// process of this rank), so it waits until all peers are reachable; call it once at
+    /// start-up, before [`crate::retain::resume`] and any other communication, to decide
+    /// whether to resume from a saved checkpoint. `Ok(false)` without retention (and on every
+    /// other backend). Fails like a send would when a peer cannot be reached.
+    pub fn is_restart(&mut self) -> Result<bool> {
+        let rank = self.me;
+        self.world
+            .transport()
+            .is_restart()
+            .map_err(|e| e.context("is_restart").or_rank(rank))
+    }
+
+    /// Sequence numbers of this communicator's collectives (the typed gather family's and
+    /// `ferry-coll`'s), saved with a retention checkpoint.
+    pub(crate) fn collective_sequences(&self) -> (u32, u32) {
+        (self.seq, self.group.sequence())
+    }
+
+    /// Continues the collectives at the sequence numbers of a checkpoint.
+    pub(crate) fn resume_collective_sequences(&mut self, typed: u32, group: u32) {
+        self.seq = typed;
+        self.group.resume_sequence(group);
+    }
+
     /// The data layer instance (index spaces, groups derived by shrinking, containers).
     pub fn data(&mut self) -> &mut Instance {
         &mut self.data
