@@ -192,14 +192,20 @@ impl LaikData {
         if part_id.is_some_and(|p| p != id) || self.c.num_mappings() == 0 {
             return Ok(None);
         }
+        let (base, need) = self.map0_bytes()?;
+        // Mapping 0 of a later partitioning may be larger than what the program provided:
+        // then the container's own memory serves it, as for a container without such memory.
+        Ok((need <= cap).then_some((ptr, base, need)))
+    }
+
+    /// Address and size in bytes of the container's mapping 0 (which must exist).
+    fn map0_bytes(&mut self) -> Result<(*mut u8, usize)> {
         let m = self.c.raw_map(0)?;
         let need = (0..self.dims())
             .map(|i| (m.to[i] - m.from[i]).max(0) as usize)
             .product::<usize>()
             * self.elem.size();
-        // Mapping 0 of a later partitioning may be larger than what the program provided:
-        // then the container's own memory serves it, as for a container without such memory.
-        Ok((need <= cap).then_some((ptr, m.base, need)))
+        Ok((m.base, need))
     }
 
     /// Copies the program's memory into the container while it serves mapping 0.
@@ -490,6 +496,22 @@ pub extern "C" fn laik_set_initial_partitioning(d: *mut LaikData, p: *mut LaikPa
         // them rather than overwrite them with the new mapping's.
         let provided = data.user_mem.take();
         data.switch(&part, p, pt.group, 0, 0, op)?;
+        if let Some(u) = &provided {
+            // As in LAIK, memory provided for the initial mapping must hold it.
+            if u.part_id.is_none() && data.c.num_mappings() > 0 {
+                let (_, need) = data.map0_bytes()?;
+                if need > u.cap {
+                    return Err(Error::invalid(
+                        op,
+                        format!(
+                            "`{}`: {} bytes provided (laik_data_provide_memory) for a \
+                             mapping 0 of {need} bytes",
+                            data.name, u.cap
+                        ),
+                    ));
+                }
+            }
+        }
         data.user_mem = provided;
         data.sync_in()
     })
