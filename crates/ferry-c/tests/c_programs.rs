@@ -503,8 +503,9 @@ fn laik_queries_of_spaces_partitionings_and_groups() {
 /// `laik_data_range`, a 2d mapping queried with NULL for base and stride, 2d index
 /// translation and element addresses, `laik_new_migrated_partitioning`, the phase and
 /// iteration read back (`laik_get_phase`, `laik_get_iteration`), mapping numbers of task
-/// ranges (`laik_taskrange_get_mapNo`) and `laik_profile_printf` text in the profile file. The program checks each and prints one
-/// line per check.
+/// ranges (`laik_taskrange_get_mapNo`) and `laik_profile_printf` text in the profile file.
+/// The program checks each and prints one line per check. Memory too small for the initial
+/// mapping is refused, as LAIK does.
 #[test]
 fn laik_provided_memory_container_ranges_and_profile_text() {
     let Some((ferry, libdir)) = tools("laik_provided_memory_container_ranges_and_profile_text")
@@ -545,6 +546,32 @@ fn laik_provided_memory_container_ranges_and_profile_text() {
         );
     }
     let _ = std::fs::remove_dir_all(&dir);
+    // Memory too small for the initial mapping is a fatal error naming the sizes.
+    let r = launch(
+        &ferry,
+        &libdir,
+        "tcp",
+        2,
+        &[],
+        &prog,
+        &["-small".to_string()],
+    );
+    assert_eq!(
+        r.status,
+        Some(1),
+        "stdout:\n{}stderr:\n{}",
+        r.stdout,
+        r.stderr
+    );
+    assert!(!r.stdout.contains("accepted"), "{}", r.stdout);
+    assert!(
+        r.stderr.contains("laik_set_initial_partitioning")
+            && r.stderr.contains(
+                "8 bytes provided (laik_data_provide_memory) for a mapping 0 of 24 bytes"
+            ),
+        "{}",
+        r.stderr
+    );
 }
 
 /// Callbacks of LAIK's key-value store (`tests/c/laik_kvs_watch.c`): after each sync every

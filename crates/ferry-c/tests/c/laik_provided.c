@@ -8,6 +8,7 @@
  * laik_profile_printf.
  *
  *   laik_provided PROFILE_PREFIX
+ *   laik_provided -small      (provides too little memory: must end with LAIK's fatal error)
  *
  * Every check prints one line, "... right" or "... wrong: DETAILS"; exit status 1 if a check
  * is wrong.
@@ -64,6 +65,18 @@ int main(int argc, char* argv[])
     int me = laik_myid(world);
     int n = laik_size(world);
     char msg[256];
+
+    /* laik_provided -small: memory too small for the initial mapping, which LAIK refuses. */
+    if (argc > 1 && strcmp(argv[1], "-small") == 0) {
+        double one = 0.0;
+        Laik_Space* s = laik_new_space_1d(inst, n + 1);
+        Laik_Data* d = laik_new_data(s, laik_Double);
+        laik_data_provide_memory(d, &one, sizeof(one));
+        laik_set_initial_partitioning(d, laik_new_partitioning(laik_All, world, s, 0));
+        printf("rank %d: too small memory accepted\n", me);
+        laik_finalize(inst);
+        return 0;
+    }
 
     /* 1. One slot per process in the program's own array, summed across all processes into
      *    that same array: the initial values are the program's, the results land there. */
