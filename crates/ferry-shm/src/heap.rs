@@ -126,6 +126,7 @@ fn next_generation() -> u64 {
 fn alloc_region(size: usize) -> Option<*mut u8> {
     let page = page_size();
     let len = size.checked_add(page - 1)? / page * page;
+    let off = libc::off_t::try_from(len).ok()?;
     // SAFETY: a NUL-terminated name and valid flags.
     let fd = unsafe { libc::memfd_create(c"ferry-heap".as_ptr(), libc::MFD_CLOEXEC) };
     if fd < 0 {
@@ -140,7 +141,6 @@ fn alloc_region(size: usize) -> Option<*mut u8> {
         unsafe { libc::close(fd) };
         None
     };
-    let off = libc::off_t::try_from(len).ok()?;
     // SAFETY: plain system calls on the descriptor owned here; `st` is written by fstat.
     let (sized, st) = unsafe {
         let mut st: libc::stat = std::mem::zeroed();
