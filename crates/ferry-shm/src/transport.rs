@@ -229,6 +229,8 @@ pub(crate) struct JoinSpec<'a> {
     /// size, standalone).
     pub members: Option<(Vec<usize>, usize, usize)>,
     pub config: &'a Config,
+    /// Asked while this rank waits for the others to attach.
+    pub watch: StartupWatch<'a>,
 }
 
 impl ShmTransport {
@@ -277,6 +279,7 @@ impl ShmTransport {
                 local,
                 members: None,
                 config,
+                watch,
             },
             size,
             None,
@@ -349,6 +352,21 @@ impl ShmTransport {
         size: usize,
         config: &Config,
     ) -> Result<ShmTransport> {
+        ShmTransport::join_node_watched(job, node, members, rank, size, config, &|| None)
+    }
+
+    /// [`ShmTransport::join_node`] that gives up waiting for the others to attach when
+    /// `watch` returns an error (whoever started the ranks may know that one ended before it
+    /// attached, which the segment cannot show).
+    pub fn join_node_watched(
+        job: &str,
+        node: usize,
+        members: Vec<usize>,
+        rank: usize,
+        size: usize,
+        config: &Config,
+        watch: StartupWatch<'_>,
+    ) -> Result<ShmTransport> {
         let local = members.iter().position(|&r| r == rank).ok_or_else(|| {
             Error::invalid("shm init", format!("rank {rank} is not among {members:?}"))
         })?;
@@ -359,6 +377,7 @@ impl ShmTransport {
                 local: Some(local),
                 members: Some((members, rank, size)),
                 config,
+                watch,
             },
             local_size,
             None,
@@ -391,7 +410,7 @@ impl ShmTransport {
             local_size,
             config,
             deadline,
-            &|| None,
+            spec.watch,
         )
     }
 
