@@ -124,7 +124,12 @@ pub fn start_epoch(
                 Err(e) => return Err(e.or_rank(me).context("rebuild")),
             },
             Step::Build(record) => {
-                let watch = Arc::new(EpochWatch::new(store.clone(), record.epoch, me));
+                let watch = Arc::new(EpochWatch::new(
+                    store.clone(),
+                    record.epoch,
+                    me,
+                    boot.size(),
+                ));
                 let built = build(&record, watch).map(|t| transport = Some(t));
                 boot.built(built);
             }

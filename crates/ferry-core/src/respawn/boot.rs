@@ -152,6 +152,11 @@ impl MemberBoot {
         self.record.epoch
     }
 
+    /// The number of ranks of the job.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
     fn fail(&mut self, e: Error) -> Step {
         self.phase = Phase::Done;
         Step::Failed(e.or_rank(self.me).context("rebuild"))
@@ -396,13 +401,16 @@ pub struct EpochWatch {
 }
 
 impl EpochWatch {
-    /// The watch of rank `rank` over the start-up of `epoch`.
-    pub fn new(store: Arc<dyn Store>, epoch: u64, rank: usize) -> EpochWatch {
+    /// The watch of rank `rank` of a job of `size` ranks over the start-up of `epoch`. It
+    /// asks less often in larger jobs, so that the waiting ranks do not crowd the launcher's
+    /// store.
+    pub fn new(store: Arc<dyn Store>, epoch: u64, rank: usize, size: usize) -> EpochWatch {
+        let every = Duration::from_millis((size as u64).saturating_mul(5).clamp(50, 1000));
         EpochWatch {
             store,
             epoch,
             rank,
-            every: Duration::from_millis(50),
+            every,
             last: Mutex::new(None),
         }
     }
