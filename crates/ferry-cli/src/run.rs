@@ -397,7 +397,7 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
 
     // Every rank holds the segment now; the launcher's descriptor would only keep it alive.
     drop(shm_segment);
-    let respawn = Respawner::new(&spawner, args.respawn);
+    let respawn = Respawner::new(&spawner, args.respawn, ranks.len());
     let mut code = supervise(&mut ranks, &args, &output, &*server.store(), respawn);
     let epochs = code.epochs;
     let not_started = total.saturating_sub(ranks.len());

@@ -6,9 +6,8 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
-use std::collections::BTreeMap;
-
-use ferry_core::respawn::{epoch_key, respawn_key, EpochRecord, INCARNATION_VAR, RESPAWN_VAR};
+use ferry_core::respawn::boot::{Decision, EpochTracker, Proc};
+use ferry_core::respawn::{respawn_key, respawn_started, INCARNATION_VAR, RESPAWN_VAR};
 use ferry_core::Store;
 
 use crate::collapse;
@@ -226,6 +225,9 @@ pub(crate) fn supervise(
         if changed {
             publish_status(store, ranks, &states, &local_host);
         }
+        if ending.is_none() {
+            respawn.check_start_up(ranks, store, output);
+        }
         let settled = settle_until.is_some_and(|t| running == 0 || Instant::now() >= t);
         if settled && exit.is_none() {
             // A rank killed by a signal is the likelier cause (its peers typically exit with
@@ -315,39 +317,39 @@ pub(crate) fn supervise(
         exit: exit.unwrap_or(0),
         messages,
         retired: std::mem::take(&mut respawn.retired),
-        epochs: respawn.next_epoch,
+        epochs: respawn.tracker.epochs(),
     }
 }
 
-/// How often the supervisor of a `--respawn` job reads the survivors' rebuild records.
-const REBUILD_POLL: Duration = Duration::from_millis(100);
+/// How often the supervisor of a `--respawn` job reads the survivors' rebuild records: a
+/// member that died before the record of the epoch it should start came is found this long
+/// after the record at most.
+const REBUILD_POLL: Duration = Duration::from_millis(20);
 
 /// `ferry run --respawn K`: restarts failed ranks, at most K times per job (issue 08).
 ///
 /// A replacement gets the rank's variables plus `FERRY_INCARNATION`; the launcher's answer
 /// for each failure is written to the store (`ferry_core::respawn::respawn_key`), where the
 /// survivors' rebuild waits for it. A rank the survivors declared failed in a rebuild record
-/// but whose process still runs (stopped, or cut off) is killed, and so replaced as well.
+/// but whose process still runs (stopped, or cut off) is killed, and so replaced as well. A
+/// rank that dies while an epoch starts makes the launcher call the epoch off and record the
+/// next one ([`ferry_core::respawn::boot`]).
 pub(crate) struct Respawner<'a> {
     spawner: &'a Spawner<'a>,
     pub(crate) budget: u32,
     used: u32,
     retired: Vec<Rank>,
-    /// Times each rank was named by the rebuild records read so far.
-    named: BTreeMap<usize, u32>,
-    /// Rebuild records read so far (the next one is this plus one).
-    next_epoch: u64,
+    tracker: EpochTracker,
 }
 
 impl<'a> Respawner<'a> {
-    pub(crate) fn new(spawner: &'a Spawner<'a>, budget: u32) -> Respawner<'a> {
+    pub(crate) fn new(spawner: &'a Spawner<'a>, budget: u32, size: usize) -> Respawner<'a> {
         Respawner {
             spawner,
             budget,
             used: 0,
             retired: Vec::new(),
-            named: BTreeMap::new(),
-            next_epoch: 0,
+            tracker: EpochTracker::new(size),
         }
     }
 
@@ -421,23 +423,85 @@ impl<'a> Respawner<'a> {
         if self.budget == 0 {
             return;
         }
-        while let Ok(v) = store.get(&epoch_key(self.next_epoch + 1), Duration::ZERO) {
-            self.next_epoch += 1;
-            let Ok(record) = EpochRecord::decode(self.next_epoch, &v) else {
-                tracing::warn!("rebuild record {} is malformed", self.next_epoch);
-                continue;
-            };
+        for record in self.tracker.read_records(store) {
             for k in record.replaced {
-                let named = self.named.entry(k).or_default();
-                *named += 1;
                 if let Some(rank) = ranks.get(k) {
-                    if rank.status.is_none() && rank.incarnation < *named {
+                    if rank.status.is_none() && rank.incarnation < self.tracker.named(k) {
                         tracing::info!("rank {k} was declared failed by the survivors: ending it");
                         rank.signal(libc::SIGKILL);
                     }
                 }
             }
         }
+    }
+
+    /// Calls off the epoch whose start-up is open if one of its members died, and records
+    /// the next one (see [`ferry_core::respawn::boot`]).
+    fn check_start_up(&mut self, ranks: &[Rank], store: &dyn Store, output: &Output) {
+        if self.budget == 0 {
+            return;
+        }
+        let procs: Vec<Proc> = ranks
+            .iter()
+            .map(|r| Proc {
+                incarnation: r.incarnation,
+                alive: r.status.is_none(),
+            })
+            .collect();
+        let (epoch, next) = match self.tracker.check(store, &procs) {
+            Ok(Some(Decision::Aborted { epoch, next })) => (epoch, next),
+            Ok(Some(Decision::Committed(epoch))) => {
+                tracing::info!("rebuild epoch {epoch} had started before a member died");
+                return;
+            }
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!("rebuild: {e}");
+                return;
+            }
+        };
+        // Every rank the next epoch replaces has the launcher's answer: the restart, its
+        // refusal, or (a rank that ended without being restarted, e.g. with status 0) one
+        // said here. An epoch that needs a rank not restarted cannot start: its members fail
+        // naming it, and no further epoch is opened for their ends.
+        let mut refused = false;
+        for &k in &next.replaced {
+            let key = respawn_key(k, self.tracker.named(k));
+            match store.get(&key, Duration::ZERO) {
+                Ok(v) => refused |= !respawn_started(&v),
+                Err(_) => {
+                    refused = true;
+                    let earlier = ranks
+                        .get(k)
+                        .and_then(|r| {
+                            store
+                                .get(&respawn_key(k, r.incarnation + 1), Duration::ZERO)
+                                .ok()
+                        })
+                        .filter(|v| !respawn_started(v));
+                    let why = match earlier {
+                        Some(v) => String::from_utf8_lossy(&v).into_owned(),
+                        None => format!("refused: rank {k} ended and was not restarted"),
+                    };
+                    if let Err(e) = store.set(&key, why.as_bytes()) {
+                        tracing::warn!("cannot record the respawn of rank {k}: {e}");
+                    }
+                }
+            }
+        }
+        if refused {
+            self.tracker.close();
+        }
+        output.message(&format!(
+            "ferry: rank{} {} died during the start-up of rebuild epoch {epoch}; {}",
+            if next.replaced.len() == 1 { "" } else { "s" },
+            crate::collapse::rank_list(&next.replaced),
+            if refused {
+                "not every one was restarted, so the rebuild fails".to_string()
+            } else {
+                format!("the ranks start epoch {} instead", next.epoch)
+            }
+        ));
     }
 }
 

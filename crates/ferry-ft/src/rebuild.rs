@@ -17,9 +17,11 @@
 //!
 //! A fresh transport, rather than admitting a new process into the old one, keeps every
 //! backend's invariants (a rank's flows, rings and connections never outlive its process) at
-//! the cost of one start-up per rebuild. A rank that dies while the others bootstrap the new
-//! epoch makes the rebuild fail on every survivor (the bootstrap errors name it); a program
-//! cannot recover from that in REBUILD mode.
+//! the cost of one start-up per rebuild. A rank that dies while the others start the new
+//! epoch makes the launcher call that epoch off and record the next one, which replaces it
+//! too; every live member, replacements included, moves on to it
+//! ([`ferry_core::respawn::boot`]). When the launcher does not restart the rank (the
+//! `--respawn` budget is spent), every member's rebuild fails naming it.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -28,17 +30,21 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ferry_coll::Group;
-use ferry_core::respawn::{
-    epoch_key, respawn_key, respawn_started, EpochRecord, LAUNCHER_STATUS_KEY,
-};
+use ferry_core::respawn::boot::{joined_epoch, Booted, EpochWatch, Join, MemberBoot, Step};
+use ferry_core::respawn::{epoch_key, EpochRecord, LAUNCHER_STATUS_KEY};
 use ferry_core::{Error, ErrorKind, Result, Store, Transport};
 
 use crate::comm::message_generation;
 use crate::engine::{Engine, FT_GENERATION_BASE, MAX_GENERATIONS};
 use crate::{Communicator, FailureMode, Options};
 
-/// Builds this process's transport of an epoch (the facade's bootstrap, given the record).
-pub type TransportBuilder = Box<dyn FnMut(&EpochRecord) -> Result<Box<dyn Transport>>>;
+/// Builds this process's transport of an epoch (the facade's bootstrap, given the record);
+/// its waits for other members give up when the watch says the epoch was called off.
+pub type TransportBuilder = Box<BuildEpoch<'static>>;
+
+/// What a [`TransportBuilder`] is (borrowed by [`start_epoch`]).
+pub type BuildEpoch<'a> =
+    dyn FnMut(&EpochRecord, Arc<EpochWatch>) -> Result<Box<dyn Transport>> + 'a;
 
 /// How often a replacement waiting for its epoch looks whether anybody is left to join.
 const POLL: Duration = Duration::from_millis(200);
@@ -55,32 +61,30 @@ pub(crate) fn refusal(me: usize) -> Error {
         )
 }
 
-/// Where a replacement process joins the job: found by [`find_epoch`] at start-up.
+/// Where a replacement process joined the job ([`find_epoch`], then [`start_epoch`]).
 #[derive(Debug, Clone)]
 pub struct Joined {
-    /// The rebuild that replaced this process's rank.
-    pub record: EpochRecord,
-    /// How often each rank was replaced up to and including that epoch.
-    counts: BTreeMap<usize, u32>,
+    /// The epoch it started in, with the replacement counts and the ranks new there.
+    pub booted: Booted,
 }
 
 /// The launcher's respawn service as a communicator uses it (see the module doc).
 pub struct Respawn {
     store: Arc<dyn Store>,
     build: TransportBuilder,
-    /// How long survivors wait for the launcher's answer about a replacement, and a
-    /// replacement for its epoch (the start-up timeout).
+    /// How long members wait for the launcher's answers and for each other in an epoch's
+    /// start-up, and a replacement for its epoch (the start-up timeout).
     wait: Duration,
     /// Epoch of the transport in use.
     epoch: u64,
-    /// Replacements of each rank so far.
+    /// Replacements of each rank up to and including that epoch.
     counts: BTreeMap<usize, u32>,
     joined: Option<Joined>,
 }
 
 impl Respawn {
     /// The service over the launcher's `store`, building epoch transports with `build`;
-    /// `joined` is `Some` in a replacement process ([`find_epoch`]).
+    /// `joined` is `Some` in a replacement process ([`find_epoch`], [`start_epoch`]).
     pub fn new(
         store: Arc<dyn Store>,
         build: TransportBuilder,
@@ -96,114 +100,130 @@ impl Respawn {
             joined,
         }
     }
+}
 
-    /// Waits until the launcher answered for every rank `record` replaces; fails naming the
-    /// first rank it did not restart.
-    fn await_replacements(&self, record: &EpochRecord, me: usize) -> Result<()> {
-        for &k in &record.replaced {
-            let incarnation = self.counts.get(&k).copied().unwrap_or(0) + 1;
-            let value = self
-                .store
-                .get(&respawn_key(k, incarnation), self.wait)
-                .map_err(|e| {
-                    Error::new(e.kind(), "rebuild")
-                        .on_rank(me)
-                        .with_peer(k)
-                        .with_detail(format!(
-                            "the launcher did not say within {:?} whether it restarted rank {k} \
-                             ({e})",
-                            self.wait
-                        ))
-                })?;
-            if !respawn_started(&value) {
-                return Err(Error::new(ErrorKind::Unsupported, "rebuild")
-                    .on_rank(me)
-                    .with_peer(k)
-                    .with_detail(format!(
-                        "rank {k} cannot be replaced: the launcher says `{}`",
-                        String::from_utf8_lossy(&value)
-                    )));
+/// Runs the start-up of rebuild epochs as `boot` says until one completes at every member
+/// (see [`ferry_core::respawn::boot`]): builds this process's transport with `build`, drops
+/// those of epochs the launcher called off, and waits up to `wait` for each thing the
+/// start-up needs. Returns the transport of the epoch that started and what it was.
+pub fn start_epoch(
+    store: &Arc<dyn Store>,
+    mut boot: MemberBoot,
+    me: usize,
+    wait: Duration,
+    build: &mut BuildEpoch<'_>,
+) -> Result<(Box<dyn Transport>, Booted)> {
+    let mut transport: Option<Box<dyn Transport>> = None;
+    loop {
+        match boot.poll(&**store) {
+            Step::WaitFor(key) => match store.get(&key, wait) {
+                Ok(_) => {}
+                Err(e) if e.kind() == ErrorKind::Timeout => {
+                    return Err(boot.timed_out(&key, wait));
+                }
+                Err(e) => return Err(e.or_rank(me).context("rebuild")),
+            },
+            Step::Build(record) => {
+                let watch = Arc::new(EpochWatch::new(
+                    store.clone(),
+                    record.epoch,
+                    me,
+                    boot.size(),
+                ));
+                let built = build(&record, watch).map(|t| transport = Some(t));
+                boot.built(built);
             }
-        }
-        Ok(())
-    }
-
-    fn advance(&mut self, record: &EpochRecord) {
-        self.epoch = record.epoch;
-        for &k in &record.replaced {
-            *self.counts.entry(k).or_default() += 1;
+            Step::Discard => {
+                // Its peers are dead or leaving too: no orderly end.
+                if let Some(mut t) = transport.take() {
+                    t.tolerate_failures();
+                }
+            }
+            Step::Committed(booted) => {
+                let t = transport.take().ok_or_else(|| {
+                    Error::new(ErrorKind::Protocol, "rebuild")
+                        .on_rank(me)
+                        .with_detail("an epoch started without this rank's transport")
+                })?;
+                return Ok((t, booted));
+            }
+            Step::Failed(e) => return Err(e),
         }
     }
 }
 
 /// A replacement's start-up: the epoch whose rebuild it joins, being the `incarnation`-th
-/// replacement of `rank`. Waits up to `wait` for the survivors to write it, and gives up at
-/// once when the launcher's table shows no other rank running.
+/// replacement of `rank`. Waits up to `wait` for it to be recorded, and gives up at once
+/// when the launcher's table shows no other rank running that could still record it.
 pub fn find_epoch(
     store: &dyn Store,
     rank: usize,
     incarnation: u32,
     wait: Duration,
-) -> Result<Joined> {
+) -> Result<Booted> {
     let deadline = Instant::now() + wait;
-    let mut counts: BTreeMap<usize, u32> = BTreeMap::new();
-    let mut seen = 0;
-    let mut epoch = 1u64;
     loop {
-        let value = loop {
-            match store.get(&epoch_key(epoch), POLL) {
-                Ok(v) => break v,
-                Err(e) if e.kind() == ErrorKind::Timeout => {
-                    let why = if Instant::now() >= deadline {
-                        Some(format!("no rebuild took it in within {wait:?}"))
-                    } else if nobody_else_runs(store, rank) {
-                        Some("no other rank of the job is running".to_string())
-                    } else {
-                        None
-                    };
-                    if let Some(why) = why {
-                        return Err(Error::new(ErrorKind::Timeout, "rebuild")
-                            .on_rank(rank)
-                            .with_detail(format!(
-                                "this process replaces rank {rank} (replacement {incarnation}) \
-                                 but {why}; does the program recover in REBUILD mode?"
-                            )));
-                    }
-                }
-                Err(e) => return Err(e.or_rank(rank).context("rebuild")),
-            }
+        let (next, counts) = match joined_epoch(store, rank, incarnation)
+            .map_err(|e| e.or_rank(rank).context("rebuild"))?
+        {
+            Join::Found(b) => return Ok(b),
+            Join::Waiting { next, counts } => (next, counts),
         };
-        let record = EpochRecord::decode(epoch, &value).map_err(|e| e.or_rank(rank))?;
-        for &r in &record.replaced {
-            *counts.entry(r).or_default() += 1;
+        match store.get(&epoch_key(next), POLL) {
+            Ok(_) => continue,
+            Err(e) if e.kind() == ErrorKind::Timeout => {}
+            Err(e) => return Err(e.or_rank(rank).context("rebuild")),
         }
-        if record.replaced.contains(&rank) {
-            seen += 1;
-            if seen == incarnation {
-                return Ok(Joined { record, counts });
-            }
+        let why = if Instant::now() >= deadline {
+            Some(format!("no rebuild took it in within {wait:?}"))
+        } else if nobody_else_runs(store, rank, &counts) {
+            Some("no other rank of the job is running".to_string())
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return Err(Error::new(ErrorKind::Timeout, "rebuild")
+                .on_rank(rank)
+                .with_detail(format!(
+                    "this process replaces rank {rank} (replacement {incarnation}) \
+                     but {why}; does the program recover in REBUILD mode?"
+                )));
         }
-        epoch += 1;
     }
 }
 
 /// Whether the launcher's process table (`ferry ctl NAME status`) shows no rank but `me`
-/// running; unknown counts as "somebody runs".
-fn nobody_else_runs(store: &dyn Store, me: usize) -> bool {
+/// running that could still record an epoch: a replacement that no record took in yet
+/// (`counts`: how often the records so far name each rank) waits itself. Unknown counts as
+/// "somebody runs".
+fn nobody_else_runs(store: &dyn Store, me: usize, counts: &BTreeMap<usize, u32>) -> bool {
     let Ok(table) = store.get(LAUNCHER_STATUS_KEY, Duration::ZERO) else {
         return false;
     };
     let table = String::from_utf8_lossy(&table);
     let mut any = false;
     for line in table.lines() {
-        let mut words = line.split_whitespace();
+        let mut words = line.splitn(4, ' ');
         let (_, _, rank, state) = (words.next(), words.next(), words.next(), words.next());
         let Some(rank) = rank.and_then(|r| r.parse::<usize>().ok()) else {
             return false;
         };
         any = true;
-        if rank != me && state == Some("running") {
+        if rank == me {
+            continue;
+        }
+        let Some(state) = state else { continue };
+        if state == "running" {
             return false;
+        }
+        if let Some(i) = state
+            .strip_prefix("running (replacement ")
+            .and_then(|r| r.strip_suffix(')'))
+            .and_then(|i| i.parse::<u32>().ok())
+        {
+            if counts.get(&rank).copied().unwrap_or(0) >= i {
+                return false;
+            }
         }
     }
     any
@@ -249,22 +269,26 @@ impl Communicator {
             return Err(refusal(transport.rank()));
         }
         let joined = respawn.joined.take();
-        let record = match &joined {
+        let booted = match &joined {
             Some(j) => {
-                respawn.epoch = j.record.epoch;
-                respawn.counts = j.counts.clone();
-                j.record.clone()
+                respawn.epoch = j.booted.record.epoch;
+                respawn.counts = j.booted.counts.clone();
+                j.booted.clone()
             }
-            None => EpochRecord {
-                epoch: 0,
-                generation: 0,
-                replaced: Vec::new(),
+            None => Booted {
+                record: EpochRecord {
+                    epoch: 0,
+                    generation: 0,
+                    replaced: Vec::new(),
+                },
+                counts: BTreeMap::new(),
+                fresh: Vec::new(),
             },
         };
         Communicator::over_epoch(
             transport,
             opts,
-            &record,
+            &booted,
             Rc::new(RefCell::new(respawn)),
             joined.is_some(),
         )
@@ -273,10 +297,11 @@ impl Communicator {
     fn over_epoch(
         mut transport: Box<dyn Transport>,
         opts: Options,
-        record: &EpochRecord,
+        booted: &Booted,
         service: Rc<RefCell<Respawn>>,
         replacement: bool,
     ) -> Result<Communicator> {
+        let record = &booted.record;
         let me = transport.rank();
         transport.tolerate_failures();
         let members: Vec<usize> = (0..transport.size()).collect();
@@ -297,7 +322,7 @@ impl Communicator {
             my_index: me,
             rebuild: RebuildState {
                 service: Some(service),
-                replaced: record.replaced.clone(),
+                replaced: booted.fresh.clone(),
                 replacement,
             },
         })
@@ -357,15 +382,30 @@ impl Communicator {
         rs.store
             .set(&epoch_key(record.epoch), &record.encode())
             .map_err(|e| e.or_rank(me).context("rebuild"))?;
-        rs.await_replacements(&record, me)?;
-        // Every survivor ends its old transport at the same point, as at the end of a job.
-        if let Err(e) = self.eng.borrow_mut().finish() {
-            tracing::warn!("rank {me}: rebuild: ending the old transport: {e}");
+        let mut counts = rs.counts.clone();
+        for &k in &record.replaced {
+            *counts.entry(k).or_default() += 1;
         }
-        let t = (rs.build)(&record).map_err(|e| e.or_rank(me).context("rebuild"))?;
-        rs.advance(&record);
+        let fresh = record.replaced.clone();
+        let boot = MemberBoot::new(me, self.members.len(), record, counts, fresh);
+        let (store, wait) = (rs.store.clone(), rs.wait);
+        let mut old = Some(&self.eng);
+        let builder = &mut rs.build;
+        let mut build = |record: &EpochRecord, watch: Arc<EpochWatch>| {
+            // Every survivor ends its old transport at the same point, as at the end of a
+            // job, once the launcher restarted the ranks the epoch replaces.
+            if let Some(eng) = old.take() {
+                if let Err(e) = eng.borrow_mut().finish() {
+                    tracing::warn!("rank {me}: rebuild: ending the old transport: {e}");
+                }
+            }
+            builder(record, watch)
+        };
+        let (t, booted) = start_epoch(&store, boot, me, wait, &mut build)?;
+        rs.epoch = booted.record.epoch;
+        rs.counts = booted.counts.clone();
         drop(rs);
-        Communicator::over_epoch(t, self.opts, &record, service, false)
+        Communicator::over_epoch(t, self.opts, &booted, service, false)
     }
 }
 
@@ -413,6 +453,27 @@ mod tests {
             .set(
                 LAUNCHER_STATUS_KEY,
                 b"L0:h:1 rank 0 running\nL1:h:2 rank 1 running\n",
+            )
+            .unwrap();
+        let e = find_epoch(&store, 1, 2, Duration::from_millis(500)).unwrap_err();
+        assert!(e.to_string().contains("within"), "{e}");
+        // A replacement no record took in yet cannot record anything either: only its
+        // table line left, the wait ends at once; one the records named is a member.
+        let only = |state: &str| format!("L0:h:1 rank 0 done\nL3:h:4 rank 3 {state}\n");
+        store
+            .set(
+                LAUNCHER_STATUS_KEY,
+                only("running (replacement 3)").as_bytes(),
+            )
+            .unwrap();
+        let t0 = Instant::now();
+        let e = find_epoch(&store, 1, 2, Duration::from_secs(30)).unwrap_err();
+        assert!(e.to_string().contains("no other rank"), "{e}");
+        assert!(t0.elapsed() < Duration::from_secs(5));
+        store
+            .set(
+                LAUNCHER_STATUS_KEY,
+                only("running (replacement 2)").as_bytes(),
             )
             .unwrap();
         let e = find_epoch(&store, 1, 2, Duration::from_millis(500)).unwrap_err();

@@ -104,6 +104,32 @@ impl HybridTransport {
         config: &Config,
         secret: &str,
     ) -> Result<Self> {
+        HybridTransport::from_store_watched(
+            rank,
+            size,
+            node_name,
+            job,
+            store,
+            config,
+            secret,
+            &|| None,
+        )
+    }
+
+    /// [`HybridTransport::from_store`] whose wait for the node's other ranks to attach gives
+    /// up when `watch` returns an error (see [`ShmTransport::join_node_watched`]); the waits
+    /// for the store's keys are the store's own.
+    #[allow(clippy::too_many_arguments)] // from_store's arguments plus the watch
+    pub fn from_store_watched(
+        rank: usize,
+        size: usize,
+        node_name: &str,
+        job: &str,
+        store: &dyn Store,
+        config: &Config,
+        secret: &str,
+        watch: ferry_shm::StartupWatch<'_>,
+    ) -> Result<Self> {
         if rank >= size {
             return Err(Error::invalid(
                 "hybrid init",
@@ -127,8 +153,9 @@ impl HybridTransport {
         let node = node_numbers(&names);
         let mine = node[rank];
         let members: Vec<usize> = (0..size).filter(|&r| node[r] == mine).collect();
-        let shm = ShmTransport::join_node(job, mine, members.clone(), rank, size, config)
-            .map_err(|e| e.or_rank(rank))?;
+        let shm =
+            ShmTransport::join_node_watched(job, mine, members.clone(), rank, size, config, watch)
+                .map_err(|e| e.or_rank(rank))?;
         let tcp = TcpTransport::from_store_excluding(rank, size, store, config, secret, &members)?;
         if rank == 0 {
             let nodes = node.iter().max().map_or(0, |m| m + 1);

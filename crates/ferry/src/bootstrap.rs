@@ -130,6 +130,36 @@ impl LauncherWatch {
     }
 }
 
+/// What a start-up asks while it waits for peers: whether to give up (a peer is known to be
+/// gone), and how often it is worth asking.
+pub trait StartWatch: Send + Sync {
+    /// The longest a wait goes between two questions.
+    fn every(&self) -> Duration;
+    /// The error the start-up ends with, if it must give up.
+    fn failed(&self) -> Option<Error>;
+}
+
+impl StartWatch for LauncherWatch {
+    fn every(&self) -> Duration {
+        LauncherWatch::every(self)
+    }
+
+    fn failed(&self) -> Option<Error> {
+        LauncherWatch::failed(self)
+    }
+}
+
+/// A rebuild epoch's start-up gives up when the launcher called the epoch off.
+impl StartWatch for ferry_core::respawn::boot::EpochWatch {
+    fn every(&self) -> Duration {
+        ferry_core::respawn::boot::EpochWatch::every(self)
+    }
+
+    fn failed(&self) -> Option<Error> {
+        self.called_off()
+    }
+}
+
 /// The first rank but `me` in the launcher's process table (lines
 /// `L<id>:<host>:<pid> rank <r> <state>`) whose state says it ended badly or was replaced.
 fn startup_failure(table: &str, me: usize) -> Option<Error> {
@@ -174,17 +204,17 @@ fn startup_failure(table: &str, me: usize) -> Option<Error> {
     )
 }
 
-/// The job's store for a rank's start-up: a read that waits longer than the
-/// [`LauncherWatch`]'s interval waits in slices of it and gives up as soon as the watch
-/// reports a failed rank.
+/// The job's store for a rank's start-up: a read that waits longer than the watch's
+/// interval waits in slices of it and gives up as soon as the watch reports a failed rank
+/// (a [`LauncherWatch`] for the job's start, an epoch's watch for a rebuild's).
 pub struct WatchedStore {
     inner: Arc<dyn Store>,
-    watch: Arc<LauncherWatch>,
+    watch: Arc<dyn StartWatch>,
 }
 
 impl WatchedStore {
     /// `inner` under `watch`.
-    pub fn new(inner: Arc<dyn Store>, watch: Arc<LauncherWatch>) -> WatchedStore {
+    pub fn new(inner: Arc<dyn Store>, watch: Arc<dyn StartWatch>) -> WatchedStore {
         WatchedStore { inner, watch }
     }
 }

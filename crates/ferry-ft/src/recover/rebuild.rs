@@ -200,9 +200,12 @@ pub(crate) mod tests {
     /// asked: these tests do not rebuild, they restore).
     pub(crate) fn rebuild_comm(t: MemTransport) -> Communicator {
         let opts = Options::new(FailureMode::Rebuild, MessageMode::Cont);
-        let never = Box::new(|_: &ferry_core::respawn::EpochRecord| {
-            Err(ferry_core::Error::invalid("build", "not in this test"))
-        });
+        let never = Box::new(
+            |_: &ferry_core::respawn::EpochRecord,
+             _: Arc<ferry_core::respawn::boot::EpochWatch>| {
+                Err(ferry_core::Error::invalid("build", "not in this test"))
+            },
+        );
         let service = Respawn::new(
             Arc::new(MemStore::new()),
             never,

@@ -13,6 +13,8 @@ pub(crate) struct JoinSpec<'a> {
     /// size, standalone).
     pub members: Option<(Vec<usize>, usize, usize)>,
     pub config: &'a Config,
+    /// Asked while this rank waits for the others to attach.
+    pub watch: StartupWatch<'a>,
 }
 
 impl ShmTransport {
@@ -61,6 +63,7 @@ impl ShmTransport {
                 local,
                 members: None,
                 config,
+                watch,
             },
             size,
             None,
@@ -133,6 +136,21 @@ impl ShmTransport {
         size: usize,
         config: &Config,
     ) -> Result<ShmTransport> {
+        ShmTransport::join_node_watched(job, node, members, rank, size, config, &|| None)
+    }
+
+    /// [`ShmTransport::join_node`] that gives up waiting for the others to attach when
+    /// `watch` returns an error (whoever started the ranks may know that one ended before it
+    /// attached, which the segment cannot show).
+    pub fn join_node_watched(
+        job: &str,
+        node: usize,
+        members: Vec<usize>,
+        rank: usize,
+        size: usize,
+        config: &Config,
+        watch: StartupWatch<'_>,
+    ) -> Result<ShmTransport> {
         let local = members.iter().position(|&r| r == rank).ok_or_else(|| {
             Error::invalid("shm init", format!("rank {rank} is not among {members:?}"))
         })?;
@@ -143,6 +161,7 @@ impl ShmTransport {
                 local: Some(local),
                 members: Some((members, rank, size)),
                 config,
+                watch,
             },
             local_size,
             None,
@@ -175,7 +194,7 @@ impl ShmTransport {
             local_size,
             config,
             deadline,
-            &|| None,
+            spec.watch,
         )
     }
 

@@ -7,10 +7,14 @@
 //! record of epoch `e` ([`epoch_key`], an [`EpochRecord`]), wait until the launcher has restarted
 //! every replaced rank ([`respawn_key`]) and bootstrap a new transport with the replacements,
 //! through the keys under [`epoch_prefix`] and with the job id [`epoch_job`]. A replacement
-//! (started with [`INCARNATION_VAR`]) finds its epoch by reading the records in order.
+//! (started with [`INCARNATION_VAR`]) finds its epoch by reading the records in order. A
+//! member that dies while an epoch starts makes the launcher call that epoch off and record
+//! the next one in its place ([`boot`]).
 
 use std::sync::Arc;
 use std::time::Duration;
+
+pub mod boot;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::store::Store;
