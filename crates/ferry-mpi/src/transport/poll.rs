@@ -53,6 +53,13 @@ impl MpiTransport {
     /// Tests every request the transport has in MPI's hands with one `MPI_Testsome`, keeps
     /// each answer with its request, and releases the buffers of completed copied sends.
     pub(super) fn poll_all(&mut self) -> Result<()> {
+        // Nothing in MPI's hands (every slot is free): the common first pass of an exchange.
+        if self.send_reqs.is_empty()
+            && self.borrowed.is_empty()
+            && self.free_slots.len() == self.slots.len()
+        {
+            return Ok(());
+        }
         let mut scratch = std::mem::take(&mut self.poll);
         let result = self.poll_with(&mut scratch);
         self.poll = scratch;

@@ -446,26 +446,30 @@ impl MpiTransport {
             let flow = (op.peer, wire.tag);
             // An earlier receive of the same MPI flow is not through with its first part: it
             // must be matched first and ask for its rest first (serial order, M2).
-            if let Some(&(_, may_post)) = self.blocked.iter().find(|(f, _)| *f == flow) {
+            if let Some(b) = self.blocked.iter().position(|(f, _)| *f == flow) {
                 // But if that receive holds a posted first part or a rest in MPI (not a probe
                 // or a drained message), this one may post its first part now: MPI matches
                 // the flow's messages to posted receives in posting order, so it gets the
                 // next message, which then lands in place instead of in MPI's unexpected
                 // queue (a window of messages on one flow, as `osu_bw` sends). It is handled
                 // only once the earlier receive is through.
-                if may_post
-                    && zero_copy
-                    && !wire.hashed
-                    && op.state == OpState::New
-                    && ahead < MAX_POSTED_AHEAD
-                {
-                    let slot = self.post_first(op.peer, wire.tag)?;
-                    op.state = OpState::Active {
-                        serial: 0,
-                        progress: slot,
-                    };
-                    ahead += 1;
-                    self.posted_ahead += 1;
+                if self.blocked[b].1 && zero_copy && !wire.hashed && op.state == OpState::New {
+                    // A message of the flow taken off MPI's queue before is older than MPI's
+                    // next one and belongs to this receive: then neither this one nor any
+                    // later one of the flow may post ahead in this pass.
+                    let older = (!self.drained.is_empty() && self.drain_pending(op.peer, wire.tag))
+                        || (self.early_messages > 0 && self.early.contains_key(&(op.peer, op.key)));
+                    if older || ahead >= MAX_POSTED_AHEAD {
+                        self.blocked[b].1 = false;
+                    } else {
+                        let slot = self.post_first(op.peer, wire.tag)?;
+                        op.state = OpState::Active {
+                            serial: 0,
+                            progress: slot,
+                        };
+                        ahead += 1;
+                        self.posted_ahead += 1;
+                    }
                 }
                 continue;
             }
