@@ -133,6 +133,16 @@ enum Seg {
     Fin,
 }
 
+/// A segment the socket has not taken yet (the driver's write queue behind a partial write):
+/// it and everything queued after it on its connection wait for [`Ev::WriteHeld`].
+struct Held {
+    node: usize,
+    conn: ConnId,
+    pipe: usize,
+    /// `None`: the end of the stream (after the frames before it).
+    frame: Option<(Header, Payload)>,
+}
+
 /// One direction of a connection: segments in flight, delivered in order.
 struct Pipe {
     to: (usize, Option<ConnId>),
@@ -161,6 +171,11 @@ enum Ev {
     Kill(usize),
     /// Node `n` writes the frames it queued.
     Flush(usize),
+    /// Node `n`'s socket takes the frames it held back (see [`Held`]).
+    WriteHeld(usize),
+    /// The call of node `n` that posted sends returns: TRYs still written from the program's
+    /// buffer get their copies.
+    CallEnds(usize),
     /// Node `n`'s driver is short of descriptors: the endpoint closes its least recently used
     /// idle connection.
     Evict(usize),
@@ -189,6 +204,11 @@ struct Sim {
     /// done (as the driver writes a pass's frames at its end): a connection dropped meanwhile
     /// loses what it had queued, as the driver's dropped socket does.
     queued: Vec<(usize, ConnId, usize, Seg)>,
+    /// Frames a full socket has not taken yet, per node and connection in order.
+    held: Vec<Held>,
+    /// Picks partial writes and call ends (separate from `rng`, so that schedules without
+    /// TRYs written from the program's buffer stay what they were).
+    hold_rng: Rng,
     eager: usize,
     killed: Option<usize>,
     /// Ranks that abandoned a receive: their senders may see messages not taken.
@@ -253,6 +273,32 @@ impl Sim {
                     header,
                     payload,
                 } => {
+                    let behind = self.held.iter().any(|h| (h.node, h.conn) == (n, conn));
+                    let borrowed_try = matches!(payload, Payload::Op(op, _)
+                        if self.nodes[n].ep.is_eager_borrowed(op));
+                    if behind || (borrowed_try && self.hold_rng.chance(40)) {
+                        // The socket is full: this frame (a TRY from the program's buffer, or
+                        // one queued behind such a frame) waits for room.
+                        match self.out.get(&(n, conn)) {
+                            Some(&pipe) => {
+                                if !behind {
+                                    let at = self.now + self.hold_rng.below(600);
+                                    self.schedule(at, Ev::WriteHeld(n));
+                                }
+                                self.held.push(Held {
+                                    node: n,
+                                    conn,
+                                    pipe,
+                                    frame: Some((header, payload)),
+                                });
+                            }
+                            None => self.violation(format!(
+                                "rank {n}: {:?} frame on connection {conn:?} that is not open",
+                                header.ty
+                            )),
+                        }
+                        continue;
+                    }
                     let bytes = match payload {
                         Payload::None => Vec::new(),
                         Payload::Shared(v) => v.as_ref().clone(),
@@ -310,9 +356,18 @@ impl Sim {
                     }
                 }
                 Action::ShutdownWrite(conn) | Action::Close(conn) => {
-                    // After what is queued.
+                    // After what is queued (and held back).
                     if let Some(p) = self.out.remove(&(n, conn)) {
-                        self.queued.push((n, conn, p, Seg::Fin));
+                        if self.held.iter().any(|h| (h.node, h.conn) == (n, conn)) {
+                            self.held.push(Held {
+                                node: n,
+                                conn,
+                                pipe: p,
+                                frame: None,
+                            });
+                        } else {
+                            self.queued.push((n, conn, p, Seg::Fin));
+                        }
                     }
                     if matches!(a, Action::Close(_)) {
                         self.close_reading(n, conn);
@@ -321,6 +376,7 @@ impl Sim {
                 Action::Drop(conn) => {
                     // At once: what is queued is never written.
                     self.queued.retain(|q| (q.0, q.1) != (n, conn));
+                    self.held.retain(|h| (h.node, h.conn) != (n, conn));
                     if let Some(p) = self.out.remove(&(n, conn)) {
                         self.send_seg(p, Seg::Fin);
                     }
@@ -340,7 +396,12 @@ impl Sim {
                     }
                     self.complete_recv(n, op, Some(data), None);
                 }
-                Action::Failed(OpRef::Send(op), e) => self.complete_send(n, op, false, Some(e)),
+                Action::Failed(OpRef::Send(op), e) => {
+                    // The failed exchange is abandoned: the driver copies what it still writes
+                    // from the send's buffer, which is the program's again.
+                    self.detach_held(n, op);
+                    self.complete_send(n, op, false, Some(e));
+                }
                 Action::Failed(OpRef::Recv(op), e) => self.complete_recv(n, op, None, Some(e)),
             }
         }
@@ -372,6 +433,87 @@ impl Sim {
         for (p, seg) in mine {
             self.send_seg(p, seg);
         }
+    }
+
+    /// Held frames of send `op` of node `n` take a copy of its bytes (the driver does so
+    /// when the send is abandoned: its buffer is the program's again).
+    fn detach_held(&mut self, n: usize, op: SendId) {
+        let Some(bytes) = self.nodes[n].sends.get(&op).map(|s| s.0.clone()) else {
+            return;
+        };
+        let copy = std::sync::Arc::new(bytes);
+        self.share_held(n, op, &copy);
+    }
+
+    fn share_held(&mut self, n: usize, op: SendId, data: &std::sync::Arc<Vec<u8>>) {
+        for h in self.held.iter_mut().filter(|h| h.node == n) {
+            if let Some((_, p)) = &mut h.frame {
+                if matches!(p, Payload::Op(o, len) if *o == op && *len == data.len()) {
+                    *p = Payload::Shared(data.clone());
+                }
+            }
+        }
+    }
+
+    /// The socket of node `n` takes what was held back: a frame from the program's buffer
+    /// may only be written while its send is pending.
+    fn write_held(&mut self, n: usize) {
+        if !self.nodes[n].alive {
+            return;
+        }
+        // What the node queued before the held frames goes first.
+        self.flush(n);
+        let now = d(self.now);
+        let mut mine = Vec::new();
+        self.held.retain_mut(|h| {
+            if h.node == n {
+                mine.push((h.pipe, h.frame.take()));
+                false
+            } else {
+                true
+            }
+        });
+        for (pipe, frame) in mine {
+            let Some((header, payload)) = frame else {
+                self.send_seg(pipe, Seg::Fin);
+                continue;
+            };
+            let bytes = match payload {
+                Payload::None => Vec::new(),
+                Payload::Shared(v) => v.as_ref().clone(),
+                Payload::Op(op, len) => match self.nodes[n].sends.get(&op) {
+                    Some((b, OpStatus::Pending, _)) if b.len() == len => {
+                        let b = b.clone();
+                        self.nodes[n].ep.on_op_written(op, now);
+                        b
+                    }
+                    other => {
+                        let what = format!(
+                            "rank {n}: held frame from the buffer of send {op:?} that is {:?}",
+                            other.map(|o| o.1)
+                        );
+                        self.violation(what);
+                        continue;
+                    }
+                },
+            };
+            self.send_seg(pipe, Seg::Frame(header, bytes));
+        }
+        self.drain(n);
+    }
+
+    /// The call of node `n` that posted its sends returns (see [`Ev::CallEnds`]).
+    fn call_ends(&mut self, n: usize) {
+        if !self.nodes[n].alive {
+            return;
+        }
+        let node = &mut self.nodes[n];
+        let copies = node.ep.release_eager(&Bufs(&node.sends));
+        for (op, data) in copies {
+            self.share_held(n, op, &data);
+        }
+        self.drain(n);
+        self.maybe_finish(n);
     }
 
     /// Our receiving side of `conn` is gone (closed or dropped).
@@ -505,6 +647,11 @@ impl Sim {
         let bufs = Bufs(&node.sends);
         node.ep.progress(now, &bufs);
         self.drain(n);
+        if self.nodes[n].ep.has_eager_borrowed() && self.hold_rng.chance(20) {
+            // A send posted while room was short went out from the program's buffer too.
+            let at = self.now + self.hold_rng.below(300);
+            self.schedule(at, Ev::CallEnds(n));
+        }
         self.maybe_finish(n);
     }
 
@@ -577,6 +724,11 @@ impl Sim {
             }
             self.drain(n);
         }
+        if self.nodes[n].ep.has_eager_borrowed() {
+            // The call returns now or a little later (it had receives to wait for).
+            let at = self.now + self.hold_rng.below(300);
+            self.schedule(at, Ev::CallEnds(n));
+        }
         if self.rng.chance(4) {
             self.abandon_one(n);
         }
@@ -600,6 +752,10 @@ impl Sim {
             .map(|(op, _)| *op)
             .collect();
         sends.sort_unstable();
+        for &op in &sends {
+            self.detach_held(n, op);
+        }
+        let node = &mut self.nodes[n];
         for op in sends {
             node.ep.abandon_send(op, &Bufs(&node.sends));
             if let Some(s) = node.sends.get_mut(&op) {
@@ -667,6 +823,7 @@ impl Sim {
         recvs.sort_unstable();
         if !sends.is_empty() && (recvs.is_empty() || self.rng.chance(50)) {
             let op = sends[self.rng.below(sends.len() as u64) as usize];
+            self.detach_held(n, op);
             let node = &mut self.nodes[n];
             node.ep.abandon_send(op, &Bufs(&node.sends));
             if let Some(s) = node.sends.get_mut(&op) {
@@ -803,6 +960,12 @@ impl Sim {
         // What it had queued is never written, but its sockets end all the same (also those
         // whose end it had only queued).
         let mut ended: Vec<usize> = Vec::new();
+        self.held.retain(|h| {
+            if h.node == k {
+                ended.push(h.pipe);
+            }
+            h.node != k
+        });
         self.queued.retain(|q| {
             if q.0 == k {
                 ended.push(q.2);
@@ -914,6 +1077,8 @@ impl Sim {
                         self.flush(n);
                     }
                 }
+                Ev::WriteHeld(n) => self.write_held(n),
+                Ev::CallEnds(n) => self.call_ends(n),
                 Ev::Evict(n) => {
                     if self.nodes[n].alive {
                         self.nodes[n].ep.evict_idle();
@@ -939,6 +1104,13 @@ fn run_schedule(seed: u64, mutate: &dyn Fn(&mut Endpoint)) -> Vec<String> {
     // takes part, and a stranger claiming to be it is turned away.
     let ghost = rng.chance(20);
     let size = n + usize::from(ghost);
+    // TRYs written from the program's buffer: in two schedules of three, from a size drawn
+    // apart from `rng` (the schedules with them off stay as they were).
+    let mut hold_rng = Rng(seed ^ 0x7e57_d1ec_7e57_d1ec);
+    let direct_min = match hold_rng.below(3) {
+        0 => usize::MAX,
+        _ => hold_rng.below(eager as u64) as usize,
+    };
     let mut nodes = Vec::new();
     for r in 0..n {
         let mut cfg = EndpointConfig::new(r, size, &secret);
@@ -947,6 +1119,7 @@ fn run_schedule(seed: u64, mutate: &dyn Fn(&mut Endpoint)) -> Vec<String> {
             cfg.excluded = (0..size).map(|p| p == n).collect();
         }
         cfg.eager_bytes = eager;
+        cfg.eager_direct_min = direct_min;
         cfg.inbox_messages = 1 + rng.below(3) as usize;
         cfg.inbox_bytes = eager * (1 + rng.below(3) as usize);
         cfg.outbox_bytes = eager * (1 + rng.below(4) as usize);
@@ -1033,6 +1206,8 @@ fn run_schedule(seed: u64, mutate: &dyn Fn(&mut Endpoint)) -> Vec<String> {
         pipes: Vec::new(),
         out: HashMap::new(),
         queued: Vec::new(),
+        held: Vec::new(),
+        hold_rng,
         eager,
         killed: None,
         abandoned_recv: Default::default(),

@@ -26,6 +26,7 @@
 mod limits;
 mod link;
 mod poller;
+mod spare;
 mod transport;
 
 pub use transport::TcpTransport;

@@ -4,7 +4,7 @@
 //! moves bytes.
 
 use std::collections::VecDeque;
-use std::io::{self, IoSlice, Read, Write};
+use std::io::{self, IoSlice, IoSliceMut, Read, Write};
 use std::net::TcpStream;
 use std::sync::Arc;
 
@@ -16,6 +16,11 @@ use ferry_proto::frame::{FrameType, Header, HEADER_LEN};
 pub(crate) const READ_BUF: usize = 64 << 10;
 /// Frames gathered into one `writev`.
 const MAX_IOV: usize = 64;
+/// Bytes read ahead into the read buffer behind a payload that is read straight into its
+/// destination, and by a header read after such a payload: enough for the next header and a
+/// run of small frames, small enough that the next large payload is mostly read straight into
+/// its own destination instead of through the read buffer (one copy fewer).
+pub(crate) const READ_AHEAD: usize = 4 << 10;
 
 /// Where the payload being read goes.
 pub(crate) enum Dest {
@@ -101,6 +106,10 @@ pub(crate) struct Link {
     /// any, a header is read on its own, so that the large payload that likely follows lands
     /// straight in the receive's buffer instead of partly in the read buffer first.
     pub gets_out: usize,
+    /// The last payload read on this link was large: the next header is read with a short
+    /// read-ahead ([`READ_AHEAD`]), so that a stream of large messages does not land in the
+    /// read buffer first.
+    pub large: bool,
 }
 
 impl Link {
@@ -121,6 +130,7 @@ impl Link {
             streamed: false,
             wrote: 0,
             gets_out: 0,
+            large: false,
         }
     }
 
@@ -155,6 +165,17 @@ impl Link {
         }
     }
 
+    /// Frames of send `op` still queued with the program's buffer as payload take it from
+    /// `data` (the endpoint's copy: the send's call ends) and no longer need the exchange.
+    pub fn share_op(&mut self, op: SendId, data: &Arc<Vec<u8>>) {
+        for f in self.wq.iter_mut() {
+            if matches!(f.payload, Payload::Op(o, len) if o == op && len == data.len()) {
+                f.payload = Payload::Shared(data.clone());
+                self.borrowed = self.borrowed.saturating_sub(1);
+            }
+        }
+    }
+
     /// Reads into the free part of the buffer, at most `limit` bytes; `Ok(0)` is end of
     /// stream. The flag says the read came back short, i.e. the socket is drained for now
     /// (saves a futile `read`).
@@ -173,6 +194,27 @@ impl Link {
             .read(&mut self.rbuf[self.rend..self.rend + room])?;
         self.rend += n;
         Ok((n, n < room))
+    }
+
+    /// Reads the rest of a payload straight into `dst` and, in the same call, up to
+    /// [`READ_AHEAD`] bytes of what follows into the (empty) read buffer. Returns the bytes
+    /// that landed in `dst` and whether the read came back short (socket drained).
+    pub fn read_direct(&mut self, dst: &mut [u8]) -> io::Result<(usize, bool)> {
+        if self.rpos != self.rend {
+            // Buffered bytes come first: never read past them.
+            return Err(io::Error::other("direct read with bytes buffered"));
+        }
+        self.rpos = 0;
+        self.rend = 0;
+        let want = dst.len();
+        let mut iov = [
+            IoSliceMut::new(dst),
+            IoSliceMut::new(&mut self.rbuf[..READ_AHEAD]),
+        ];
+        let n = self.sock.read_vectored(&mut iov)?;
+        let direct = n.min(want);
+        self.rend = n - direct;
+        Ok((direct, n < want + READ_AHEAD))
     }
 
     /// Writes as much of the queue as the socket takes, header and payload of many frames in
@@ -388,6 +430,57 @@ mod tests {
         assert_eq!(l.buffered(), HEADER_LEN);
         let (n, _) = l.fill(usize::MAX).unwrap();
         assert!(n > 0 && l.buffered() > HEADER_LEN);
+    }
+
+    #[test]
+    fn a_payload_is_read_straight_into_its_destination_with_the_next_header_behind_it() {
+        let (a, mut b) = pair();
+        let mut l = Link::new(a, Some(1), false);
+        l.sock.set_nonblocking(false).unwrap();
+        let payload: Vec<u8> = (0..100_000).map(|i| (i % 251) as u8).collect();
+        let next = header(FrameType::Accept, 4, 0);
+        b.write_all(&payload).unwrap();
+        b.write_all(&next.encode()).unwrap();
+        let mut dst = vec![0u8; payload.len()];
+        let mut done = 0;
+        while done < dst.len() {
+            let (n, _) = l.read_direct(&mut dst[done..]).unwrap();
+            assert!(n > 0);
+            done += n;
+        }
+        assert_eq!(dst, payload);
+        // What followed the payload landed in the read buffer, not in the destination.
+        while l.buffered() < HEADER_LEN {
+            l.fill(READ_AHEAD).unwrap();
+        }
+        assert_eq!(
+            Header::decode(&l.rbuf[l.rpos..l.rpos + HEADER_LEN], u64::MAX).unwrap(),
+            next
+        );
+        // Never past buffered bytes.
+        assert!(l.read_direct(&mut dst).is_err());
+    }
+
+    #[test]
+    fn a_shared_copy_replaces_the_program_buffer_of_a_queued_frame() {
+        let (a, mut b) = pair();
+        let mut l = Link::new(a, Some(1), false);
+        let data = vec![9u8; 50_000];
+        l.push(
+            &header(FrameType::Try, 1, data.len()),
+            Payload::Op(SendId(2), data.len()),
+        );
+        l.share_op(SendId(2), &Arc::new(data.clone()));
+        assert_eq!(l.borrowed, 0);
+        // Written without the exchange: the frame no longer needs the program's buffer.
+        let got = drain(
+            &mut l,
+            &mut b,
+            HEADER_LEN + data.len(),
+            None,
+            &mut Vec::new(),
+        );
+        assert!(got[HEADER_LEN..].iter().all(|&x| x == 9));
     }
 
     #[test]

@@ -113,6 +113,21 @@ impl Endpoint {
         // connection may still answer on another, so its entries wait for that to close.
         let mut lost = 0;
         let still = self.may_still_deliver(peer);
+        // TRYs written from the program's buffer and not yet answered: unless the peer may
+        // still answer them, it never took them, and their sends fail like the announced ones.
+        let eager: Vec<SendId> = self
+            .eager_out
+            .iter()
+            .filter(|(_, id)| id.0 == peer && !still)
+            .map(|(op, _)| *op)
+            .collect();
+        for op in eager {
+            if let Some(id) = self.eager_out.remove(&op) {
+                self.outbox.remove(&id);
+                lost += 1;
+            }
+            failed.push(op);
+        }
         let mut freed = 0;
         self.outbox.retain(|id, m| {
             let keep = id.0 != peer || still;

@@ -98,7 +98,10 @@ pub enum Payload {
     /// Bytes the endpoint owns (outbox copy, handshake secret).
     Shared(Arc<Vec<u8>>),
     /// The bytes of send `SendId`, written straight from the program's buffer; the driver calls
-    /// [`Endpoint::on_op_written`] once the whole frame is out.
+    /// [`Endpoint::on_op_written`] once the whole frame is out. The driver may write such a
+    /// frame only while the send's call is active; when the call ends first, the endpoint
+    /// hands over a copy ([`Endpoint::release_eager`], [`Endpoint::abandon_send`]) that the
+    /// driver writes the rest from.
     Op(SendId, usize),
 }
 
@@ -241,6 +244,11 @@ pub struct EndpointConfig {
     pub size: usize,
     /// Messages up to this size travel with TRY; larger ones are announced and pulled.
     pub eager_bytes: usize,
+    /// TRY messages at least this large are written straight from the program's buffer while
+    /// the send's call is active, and copied into the outbox only if they are still
+    /// unanswered when the call ends ([`Endpoint::release_eager`]); smaller ones are copied at
+    /// once (a copy of a few KiB costs less than the bookkeeping). `usize::MAX`: never.
+    pub eager_direct_min: usize,
     /// Inbox cap in messages.
     pub inbox_messages: usize,
     /// Inbox cap in bytes.
@@ -285,6 +293,7 @@ impl EndpointConfig {
             rank,
             size,
             eager_bytes: 64 << 10,
+            eager_direct_min: 16 << 10,
             inbox_messages: 1024,
             inbox_bytes: 64 << 20,
             outbox_bytes: 64 << 20,
@@ -410,6 +419,9 @@ pub struct Endpoint {
     pub(crate) waiting_sends: VecDeque<outbox::WaitingSend>,
     /// Announced sends whose payload is still the program's: send -> message.
     pub(crate) announced: FastMap<SendId, MsgId>,
+    /// TRY sends whose payload is still the program's (written from its buffer, see
+    /// [`EndpointConfig::eager_direct_min`]): send -> message.
+    pub(crate) eager_out: FastMap<SendId, MsgId>,
     /// When the last GET was served or zero-copy data moved (rendezvous grace).
     pub(crate) last_get: Duration,
     // ----- receive side -----
@@ -467,6 +479,7 @@ impl Endpoint {
             unsent: VecDeque::new(),
             waiting_sends: VecDeque::new(),
             announced: FastMap::default(),
+            eager_out: FastMap::default(),
             last_get: Duration::ZERO,
             overflow: FastMap::default(),
             remote: FastMap::default(),
@@ -525,7 +538,7 @@ impl Endpoint {
             overflow: self.overflow.len(),
             remote: self.remote.len(),
             posted: self.posted.len(),
-            sends: self.waiting_sends.len() + self.announced.len(),
+            sends: self.waiting_sends.len() + self.announced.len() + self.eager_out.len(),
             conns: self.conns.len(),
             flows: self.flows.len(),
         }
@@ -537,10 +550,11 @@ impl Endpoint {
         let mut conns: Vec<_> = self.conns.iter().collect();
         conns.sort_by_key(|c| c.0);
         format!(
-            "conns {conns:?} waiting {:?} unsent {:?} announced {:?} outbox {:?}",
+            "conns {conns:?} waiting {:?} unsent {:?} announced {:?} eager {:?} outbox {:?}",
             self.waiting_sends,
             self.unsent,
             self.announced,
+            self.eager_out,
             self.outbox
                 .iter()
                 .map(|(k, m)| (k.0, k.2, m.state, m.len))

@@ -188,6 +188,42 @@ impl Endpoint {
             return Ok(false);
         };
         let id = (peer, key, serial);
+        if len >= self.cfg.eager_direct_min
+            && self.retain.is_none()
+            && bytes.len() == len
+            && tcp_protocol::request_for(key, len, self.cfg.eager_bytes) == FrameType::Try
+        {
+            // Written straight from the program's buffer while the call is active: the copy
+            // into the outbox (needed in case the receiver refuses and pulls later) is made
+            // only if the message is still unanswered when the call ends, and then after the
+            // socket took what it could (off the message's path).
+            if let Some(c) = self.get_conn(peer, "send", now)? {
+                self.outbox.insert(
+                    id,
+                    OutMsg {
+                        data: None,
+                        op: Some(op),
+                        len,
+                        state: OutState::Sent,
+                        since: now,
+                    },
+                );
+                self.eager_out.insert(op, id);
+                if let Some(conn) = self.conns.get_mut(&c) {
+                    conn.outstanding += 1;
+                }
+                let h = Header {
+                    ty: FrameType::Try,
+                    key,
+                    source: self.cfg.rank as u32,
+                    dest: peer as u32,
+                    serial,
+                    len: len as u64,
+                };
+                self.transmit(c, h, Payload::Op(op, len));
+                return Ok(false);
+            }
+        }
         self.outbox.insert(
             id,
             OutMsg {
@@ -408,6 +444,68 @@ impl Endpoint {
         self.transmit(conn, d, payload);
     }
 
+    /// The call that posted sends ends (or will only wait for their answers): every TRY send
+    /// still written from the program's buffer that `bufs` holds gets its copy in the outbox
+    /// and completes ([`Action::SendDone`]). Returns the copies, so that the driver writes the
+    /// rest of frames still queued from the program's buffer from them (no second copy); after
+    /// this nothing refers to those buffers. A message the outbox has no room for stays
+    /// borrowed: its send waits for the receiver's answer like any send facing a full outbox
+    /// (T1).
+    pub fn release_eager(&mut self, bufs: &dyn SendBuffers) -> Vec<(SendId, Arc<Vec<u8>>)> {
+        let mut copies = Vec::new();
+        if self.eager_out.is_empty() {
+            return copies;
+        }
+        let mut due: Vec<(SendId, MsgId)> = self.eager_out.iter().map(|(o, i)| (*o, *i)).collect();
+        due.sort_unstable();
+        for (op, id) in due {
+            let Some(b) = bufs.bytes(op) else {
+                continue;
+            };
+            let Some(len) = self.outbox.get(&id).map(|m| m.len) else {
+                continue;
+            };
+            let room = self.outbox_bytes.saturating_add(len) <= self.cfg.outbox_bytes
+                || self.outbox_bytes == 0;
+            if b.len() != len || !room {
+                continue;
+            }
+            let data = Arc::new(b.to_vec());
+            if let Some(m) = self.outbox.get_mut(&id) {
+                m.data = Some(data.clone());
+                m.op = None;
+            }
+            self.outbox_bytes += len;
+            self.eager_out.remove(&op);
+            self.share_queued(op, &data);
+            self.actions.push_back(Action::SendDone(op));
+            copies.push((op, data));
+        }
+        copies
+    }
+
+    /// Whether send `op` is a TRY still written from the program's buffer (complete once
+    /// answered, or at [`Endpoint::release_eager`]).
+    pub fn is_eager_borrowed(&self, op: SendId) -> bool {
+        self.eager_out.contains_key(&op)
+    }
+
+    /// Whether any send is written from the program's buffer.
+    pub fn has_eager_borrowed(&self) -> bool {
+        !self.eager_out.is_empty()
+    }
+
+    /// Frames of send `op` not yet handed to the driver take their payload from `data`.
+    fn share_queued(&mut self, op: SendId, data: &Arc<Vec<u8>>) {
+        for a in self.actions.iter_mut() {
+            if let Action::Transmit { payload, .. } = a {
+                if matches!(payload, Payload::Op(o, len) if *o == op && *len == data.len()) {
+                    *payload = Payload::Shared(data.clone());
+                }
+            }
+        }
+    }
+
     /// Bytes of a zero-copy DATA frame moved (the receiver is pulling): the rendezvous grace
     /// of the other announced messages starts again, so they stay in place instead of being
     /// copied while the receiver works through them.
@@ -487,6 +585,21 @@ impl Endpoint {
                 self.unsent.push_back(id);
             }
         }
+        if let Some(id) = self.eager_out.remove(&op) {
+            match (self.outbox.get_mut(&id), bytes) {
+                (Some(m), Some(b)) if b.len() == m.len => {
+                    // Its receiver may still refuse it and pull it later.
+                    m.data = Some(Arc::new(b.to_vec()));
+                    m.op = None;
+                    self.outbox_bytes += m.len;
+                }
+                (Some(_), _) => {
+                    // Without its bytes a GET is answered MISS.
+                    self.outbox.remove(&id);
+                }
+                (None, _) => {}
+            }
+        }
         if let Some(id) = self.announced.remove(&op) {
             if let Some(m) = self.outbox.get_mut(&id) {
                 if m.state == OutState::Served {
@@ -517,6 +630,10 @@ impl Endpoint {
             if let Some(m) = self.outbox.remove(&key) {
                 if m.data.is_some() {
                     self.outbox_bytes -= m.len;
+                }
+                // A TRY written from the program's buffer is complete once taken.
+                if let Some(op) = m.op.filter(|op| self.eager_out.remove(op).is_some()) {
+                    self.actions.push_back(Action::SendDone(op));
                 }
                 self.retain_accepted(key, &m);
             }

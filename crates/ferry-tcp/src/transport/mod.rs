@@ -62,6 +62,7 @@ use ferry_proto::fasthash::FastMap;
 
 use crate::link::Link;
 use crate::poller::{Poller, Ready, LISTENER};
+use crate::spare::Spare;
 
 mod cache;
 mod ops;
@@ -128,6 +129,8 @@ pub struct TcpTransport {
     rescan: Vec<ConnId>,
     /// Sends whose zero-copy frames a flush just completed (reported to the endpoint).
     written: Vec<SendId>,
+    /// Vectors of early arrivals whose payload was copied out, reused for the next ones.
+    spare: Spare,
     tick: u64,
     /// Exchange generation: operation ids are `generation << 32 | index`.
     op_gen: u64,
@@ -369,6 +372,7 @@ impl TcpTransport {
             borrowing: Vec::new(),
             rescan: Vec::new(),
             written: Vec::new(),
+            spare: Spare::default(),
             tick: 0,
             op_gen: 0,
             next_timer: None,

@@ -12,7 +12,7 @@
 //! fault-tolerance layer does, with its standing control receives). The index is where the
 //! lookup starts; an operation that moved is found by a scan.
 
-use ferry_core::{OpState, SendOp};
+use ferry_core::{OpState, RecvBuf, SendOp};
 use ferry_proto::endpoint::{Action, OpRef, Payload, RecvId, SendBuffers, SendStatus};
 use ferry_proto::frame::FrameType;
 
@@ -77,6 +77,35 @@ impl TcpTransport {
                 .recvs
                 .iter()
                 .all(|r| r.state == OpState::Done || self.foreign(r.peer))
+    }
+
+    /// Whether all that `ex` still waits for on this transport is TRY sends written from
+    /// their buffers (their call would return now, but for them).
+    pub(super) fn only_eager_left(&self, ex: &Exchange<'_>) -> bool {
+        let recvs_done = ex
+            .recvs
+            .iter()
+            .all(|r| r.state == OpState::Done || self.foreign(r.peer));
+        recvs_done
+            && ex.sends.iter().all(|s| match s.state {
+                OpState::Done => true,
+                _ if self.foreign(s.peer) => true,
+                OpState::Active {
+                    serial: id,
+                    progress: POSTED,
+                } => self.ep.is_eager_borrowed(SendId(id)),
+                _ => false,
+            })
+    }
+
+    /// The sends of `ex` written from their buffers get their outbox copies and complete;
+    /// queued frames switch to the copies (see `Endpoint::release_eager`).
+    pub(super) fn release_eager(&mut self, ex: &Exchange<'_>) {
+        for (op, data) in self.ep.release_eager(&ExBufs(&ex.sends)) {
+            for l in self.links.values_mut().filter(|l| l.borrowed > 0) {
+                l.share_op(op, &data);
+            }
+        }
     }
 
     /// Posts the exchange's new operations to the endpoint. One that cannot be posted (its
@@ -205,7 +234,16 @@ impl TcpTransport {
                     if let Some(i) = recv_index(ex, op) {
                         let r = &mut ex.recvs[i];
                         if let Some(v) = data {
-                            if let Err(want) = r.buf.fill_from(v) {
+                            let res = match &mut r.buf {
+                                // Copied out: the vector serves a later early arrival.
+                                RecvBuf::Slice(s) if s.len() == v.len() => {
+                                    s.copy_from_slice(&v);
+                                    self.spare.give(v);
+                                    Ok(())
+                                }
+                                _ => r.buf.fill_from(v),
+                            };
+                            if let Err(want) = res {
                                 first.get_or_insert(
                                     want.to_error("recv", len)
                                         .on_rank(self.rank)

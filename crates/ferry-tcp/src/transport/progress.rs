@@ -68,6 +68,12 @@ impl TcpTransport {
             }
         }
         self.flush_batch(Some(ex));
+        if self.ep.has_eager_borrowed() && self.only_eager_left(ex) {
+            self.release_eager(ex);
+            if let Err(e) = self.apply_actions(ex) {
+                first.get_or_insert(e);
+            }
+        }
         if let Some(e) = first.or_else(|| self.pending_error.take()) {
             return Err(e);
         }

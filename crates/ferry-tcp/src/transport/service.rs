@@ -3,7 +3,6 @@
 //! large ones straight into the receive's buffer), and writing the frames it queued (zero-copy
 //! payloads from the exchange's buffers).
 
-use std::io::Read;
 use std::net::Shutdown;
 
 use ferry_core::RecvBuf;
@@ -12,7 +11,7 @@ use ferry_proto::frame::{FrameType, Header, HEADER_LEN};
 
 use super::ops::{recv_index, ExBufs};
 use super::*;
-use crate::link::{After, Dest, Flushed, ReadState};
+use crate::link::{After, Dest, Flushed, ReadState, READ_AHEAD};
 
 /// Bytes read from one socket per pass before the next ready socket gets its turn (T3).
 const READ_BUDGET: usize = 256 << 10;
@@ -256,7 +255,7 @@ impl TcpTransport {
                             Sink::Recv(op, len) => {
                                 Some(self.recv_dest(op, len, h.source as usize, ex))
                             }
-                            Sink::Owned(len) => match alloc_zeroed(len) {
+                            Sink::Owned(len) => match self.spare.take(len) {
                                 Some(v) => Some(Dest::Owned(v)),
                                 None => {
                                     return self.link_fault(
@@ -271,6 +270,7 @@ impl TcpTransport {
                             Sink::Discard(_) => Some(Dest::Discard),
                         };
                         if let (Some(dest), Some(l)) = (dest, self.links.get_mut(&id)) {
+                            l.large = h.payload_len() as usize >= DIRECT_READ_MIN;
                             l.rstate = ReadState::Payload {
                                 header: h,
                                 dest,
@@ -287,6 +287,8 @@ impl TcpTransport {
                     }
                     let limit = if l.gets_out > 0 {
                         HEADER_LEN - l.buffered()
+                    } else if l.large {
+                        READ_AHEAD
                     } else {
                         usize::MAX
                     };
@@ -332,21 +334,18 @@ impl TcpTransport {
                         l.rstate = ReadState::Payload { header, dest, done };
                         return;
                     }
-                    let direct = total - done >= DIRECT_READ_MIN;
+                    let direct = total - done >= DIRECT_READ_MIN && l.buffered() == 0;
                     let res = match (direct, dest_slice(&mut dest, ex, total)) {
-                        (true, Some(dst)) => {
-                            let want = total - done;
-                            l.sock
-                                .read(&mut dst[done..total])
-                                .map(|n| (n, true, n < want))
-                        }
+                        (true, Some(dst)) => l
+                            .read_direct(&mut dst[done..total])
+                            .map(|(n, short)| (n, true, short)),
                         _ => l.fill(usize::MAX).map(|(n, short)| (n, false, short)),
                     };
                     match res {
                         Ok((0, _, _)) => return self.link_lost(id, Lost::Eof),
                         Ok((n, was_direct, short)) => {
                             self.moved = self.moved.wrapping_add(1);
-                            budget = budget.saturating_sub(n);
+                            budget = budget.saturating_sub(n.max(1));
                             drained = short;
                             if was_direct {
                                 done += n;
@@ -398,12 +397,4 @@ fn dest_slice<'b>(
         RecvBuf::Vec(v) => Some(&mut v[..]),
         RecvBuf::Slice(s) => Some(&mut s[..]),
     }
-}
-
-/// `len` zero bytes, or `None` when memory cannot hold them (never an abort).
-fn alloc_zeroed(len: usize) -> Option<Vec<u8>> {
-    let mut v = Vec::new();
-    v.try_reserve_exact(len).ok()?;
-    v.resize(len, 0);
-    Some(v)
 }

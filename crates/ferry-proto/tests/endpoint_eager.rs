@@ -1,0 +1,261 @@
+//! TRY messages written straight from the program's buffer, stepped by hand: while the send's
+//! call is active the frame's payload is the program's buffer (no outbox copy); an answer
+//! completes the send without any copy, and a call that ends first gets the copy then
+//! (`release_eager`), after which nothing reads the program's buffer again.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use ferry_proto::endpoint::{
+    Action, ConnId, Endpoint, EndpointConfig, Landed, Payload, RecvId, SendBuffers, SendId,
+    SendStatus, Sink,
+};
+use ferry_proto::frame::{FrameType, Header};
+use ferry_proto::MsgKey;
+
+const SECRET: &[u8] = b"eager-test";
+const LEN: usize = 32 << 10;
+
+fn endpoint(rank: usize) -> Endpoint {
+    Endpoint::new(EndpointConfig::new(rank, 2, SECRET))
+}
+
+#[derive(Default)]
+struct Bufs(HashMap<SendId, Vec<u8>>);
+
+impl SendBuffers for Bufs {
+    fn bytes(&self, op: SendId) -> Option<&[u8]> {
+        self.0.get(&op).map(|v| v.as_slice())
+    }
+}
+
+struct Frame {
+    header: Header,
+    payload: Vec<u8>,
+    borrowed: bool,
+}
+
+fn actions(ep: &mut Endpoint, bufs: &dyn SendBuffers) -> (Vec<Frame>, Vec<Action>) {
+    let (mut frames, mut other) = (Vec::new(), Vec::new());
+    while let Some(a) = ep.poll_action() {
+        match a {
+            Action::Transmit {
+                header, payload, ..
+            } => {
+                let (payload, borrowed) = match payload {
+                    Payload::None => (Vec::new(), false),
+                    Payload::Shared(v) => (v.as_ref().clone(), false),
+                    Payload::Op(op, len) => {
+                        let b = bufs.bytes(op).expect("payload of a live send");
+                        assert_eq!(b.len(), len);
+                        (b.to_vec(), true)
+                    }
+                };
+                frames.push(Frame {
+                    header,
+                    payload,
+                    borrowed,
+                });
+            }
+            a => other.push(a),
+        }
+    }
+    (frames, other)
+}
+
+fn feed(ep: &mut Endpoint, conn: ConnId, f: &Frame, now: Duration) {
+    match ep.on_header(conn, f.header, now) {
+        Sink::Done => {}
+        Sink::Owned(_) => ep.on_payload(conn, Landed::Owned(f.payload.clone()), now),
+        Sink::Recv(..) => ep.on_payload(conn, Landed::Direct, now),
+        Sink::Discard(_) => ep.on_payload(conn, Landed::Discarded, now),
+    }
+}
+
+fn pattern() -> Vec<u8> {
+    (0..LEN).map(|i| (i * 13 + i / 251) as u8).collect()
+}
+
+/// Rank 0 and rank 1 connected by a first small message; returns both endpoints and their
+/// ends of the connection.
+fn connected() -> (Endpoint, Endpoint, ConnId, ConnId) {
+    let t = Duration::ZERO;
+    let mut a = endpoint(0);
+    let mut b = endpoint(1);
+    let mut bufs = Bufs::default();
+    bufs.0.insert(SendId(9), vec![1, 2, 3]);
+    a.post_send(SendId(9), 1, MsgKey::user(1), 3, t, &bufs)
+        .unwrap();
+    let (_, other) = actions(&mut a, &bufs);
+    let dialled = match other.as_slice() {
+        [Action::Dial { conn, peer: 1 }] => *conn,
+        o => panic!("expected a dial of rank 1, got {o:?}"),
+    };
+    a.on_connected(dialled, t);
+    let (to_b, _) = actions(&mut a, &bufs);
+    let accepted = b.on_accepted(t);
+    b.post_recv(RecvId(9), 0, MsgKey::user(1), t).unwrap();
+    for f in &to_b {
+        feed(&mut b, accepted, f, t);
+    }
+    let (to_a, _) = actions(&mut b, &Bufs::default());
+    for f in &to_a {
+        feed(&mut a, dialled, f, t);
+    }
+    let _ = actions(&mut a, &bufs);
+    assert_eq!(a.table_sizes().outbox, 0, "the first message was answered");
+    (a, b, dialled, accepted)
+}
+
+/// Posts the eager send 1 on `a`; returns its TRY frame.
+fn post(a: &mut Endpoint, bufs: &Bufs) -> Frame {
+    let st = a
+        .post_send(SendId(1), 1, MsgKey::user(2), LEN, Duration::ZERO, bufs)
+        .unwrap();
+    assert_eq!(
+        st,
+        SendStatus::Pending,
+        "complete once answered or released"
+    );
+    assert_eq!(
+        a.table_sizes().outbox_bytes,
+        0,
+        "no copy while the call is active"
+    );
+    let (mut frames, _) = actions(a, bufs);
+    assert_eq!(frames.len(), 1);
+    let f = frames.remove(0);
+    assert_eq!(f.header.ty, FrameType::Try);
+    assert!(f.borrowed, "the TRY is written from the program's buffer");
+    f
+}
+
+#[test]
+fn an_answered_try_is_never_copied() {
+    let t = Duration::ZERO;
+    let (mut a, mut b, dialled, accepted) = connected();
+    let mut bufs = Bufs::default();
+    bufs.0.insert(SendId(1), pattern());
+    let f = post(&mut a, &bufs);
+    b.post_recv(RecvId(1), 0, MsgKey::user(2), t).unwrap();
+    feed(&mut b, accepted, &f, t);
+    let (to_a, got) = actions(&mut b, &Bufs::default());
+    assert!(got.iter().any(|x| matches!(
+        x,
+        Action::RecvDone {
+            op: RecvId(1),
+            len: LEN,
+            ..
+        }
+    )));
+    assert_eq!(f.payload, pattern());
+    for f in &to_a {
+        feed(&mut a, dialled, f, t);
+    }
+    let (_, done) = actions(&mut a, &bufs);
+    assert!(done
+        .iter()
+        .any(|x| matches!(x, Action::SendDone(SendId(1)))));
+    assert!(!a.has_eager_borrowed());
+    assert_eq!(a.table_sizes().outbox_bytes, 0);
+    assert_eq!(a.table_sizes().outbox, 0);
+}
+
+#[test]
+fn a_call_that_ends_first_gets_the_copy_and_lets_go_of_the_buffer() {
+    let t = Duration::ZERO;
+    let (mut a, mut b, dialled, accepted) = connected();
+    let mut bufs = Bufs::default();
+    bufs.0.insert(SendId(1), pattern());
+    let f = post(&mut a, &bufs);
+    // The call returns before the receiver answers.
+    let copies = a.release_eager(&bufs);
+    assert_eq!(copies.len(), 1);
+    assert_eq!(copies[0].0, SendId(1));
+    assert_eq!(*copies[0].1, pattern());
+    let (_, done) = actions(&mut a, &bufs);
+    assert!(done
+        .iter()
+        .any(|x| matches!(x, Action::SendDone(SendId(1)))));
+    assert_eq!(a.table_sizes().outbox_bytes, LEN);
+    // The program reuses its buffer; the receiver stores the message and takes it later.
+    let gone = Bufs::default();
+    feed(&mut b, accepted, &f, t);
+    let (to_a, _) = actions(&mut b, &gone);
+    for f in &to_a {
+        feed(&mut a, dialled, f, t);
+    }
+    let (frames, _) = actions(&mut a, &gone);
+    assert!(frames.iter().all(|f| !f.borrowed));
+    let mut got = Vec::new();
+    b.post_recv(RecvId(1), 0, MsgKey::user(2), t).unwrap();
+    let (_, done) = actions(&mut b, &gone);
+    for x in done {
+        if let Action::RecvDone {
+            op: RecvId(1),
+            data: Some(d),
+            ..
+        } = x
+        {
+            got = d;
+        }
+    }
+    assert_eq!(got, pattern());
+    assert_eq!(
+        a.table_sizes().outbox_bytes,
+        0,
+        "answered: the copy is gone"
+    );
+}
+
+#[test]
+fn an_abandoned_try_is_copied_and_its_buffer_never_read_again() {
+    let t = Duration::ZERO;
+    let (mut a, _b, dialled, _) = connected();
+    let mut bufs = Bufs::default();
+    bufs.0.insert(SendId(1), pattern());
+    let f = post(&mut a, &bufs);
+    a.abandon_send(SendId(1), &bufs);
+    assert!(!a.has_eager_borrowed());
+    assert_eq!(a.table_sizes().outbox_bytes, LEN);
+    // Refused by the receiver, then pulled: served from the copy (no buffer any more).
+    // Answers name the message: its source and destination stay.
+    let refuse = Header {
+        ty: FrameType::Refuse,
+        len: 0,
+        ..f.header
+    };
+    feed(
+        &mut a,
+        dialled,
+        &Frame {
+            header: refuse,
+            payload: Vec::new(),
+            borrowed: false,
+        },
+        t,
+    );
+    let get = Header {
+        ty: FrameType::Get,
+        ..refuse
+    };
+    feed(
+        &mut a,
+        dialled,
+        &Frame {
+            header: get,
+            payload: Vec::new(),
+            borrowed: false,
+        },
+        t,
+    );
+    let (frames, other) = actions(&mut a, &Bufs::default());
+    assert!(other.iter().all(|x| !matches!(x, Action::SendDone(_))));
+    let data: Vec<&Frame> = frames
+        .iter()
+        .filter(|f| f.header.ty == FrameType::Data)
+        .collect();
+    assert_eq!(data.len(), 1);
+    assert!(!data[0].borrowed);
+    assert_eq!(data[0].payload, pattern());
+}
