@@ -281,7 +281,8 @@ fn check(t: &mut MpiTransport) -> Result<(), String> {
     // A progress pass tests all its requests with one MPI call (each MPI_Test of an
     // unfinished request runs MPI's progress engine once): an exchange of 16 receives that
     // waits for its messages (16 flows) makes about one test call per pass, not 16. Rank 0
-    // sends its 16 messages after a pause; every other rank receives its 16 before sending on.
+    // sends its 16 messages 200 ms after rank 1 is ready; the others receive theirs before
+    // sending on.
     let (passes, tests, _) = chain(t, |j| MsgKey::user(36 + j as u32))?;
     // One batched test per pass, plus direct tests of the receives the first pass posted
     // (and some slack), never one per waiting receive and pass. Rank 1 waited for rank 0's
@@ -320,8 +321,8 @@ fn check(t: &mut MpiTransport) -> Result<(), String> {
 const CHAIN: usize = 16;
 
 /// Passes a batch of [`CHAIN`] 8-byte messages (message `j` with key `key(j)`) around the ring:
-/// rank 0 sends after a pause, every other rank receives its batch in one exchange before
-/// sending on. Returns the receiving exchange's progress passes, request tests and first
+/// rank 0 sends 200 ms after rank 1 is ready to receive, every other rank receives its batch
+/// in one exchange before sending on. Returns the receiving exchange's progress passes, request tests and first
 /// parts posted ahead (differences of the transport's counters).
 fn chain(t: &mut MpiTransport, key: impl Fn(usize) -> MsgKey) -> Result<(u64, u64, u64), String> {
     let (rank, size) = (t.rank(), t.size());
@@ -345,8 +346,17 @@ fn chain(t: &mut MpiTransport, key: impl Fn(usize) -> MsgKey) -> Result<(u64, u6
         }
         t.exchange(&mut ex).map_err(e)
     };
+    // Rank 1 says when it is about to wait, and rank 0 sends only well after that: however
+    // late a loaded machine lets rank 1 get here, its exchange then waits ~200 ms.
+    if rank == 1 {
+        t.send(0, MsgKey::user(53), b"r").map_err(e)?;
+    }
     if rank == 0 {
-        std::thread::sleep(std::time::Duration::from_millis(50));
+        if size > 1 {
+            let mut ready = Vec::new();
+            t.recv(1, MsgKey::user(53), &mut ready).map_err(e)?;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
         send_batch(t)?;
     }
     let names = [
