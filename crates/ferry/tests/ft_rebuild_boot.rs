@@ -44,7 +44,8 @@ struct Run {
     ok: bool,
     stdout: Vec<String>,
     stderr: String,
-    /// From the hook's line (just before its SIGKILL) to the last survivor's error line.
+    /// From the hook's line (just before its SIGKILL) to the last survivor's error line (or
+    /// the end of the job, if that came first).
     to_errors: Option<Duration>,
 }
 
@@ -81,9 +82,10 @@ fn run(cmd: Command, what: &str, errors: usize) -> Run {
                     .count()
                     >= errors
             };
-            if job.wait_for(limit, failed) {
-                to_errors = Some(died.elapsed());
-            }
+            // Returns early when the job ended before its last lines were read: the time
+            // is then an upper bound (the errors, counted after the end, came before it).
+            job.wait_for(limit, failed);
+            to_errors = Some(died.elapsed());
         }
     }
     let end = job.finish(limit, what);
