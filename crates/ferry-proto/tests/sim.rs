@@ -5,7 +5,10 @@
 //! and re-dials, tiny inboxes and outboxes (refuse, then pull with GET), rendezvous and
 //! zero-copy payloads, and a kill of one endpoint at a random step. Like the driver, a node
 //! writes the frames its endpoint queued only after it has carried out the actions (sometimes
-//! after reading more input first): a connection it drops meanwhile loses them.
+//! after reading more input first): a connection it drops meanwhile loses them. A TRY written
+//! from the program's buffer may be held back (a full socket, with what is queued behind it)
+//! until after the send's call ended, failed or was abandoned: the frame must then be written
+//! from the endpoint's copy, never from the program's buffer.
 //!
 //! Checked for every schedule:
 //! - every message to a live receiver is delivered exactly once, in flow order, with its bytes;

@@ -21,7 +21,9 @@
 //! of send operation `k` straight from the program's buffer: zero-copy rendezvous, T4), and an
 //! incoming payload goes where [`Sink`] says (straight into the buffer of receive `k`, into a
 //! vector the driver allocates for the inbox, or nowhere). The endpoint copies only what the
-//! protocol needs: small messages into the bounded outbox (their send is then complete) and
+//! protocol needs: small messages into the bounded outbox (their send is then complete), TRY
+//! messages written from the program's buffer that are still unanswered when the send's call
+//! ends ([`Endpoint::release_eager`]; the receiver may still refuse and pull them), and
 //! announced messages whose GET does not come in time (so blocking sends in a cycle never
 //! deadlock). It reads the program's bytes through [`SendBuffers`] when it does.
 //!
