@@ -6,6 +6,12 @@ set -uo pipefail
 prefix="${FERRY_NETNS_PREFIX:-ferry-ns}"
 bridge="${FERRY_NETNS_BRIDGE:-ferrybr0}"
 status=0
+# Host ends of the veth pairs first: deleting one end removes the pair at once, while a deleted
+# namespace's own end (and with it this one) goes only when the kernel has finished tearing the
+# namespace down, which can lag under load and make the next setup fail with "File exists".
+for link in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1 | grep -E "^${bridge}p[0-9]+$"); do
+  ip link del "$link" || status=1
+done
 for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${prefix}[0-9]+$"); do
   for pid in $(ip netns pids "$ns" 2>/dev/null); do
     kill -KILL "$pid" 2>/dev/null || true
