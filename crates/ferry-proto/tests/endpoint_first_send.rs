@@ -7,11 +7,13 @@
 use std::time::Duration;
 
 use ferry_proto::endpoint::{
-    Action, ConnId, Endpoint, EndpointConfig, Landed, Payload, RecvId, SendBuffers, SendId,
-    SendStatus, Sink,
+    Action, ConnId, Endpoint, EndpointConfig, RecvId, SendBuffers, SendId, SendStatus,
 };
-use ferry_proto::frame::{FrameType, Header};
+use ferry_proto::frame::FrameType;
 use ferry_proto::MsgKey;
+
+mod wire;
+use wire::{actions, feed, Frame};
 
 const SECRET: &[u8] = b"first-send-test";
 const LEN: usize = 4 << 20;
@@ -26,51 +28,6 @@ struct Held(Option<Vec<u8>>);
 impl SendBuffers for Held {
     fn bytes(&self, op: SendId) -> Option<&[u8]> {
         (op == SendId(1)).then_some(self.0.as_deref()).flatten()
-    }
-}
-
-/// A frame with its payload as the driver would write it; `borrowed` if it came straight from
-/// the program's buffer.
-struct Frame {
-    header: Header,
-    payload: Vec<u8>,
-    borrowed: bool,
-}
-
-fn actions(ep: &mut Endpoint, bufs: &dyn SendBuffers) -> (Vec<Frame>, Vec<Action>) {
-    let (mut frames, mut other) = (Vec::new(), Vec::new());
-    while let Some(a) = ep.poll_action() {
-        match a {
-            Action::Transmit {
-                header, payload, ..
-            } => {
-                let (payload, borrowed) = match payload {
-                    Payload::None => (Vec::new(), false),
-                    Payload::Shared(v) => (v.as_ref().clone(), false),
-                    Payload::Op(op, len) => {
-                        let b = bufs.bytes(op).expect("zero-copy payload of a live send");
-                        assert_eq!(b.len(), len);
-                        (b.to_vec(), true)
-                    }
-                };
-                frames.push(Frame {
-                    header,
-                    payload,
-                    borrowed,
-                });
-            }
-            a => other.push(a),
-        }
-    }
-    (frames, other)
-}
-
-fn feed(ep: &mut Endpoint, conn: ConnId, f: &Frame, now: Duration) {
-    match ep.on_header(conn, f.header, now) {
-        Sink::Done => {}
-        Sink::Owned(_) => ep.on_payload(conn, Landed::Owned(f.payload.clone()), now),
-        Sink::Recv(..) => ep.on_payload(conn, Landed::Direct, now),
-        Sink::Discard(_) => ep.on_payload(conn, Landed::Discarded, now),
     }
 }
 
