@@ -297,6 +297,40 @@ fn missing_program_is_reported() {
     assert!(text(&out.stderr).contains("/nonexistent/program"));
 }
 
+/// The single backend has no peers: several processes of it would each print the whole job's
+/// output as rank 0, so the launcher refuses such a job before starting anything, whether the
+/// backend comes from `--backend` or from an inherited `FERRY_BACKEND`.
+#[test]
+fn single_backend_with_several_processes_is_refused() {
+    let Some((ferry, _)) = tools(&[]) else {
+        return;
+    };
+    let cases: [(&[&str], Option<&str>); 3] = [
+        (&["-n", "2", "--backend", "single"], None),
+        (&["-n", "3"], Some("single")),
+        (&["-n", "1", "--spares", "1", "--backend", "single"], None),
+    ];
+    for (opts, inherited) in cases {
+        let mut cmd = Command::new(&ferry);
+        cmd.arg("run").args(opts).args(["--", "echo", "started"]);
+        match inherited {
+            Some(b) => cmd.env("FERRY_BACKEND", b),
+            None => cmd.env_remove("FERRY_BACKEND"),
+        };
+        let (out, _) = run_limited(&mut cmd, Duration::from_secs(20));
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{opts:?}: {stderr}");
+        assert!(stderr.contains("single backend"), "{opts:?}: {stderr}");
+        assert_eq!(text(&out.stdout), "", "{opts:?}: a rank was started");
+    }
+    let (out, _) = run_limited(
+        Command::new(&ferry).args(["run", "-n", "1", "--backend", "single", "echo", "started"]),
+        Duration::from_secs(20),
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "started\n");
+}
+
 #[test]
 fn config_errors_name_the_key() {
     let Some((ferry, ex)) = tools(&["t_alltoall"]) else {
