@@ -257,6 +257,10 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
             }
         )));
     }
+    if chosen == Some(BackendKind::Mpi) {
+        let (msg, code) = crate::mpi_launch::exec(&args, &apps, spares);
+        return Err(Fatal { msg, code });
+    }
     // A name is claimed before anything is started, atomically (see `ctl`): of two launchers
     // given the same name at the same instant, one runs and the other starts nothing.
     let name_lock = match &args.job_name {

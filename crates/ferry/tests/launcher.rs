@@ -331,6 +331,101 @@ fn single_backend_with_several_processes_is_refused() {
     assert_eq!(text(&out.stdout), "started\n");
 }
 
+/// `--backend mpi` hands the job to MPI's launcher (MPI ranks take rank and size from MPI, so
+/// ranks the launcher started itself would each be alone): a stand-in launcher (FERRY_MPIRUN)
+/// shows the command line and environment it gets, options mpirun cannot carry out are refused
+/// before anything starts, and with a real `mpirun` and examples built with the mpi backend
+/// vsum prints what it prints on tcp.
+#[test]
+fn mpi_backend_is_handed_to_mpirun() {
+    let Some((ferry, ex)) = tools(&["vsum"]) else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("ferry-mpirun-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let fake = dir.join("fake-mpirun");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\necho \"backend=$FERRY_BACKEND job=$FERRY_JOB_ID args=$*\"\nexit 3\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let (out, _) = run_limited(
+        Command::new(&ferry)
+            .args(["run", "-n", "3", "--backend", "mpi", "--job-name", "mpijob"])
+            .args(["prog", "-s", "1", ":", "-n", "2", "other"])
+            .env("FERRY_MPIRUN", format!("{} --opt", fake.display())),
+        Duration::from_secs(20),
+    );
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        "backend=mpi job=mpijob args=--opt -n 3 prog -s 1 : -n 2 other\n"
+    );
+    for opt in [&["--spares", "1"][..], &["--keep-going"], &["--tag-output"]] {
+        let (out, _) = run_limited(
+            Command::new(&ferry)
+                .args(["run", "-n", "2", "--backend", "mpi"])
+                .args(opt)
+                .arg("prog")
+                .env("FERRY_MPIRUN", &fake),
+            Duration::from_secs(20),
+        );
+        assert_eq!(out.status.code(), Some(2), "{opt:?}");
+        assert!(text(&out.stderr).contains(opt[0]), "{}", text(&out.stderr));
+        assert_eq!(text(&out.stdout), "", "{opt:?}: mpirun was started");
+    }
+    let (out, _) = run_limited(
+        Command::new(&ferry)
+            .args(["run", "-n", "2", "--backend", "mpi", "prog"])
+            .env("FERRY_MPIRUN", dir.join("no-such-mpirun")),
+        Duration::from_secs(20),
+    );
+    assert_eq!(out.status.code(), Some(127));
+    assert!(text(&out.stderr).contains("no-such-mpirun"));
+    let _ = std::fs::remove_dir_all(&dir);
+
+    // The real thing, where MPI is installed.
+    let has_mpirun = Command::new("mpirun")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_mpirun {
+        skip_or_fail("mpi_backend_is_handed_to_mpirun", "no mpirun on PATH");
+        return;
+    }
+    let run = |backend: &str| {
+        run_limited(
+            Command::new(&ferry)
+                .args(["run", "-n", "3", "--backend", backend])
+                .arg(&ex[0])
+                .arg("100")
+                .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+                .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"),
+            Duration::from_secs(120),
+        )
+        .0
+    };
+    let mpi = run("mpi");
+    if text(&mpi.stderr).contains("not available in this build") {
+        skip_or_fail(
+            "mpi_backend_is_handed_to_mpirun",
+            "examples built without the mpi backend (--features ferry/mpi)",
+        );
+        return;
+    }
+    let tcp = run("tcp");
+    assert!(mpi.status.success(), "{}", text(&mpi.stderr));
+    assert!(tcp.status.success(), "{}", text(&tcp.stderr));
+    let sorted = |b: &[u8]| {
+        let mut l: Vec<String> = text(b).lines().map(str::to_string).collect();
+        l.sort();
+        l
+    };
+    assert_eq!(sorted(&mpi.stdout), sorted(&tcp.stdout));
+    assert_eq!(sorted(&mpi.stdout).len(), 7, "{}", text(&mpi.stdout));
+}
+
 #[test]
 fn config_errors_name_the_key() {
     let Some((ferry, ex)) = tools(&["t_alltoall"]) else {
