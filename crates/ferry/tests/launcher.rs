@@ -426,6 +426,39 @@ fn mpi_backend_is_handed_to_mpirun() {
     assert_eq!(sorted(&mpi.stdout).len(), 7, "{}", text(&mpi.stdout));
 }
 
+/// FERRY_LOG output of ranks reaches the user through the launcher's pipes: plain text, no
+/// terminal colour codes (which would land in log files as escape sequences), and stdout
+/// unchanged by it.
+#[test]
+fn rank_logs_are_plain_text_on_stderr() {
+    let Some((ferry, ex)) = tools(&["vsum"]) else {
+        return;
+    };
+    let run = |log: Option<&str>| {
+        let mut c = Command::new(&ferry);
+        c.args(["run", "-n", "2", "--backend", "tcp"])
+            .arg(&ex[0])
+            .arg("10");
+        match log {
+            Some(l) => c.env("FERRY_LOG", l),
+            None => c.env_remove("FERRY_LOG"),
+        };
+        run_limited(&mut c, Duration::from_secs(60)).0
+    };
+    let logged = run(Some("debug"));
+    let plain = run(None);
+    assert!(logged.status.success(), "{}", text(&logged.stderr));
+    let err = text(&logged.stderr);
+    assert!(err.contains("DEBUG"), "no log lines: {err}");
+    assert!(!err.contains('\u{1b}'), "escape codes in the log: {err:?}");
+    let sorted = |b: &[u8]| {
+        let mut l: Vec<String> = text(b).lines().map(str::to_string).collect();
+        l.sort();
+        l
+    };
+    assert_eq!(sorted(&logged.stdout), sorted(&plain.stdout));
+}
+
 #[test]
 fn config_errors_name_the_key() {
     let Some((ferry, ex)) = tools(&["t_alltoall"]) else {
