@@ -15,6 +15,7 @@ mod guard;
 mod limits;
 mod monitor;
 mod monitor_plot;
+mod mpi_launch;
 mod mpmd;
 mod remote;
 mod run;
@@ -75,7 +76,7 @@ pub struct RunArgs {
 
     /// Backend for every rank (sets FERRY_BACKEND): single, tcp, shm, hybrid, mpi. Without it
     /// an inherited FERRY_BACKEND is passed on, else the ranks choose (shared memory when all
-    /// ranks are on this host).
+    /// ranks are on this host). With mpi the job is handed to mpirun (or FERRY_MPIRUN).
     #[arg(long, value_name = "B")]
     pub backend: Option<String>,
 

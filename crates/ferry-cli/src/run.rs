@@ -239,6 +239,28 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
         })?),
         None => None,
     };
+    // The single backend has no peers: N processes of it would each run alone as rank 0 and
+    // print the whole job's output N times, so such a job is refused before anything starts.
+    let chosen = backend.or_else(|| {
+        std::env::var("FERRY_BACKEND")
+            .ok()
+            .and_then(|b| b.parse::<BackendKind>().ok())
+    });
+    if chosen == Some(BackendKind::Single) && total > 1 {
+        return Err(Fatal::usage(format!(
+            "the single backend runs one process, but this job has {total} (-n {n}{}); \
+             use -n 1 or another backend (tcp, shm, hybrid, mpi)",
+            if spares > 0 {
+                format!(" and --spares {spares}")
+            } else {
+                String::new()
+            }
+        )));
+    }
+    if chosen == Some(BackendKind::Mpi) {
+        let (msg, code) = crate::mpi_launch::exec(&args, &apps, spares);
+        return Err(Fatal { msg, code });
+    }
     // A name is claimed before anything is started, atomically (see `ctl`): of two launchers
     // given the same name at the same instant, one runs and the other starts nothing.
     let name_lock = match &args.job_name {

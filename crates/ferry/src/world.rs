@@ -188,10 +188,14 @@ pub(crate) fn init_logging() {
         eprintln!("ferry: FERRY_LOG=`{filter}` is not a valid filter ({e}); using `ferry=debug`");
         EnvFilter::new("ferry=debug")
     });
+    // Colour codes only for a terminal: under `ferry run`, mpirun or `2>file` they would end
+    // up as escape sequences in the forwarded lines and log files.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     // A second init (e.g. two worlds in one test process) keeps the first subscriber.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(ansi)
         .try_init();
 }
 

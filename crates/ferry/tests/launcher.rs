@@ -297,6 +297,168 @@ fn missing_program_is_reported() {
     assert!(text(&out.stderr).contains("/nonexistent/program"));
 }
 
+/// The single backend has no peers: several processes of it would each print the whole job's
+/// output as rank 0, so the launcher refuses such a job before starting anything, whether the
+/// backend comes from `--backend` or from an inherited `FERRY_BACKEND`.
+#[test]
+fn single_backend_with_several_processes_is_refused() {
+    let Some((ferry, _)) = tools(&[]) else {
+        return;
+    };
+    let cases: [(&[&str], Option<&str>); 3] = [
+        (&["-n", "2", "--backend", "single"], None),
+        (&["-n", "3"], Some("single")),
+        (&["-n", "1", "--spares", "1", "--backend", "single"], None),
+    ];
+    for (opts, inherited) in cases {
+        let mut cmd = Command::new(&ferry);
+        cmd.arg("run").args(opts).args(["--", "echo", "started"]);
+        match inherited {
+            Some(b) => cmd.env("FERRY_BACKEND", b),
+            None => cmd.env_remove("FERRY_BACKEND"),
+        };
+        let (out, _) = run_limited(&mut cmd, Duration::from_secs(20));
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{opts:?}: {stderr}");
+        assert!(stderr.contains("single backend"), "{opts:?}: {stderr}");
+        assert_eq!(text(&out.stdout), "", "{opts:?}: a rank was started");
+    }
+    let (out, _) = run_limited(
+        Command::new(&ferry).args(["run", "-n", "1", "--backend", "single", "echo", "started"]),
+        Duration::from_secs(20),
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "started\n");
+}
+
+/// `--backend mpi` hands the job to MPI's launcher (MPI ranks take rank and size from MPI, so
+/// ranks the launcher started itself would each be alone): a stand-in launcher (FERRY_MPIRUN)
+/// shows the command line and environment it gets, options mpirun cannot carry out are refused
+/// before anything starts, and with a real `mpirun` and examples built with the mpi backend
+/// vsum prints what it prints on tcp.
+#[test]
+fn mpi_backend_is_handed_to_mpirun() {
+    let Some((ferry, ex)) = tools(&["vsum"]) else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("ferry-mpirun-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let fake = dir.join("fake-mpirun");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\necho \"backend=$FERRY_BACKEND job=$FERRY_JOB_ID args=$*\"\nexit 3\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let (out, _) = run_limited(
+        Command::new(&ferry)
+            .args(["run", "-n", "3", "--backend", "mpi", "--job-name", "mpijob"])
+            .args(["prog", "-s", "1", ":", "-n", "2", "other"])
+            .env("FERRY_MPIRUN", format!("{} --opt", fake.display())),
+        Duration::from_secs(20),
+    );
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        "backend=mpi job=mpijob args=--opt -n 3 prog -s 1 : -n 2 other\n"
+    );
+    for opt in [&["--spares", "1"][..], &["--keep-going"], &["--tag-output"]] {
+        let (out, _) = run_limited(
+            Command::new(&ferry)
+                .args(["run", "-n", "2", "--backend", "mpi"])
+                .args(opt)
+                .arg("prog")
+                .env("FERRY_MPIRUN", &fake),
+            Duration::from_secs(20),
+        );
+        assert_eq!(out.status.code(), Some(2), "{opt:?}");
+        assert!(text(&out.stderr).contains(opt[0]), "{}", text(&out.stderr));
+        assert_eq!(text(&out.stdout), "", "{opt:?}: mpirun was started");
+    }
+    let (out, _) = run_limited(
+        Command::new(&ferry)
+            .args(["run", "-n", "2", "--backend", "mpi", "prog"])
+            .env("FERRY_MPIRUN", dir.join("no-such-mpirun")),
+        Duration::from_secs(20),
+    );
+    assert_eq!(out.status.code(), Some(127));
+    assert!(text(&out.stderr).contains("no-such-mpirun"));
+    let _ = std::fs::remove_dir_all(&dir);
+
+    // The real thing, where MPI is installed.
+    let has_mpirun = Command::new("mpirun")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_mpirun {
+        skip_or_fail("mpi_backend_is_handed_to_mpirun", "no mpirun on PATH");
+        return;
+    }
+    let run = |backend: &str| {
+        run_limited(
+            Command::new(&ferry)
+                .args(["run", "-n", "3", "--backend", backend])
+                .arg(&ex[0])
+                .arg("100")
+                .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+                .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"),
+            Duration::from_secs(120),
+        )
+        .0
+    };
+    let mpi = run("mpi");
+    if text(&mpi.stderr).contains("not available in this build") {
+        skip_or_fail(
+            "mpi_backend_is_handed_to_mpirun",
+            "examples built without the mpi backend (--features ferry/mpi)",
+        );
+        return;
+    }
+    let tcp = run("tcp");
+    assert!(mpi.status.success(), "{}", text(&mpi.stderr));
+    assert!(tcp.status.success(), "{}", text(&tcp.stderr));
+    let sorted = |b: &[u8]| {
+        let mut l: Vec<String> = text(b).lines().map(str::to_string).collect();
+        l.sort();
+        l
+    };
+    assert_eq!(sorted(&mpi.stdout), sorted(&tcp.stdout));
+    assert_eq!(sorted(&mpi.stdout).len(), 7, "{}", text(&mpi.stdout));
+}
+
+/// FERRY_LOG output of ranks reaches the user through the launcher's pipes: plain text, no
+/// terminal colour codes (which would land in log files as escape sequences), and stdout
+/// unchanged by it.
+#[test]
+fn rank_logs_are_plain_text_on_stderr() {
+    let Some((ferry, ex)) = tools(&["vsum"]) else {
+        return;
+    };
+    let run = |log: Option<&str>| {
+        let mut c = Command::new(&ferry);
+        c.args(["run", "-n", "2", "--backend", "tcp"])
+            .arg(&ex[0])
+            .arg("10");
+        match log {
+            Some(l) => c.env("FERRY_LOG", l),
+            None => c.env_remove("FERRY_LOG"),
+        };
+        run_limited(&mut c, Duration::from_secs(60)).0
+    };
+    let logged = run(Some("debug"));
+    let plain = run(None);
+    assert!(logged.status.success(), "{}", text(&logged.stderr));
+    let err = text(&logged.stderr);
+    assert!(err.contains("DEBUG"), "no log lines: {err}");
+    assert!(!err.contains('\u{1b}'), "escape codes in the log: {err:?}");
+    let sorted = |b: &[u8]| {
+        let mut l: Vec<String> = text(b).lines().map(str::to_string).collect();
+        l.sort();
+        l
+    };
+    assert_eq!(sorted(&logged.stdout), sorted(&plain.stdout));
+}
+
 #[test]
 fn config_errors_name_the_key() {
     let Some((ferry, ex)) = tools(&["t_alltoall"]) else {
