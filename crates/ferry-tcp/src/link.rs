@@ -16,15 +16,6 @@ use ferry_proto::frame::{FrameType, Header, HEADER_LEN};
 pub(crate) const READ_BUF: usize = 64 << 10;
 /// Frames gathered into one `writev`.
 const MAX_IOV: usize = 64;
-/// Most bytes of one payload handed to one `writev`; a larger payload (rendezvous DATA) goes
-/// out in pieces of this size. On loopback the bytes of a single large `writev` reached the
-/// receiver only when the call returned (its `epoll_wait` woke 200-400 us later, as long as
-/// the sender's `writev` took, and one `readv` then found the whole megabyte), so the
-/// receiver's copy out of the socket followed the sender's copy into it instead of running
-/// alongside. Every call ends with a push of what it queued: the receiver copies piece `k`
-/// while the sender writes piece `k + 1` (Open MPI's TCP BTL sends 128 KiB fragments for the
-/// same reason). Eager payloads (at most `tcp.eager_bytes` = 64 KiB) are never split.
-pub(crate) const WRITE_CHUNK: usize = 128 << 10;
 /// Bytes read ahead into the read buffer behind a payload that is read straight into its
 /// destination, and by a header read after such a payload: enough for the next header and a
 /// run of small frames, small enough that the next large payload is mostly read straight into
@@ -226,49 +217,6 @@ impl Link {
         Ok((direct, n < want + READ_AHEAD))
     }
 
-    /// Fills `iov` with the next bytes to write: the queued frames in order, up to
-    /// [`MAX_IOV`] slices, at most [`WRITE_CHUNK`] bytes of one payload, and nothing behind a
-    /// payload cut short (the next call continues it). Stops before a zero-copy payload when
-    /// `bufs` is not given. Returns the number of slices filled.
-    fn gather<'a>(
-        &'a self,
-        bufs: Option<&'a dyn SendBuffers>,
-        iov: &mut [IoSlice<'a>; MAX_IOV],
-    ) -> io::Result<usize> {
-        let mut n_iov = 0;
-        for f in self.wq.iter() {
-            if n_iov + 2 > MAX_IOV {
-                break;
-            }
-            let payload: &[u8] = match &f.payload {
-                Payload::None => &[],
-                Payload::Shared(p) => p,
-                Payload::Op(op, len) => match bufs {
-                    None => break,
-                    Some(b) => b.bytes(*op).filter(|b| b.len() == *len).ok_or_else(|| {
-                        io::Error::other(
-                            "exchange dropped while one of its messages was being written",
-                        )
-                    })?,
-                },
-            };
-            if f.off < HEADER_LEN {
-                iov[n_iov] = IoSlice::new(&f.header[f.off..]);
-                n_iov += 1;
-            }
-            let start = f.off.saturating_sub(HEADER_LEN);
-            if start < payload.len() {
-                let end = payload.len().min(start + WRITE_CHUNK);
-                iov[n_iov] = IoSlice::new(&payload[start..end]);
-                n_iov += 1;
-                if end < payload.len() {
-                    break;
-                }
-            }
-        }
-        Ok(n_iov)
-    }
-
     /// Writes as much of the queue as the socket takes, header and payload of many frames in
     /// one `writev` (T4). Zero-copy payloads are written only when `bufs` is given; the sends
     /// whose frames went out completely are appended to `written`. A zero-copy payload whose
@@ -282,11 +230,40 @@ impl Link {
         while !self.wq.is_empty() {
             let res = {
                 let mut iov: [IoSlice<'_>; MAX_IOV] = [IoSlice::new(&[]); MAX_IOV];
-                let n_iov = self.gather(bufs, &mut iov)?;
+                let mut n_iov = 0;
+                for f in self.wq.iter() {
+                    if n_iov + 2 > MAX_IOV {
+                        break;
+                    }
+                    let payload: &[u8] = match &f.payload {
+                        Payload::None => &[],
+                        Payload::Shared(p) => p,
+                        Payload::Op(op, len) => match bufs {
+                            None => break,
+                            Some(b) => {
+                                b.bytes(*op).filter(|b| b.len() == *len).ok_or_else(|| {
+                                    io::Error::other(
+                                        "exchange dropped while one of its messages was being \
+                                         written",
+                                    )
+                                })?
+                            }
+                        },
+                    };
+                    if f.off < HEADER_LEN {
+                        iov[n_iov] = IoSlice::new(&f.header[f.off..]);
+                        n_iov += 1;
+                    }
+                    let start = f.off.saturating_sub(HEADER_LEN);
+                    if start < payload.len() {
+                        iov[n_iov] = IoSlice::new(&payload[start..]);
+                        n_iov += 1;
+                    }
+                }
                 if n_iov == 0 {
                     return Ok(Flushed::NeedsExchange);
                 }
-                (&self.sock).write_vectored(&iov[..n_iov])
+                self.sock.write_vectored(&iov[..n_iov])
             };
             let mut n = match res {
                 Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
@@ -418,48 +395,6 @@ mod tests {
         assert!(got[HEADER_LEN..].iter().all(|&x| x == 5));
         assert_eq!(written, vec![SendId(4)]);
         assert_eq!(l.borrowed, 0);
-    }
-
-    #[test]
-    fn a_large_payload_is_handed_to_the_socket_in_pieces() {
-        let (a, mut b) = pair();
-        let mut l = Link::new(a, Some(1), false);
-        let data: Vec<u8> = (0..(1usize << 20) + 5).map(|i| (i % 253) as u8).collect();
-        let h = header(FrameType::Data, 2, data.len());
-        l.push(&h, Payload::Op(SendId(3), data.len()));
-        l.push(&header(FrameType::Accept, 3, 0), Payload::None);
-        let bufs = One(SendId(3), data.clone());
-        let gathered = |l: &Link| {
-            let mut iov = [IoSlice::new(&[]); MAX_IOV];
-            let n = l.gather(Some(&bufs), &mut iov).unwrap();
-            iov[..n].iter().map(|s| s.len()).collect::<Vec<_>>()
-        };
-        // One piece of the payload behind its header, and not the frame queued behind it.
-        assert_eq!(gathered(&l), vec![HEADER_LEN, WRITE_CHUNK]);
-        l.wq[0].off = HEADER_LEN + 8 * WRITE_CHUNK - 1;
-        assert_eq!(gathered(&l), vec![6, HEADER_LEN]);
-        l.wq[0].off = 0;
-        // Small payloads are still gathered many to a call.
-        let mut s = Link::new(l.sock.try_clone().unwrap(), Some(1), false);
-        for k in 0..3 {
-            s.push(
-                &header(FrameType::Try, k, 1000),
-                Payload::Shared(Arc::new(vec![1; 1000])),
-            );
-        }
-        assert_eq!(gathered(&s), [HEADER_LEN, 1000].repeat(3));
-        // The pieces arrive whole and in order.
-        let mut written = Vec::new();
-        let got = drain(
-            &mut l,
-            &mut b,
-            2 * HEADER_LEN + data.len(),
-            Some(&bufs),
-            &mut written,
-        );
-        assert_eq!(Header::decode(&got, u64::MAX).unwrap(), h);
-        assert_eq!(&got[HEADER_LEN..HEADER_LEN + data.len()], &data[..]);
-        assert_eq!(written, vec![SendId(3)]);
     }
 
     #[test]
