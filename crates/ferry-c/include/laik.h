@@ -34,6 +34,14 @@ typedef struct _Laik_Transition Laik_Transition;
 typedef struct _Laik_ActionSeq Laik_ActionSeq;
 typedef struct _Laik_RangeReceiver Laik_RangeReceiver;
 typedef struct _Laik_PartitionerParams Laik_PartitionerParams;
+typedef struct _Laik_RangeList Laik_RangeList;
+typedef struct _Laik_RangeFilter Laik_RangeFilter;
+typedef struct _Laik_Error Laik_Error;
+typedef struct _Laik_Backend Laik_Backend;
+typedef struct _Laik_Task Laik_Task;
+typedef struct _Laik_AccessPhase Laik_AccessPhase;
+typedef struct _Laik_PartGroup Laik_PartGroup;
+typedef struct _Laik_SwitchStat Laik_SwitchStat;
 
 /* An index of up to three dimensions (x, y, z). */
 typedef struct _Laik_Index {
@@ -95,6 +103,7 @@ int laik_mylocationid(Laik_Instance* inst);
 char* laik_mylocation(Laik_Instance* inst);
 int laik_group_locationid(Laik_Group* group, int id);
 int laik_get_master(Laik_Group* g);
+bool laik_set_master(Laik_Group* g, int id);
 bool laik_is_master(Laik_Group* g);
 bool laik_is_managed(Laik_Instance* inst);
 int laik_phase(Laik_Instance* inst);
@@ -171,9 +180,11 @@ static inline void laik_profile_printf(const char* msg, ...)
 
 double laik_get_total_time(void);
 double laik_get_backend_time(void);
+double laik_get_user_time(void);
 
 /* ---- index spaces ---- */
 
+Laik_Space* laik_new_space(Laik_Instance* inst);
 Laik_Space* laik_new_space_1d(Laik_Instance* inst, int64_t s1);
 Laik_Space* laik_new_space_2d(Laik_Instance* inst, int64_t s1, int64_t s2);
 Laik_Space* laik_new_space_3d(Laik_Instance* inst, int64_t s1, int64_t s2, int64_t s3);
@@ -353,6 +364,43 @@ Laik_TaskRange* laik_my_range_2d(Laik_Partitioning* p, int n,
 Laik_TaskRange* laik_my_range_3d(Laik_Partitioning* p, int n,
                                  int64_t* x1, int64_t* x2, int64_t* y1, int64_t* y2,
                                  int64_t* z1, int64_t* z2);
+
+/* ---- range lists, range filters, partitionings computed on demand ---- */
+
+Laik_RangeList* laik_rangelist_new(Laik_Space* space, unsigned int max_tid);
+void laik_rangelist_free(Laik_RangeList* list);
+void laik_rangelist_append(Laik_RangeList* list, int tid, const Laik_Range* range,
+                           int tag, void* data);
+void laik_rangelist_append_single1d(Laik_RangeList* list, int tid, int64_t idx);
+void laik_rangelist_freeze(Laik_RangeList* list, bool doMerge);
+void laik_rangelist_migrate(Laik_RangeList* list, int* idmap, unsigned int new_count);
+bool laik_rangelist_isAll(Laik_RangeList* list);
+int laik_rangelist_isSingle(Laik_RangeList* list);
+bool laik_rangelist_isEqual(Laik_RangeList* r1, Laik_RangeList* r2);
+bool laik_rangelist_coversSpace(Laik_RangeList* list);
+int laik_rangelist_rangecount(Laik_RangeList* list);
+int laik_rangelist_tidrangecount(Laik_RangeList* list, int tid);
+int laik_rangelist_tidmapcount(Laik_RangeList* list, int tid);
+unsigned int laik_rangelist_tidmaprangecount(Laik_RangeList* list, int tid, int mapNo);
+Laik_TaskRange* laik_rangelist_taskrange(Laik_RangeList* list, int n);
+Laik_TaskRange* laik_rangelist_tidrange(Laik_RangeList* list, int tid, int n);
+Laik_TaskRange* laik_rangelist_tidmaprange(Laik_RangeList* list, int tid, int mapNo, int n);
+
+Laik_RangeFilter* laik_rangefilter_new(void);
+void laik_rangefilter_free(Laik_RangeFilter* sf);
+void laik_rangefilter_set_myfilter(Laik_RangeFilter* sf, Laik_Group* g);
+void laik_rangefilter_add_idxfilter(Laik_RangeFilter* sf, Laik_RangeList* list, int tid);
+Laik_RangeList* laik_run_partitioner(Laik_PartitionerParams* params, Laik_RangeFilter* filter);
+
+Laik_Partitioning* laik_new_empty_partitioning(Laik_Group* g, Laik_Space* s,
+                                               Laik_Partitioner* pr, Laik_Partitioning* other);
+Laik_Partitioning* laik_clone_empty_partitioning(Laik_Partitioning* p);
+Laik_RangeList* laik_partitioning_allranges(Laik_Partitioning* p);
+Laik_RangeList* laik_partitioning_myranges(Laik_Partitioning* p);
+Laik_RangeList* laik_partitioning_interranges(Laik_Partitioning* p1, Laik_Partitioning* p2);
+void laik_partitioning_store_allranges(Laik_Partitioning* p);
+void laik_partitioning_store_myranges(Laik_Partitioning* p);
+void laik_partitioning_store_intersectranges(Laik_Partitioning* p, Laik_Partitioning* p2);
 
 /* ---- data containers ---- */
 

@@ -11,6 +11,9 @@
 //!   `FERRY_ERR_PEER_FAILED` and a message naming it, and nothing aborts;
 //! * `tests/c/laik_fail.c`: the same under `laik.h`, where failures are fatal as in LAIK: the
 //!   survivors print the operation and the dead rank and exit with status 1, nothing aborts;
+//! * `tests/c/laik_newer.c`: calls of LAIK's newer headers that its examples do not make
+//!   (multi-dimensional block partitioning, `laik_set_master`, range lists and filters,
+//!   partitionings computed on demand), each checked by the program;
 //! * `tests/c/laik_provided.c`, `laik_kvs_watch.c`: calls of LAIK's newer sources and headers
 //!   (provided memory, container ranges, 2d index translation, migrated partitionings, phase
 //!   and iteration queries, profile text, key-value store callbacks), checked by the programs;
@@ -494,6 +497,40 @@ fn laik_queries_of_spaces_partitionings_and_groups() {
         assert_eq!(r.status, Some(0), "{b}: exit status; stderr:\n{}", r.stderr);
         assert_eq!(r.stdout.lines().count(), 18, "{b}: {}", r.stdout);
         assert!(!r.stdout.contains("wrong"), "{b}: {}", r.stdout);
+    }
+}
+
+/// Calls of LAIK's newer public headers (`tests/c/laik_newer.c`): block partitioners along
+/// each dimension of 2d and 3d spaces (plain, index- and task-weighted, two cycles) cut like
+/// the 1d block partitioner over that dimension and span the rest, and a 2d container moves
+/// its values to blocks along y; `laik_set_master` moves `laik_Master`'s range and the sum at
+/// the master; `laik_new_space` has no size until `laik_change_space_2d`; user time; range
+/// lists (merging, mapping numbers by tag, predicates, migration), range filters on
+/// `laik_run_partitioner`, and partitionings whose partitioner runs at
+/// `laik_partitioning_store_*`, used by a container. The program checks each fact on every
+/// rank (32 lines from rank 0, "wrong" on stderr otherwise).
+#[test]
+fn laik_newer_header_calls_blocks_master_and_range_lists() {
+    let Some((ferry, libdir)) = tools("laik_newer_header_calls_blocks_master_and_range_lists")
+    else {
+        return;
+    };
+    let prog = compile("laik_newer", &libdir);
+    for (b, n) in [("tcp", 1), ("tcp", 3), ("shm", 4), ("hybrid", 3)] {
+        let r = launch(&ferry, &libdir, b, n, &[], &prog, &[]);
+        assert_eq!(
+            r.status,
+            Some(0),
+            "{b} -n {n}: exit status; stderr:\n{}",
+            r.stderr
+        );
+        assert_eq!(r.stdout.lines().count(), 32, "{b} -n {n}: {}", r.stdout);
+        assert!(
+            r.stdout.lines().all(|l| l.ends_with(": ok")) && !r.stderr.contains("wrong"),
+            "{b} -n {n}: {}\n{}",
+            r.stdout,
+            r.stderr
+        );
     }
 }
 

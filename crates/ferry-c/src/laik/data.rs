@@ -310,6 +310,7 @@ impl LaikData {
 
 fn new_data(space: *mut LaikSpace, ty: *mut LaikType, op: &'static str) -> Result<*mut LaikData> {
     let sp = obj(space, op, "space")?;
+    sp.sized(op)?;
     let t = obj(ty, op, "type")?;
     let inst = obj(sp.inst, op, "instance")?;
     let name = format!("data-{}", inst.datas.len());
@@ -348,7 +349,7 @@ pub extern "C" fn laik_new_data_1d(
     ty: *mut LaikType,
     s1: i64,
 ) -> *mut LaikData {
-    let s = super::part::laik_new_space_1d(inst, s1);
+    let s = super::index_space::laik_new_space_1d(inst, s1);
     laik_new_data(s, ty)
 }
 
@@ -359,7 +360,7 @@ pub extern "C" fn laik_new_data_2d(
     s1: i64,
     s2: i64,
 ) -> *mut LaikData {
-    let s = super::part::laik_new_space_2d(inst, s1, s2);
+    let s = super::index_space::laik_new_space_2d(inst, s1, s2);
     laik_new_data(s, ty)
 }
 
