@@ -415,6 +415,12 @@ extern Laik_Type* laik_Double;
 
 Laik_Type* laik_type_register(const char* name, int size);
 
+typedef void (*laik_init_t)(void* base, int count, Laik_ReductionOperation o);
+typedef void (*laik_reduce_t)(void* out, const void* in1, const void* in2, int count,
+                              Laik_ReductionOperation o);
+void laik_type_set_init(Laik_Type* type, laik_init_t init);
+void laik_type_set_reduce(Laik_Type* type, laik_reduce_t reduce);
+
 Laik_Data* laik_new_data(Laik_Space* space, Laik_Type* type);
 Laik_Data* laik_new_data_1d(Laik_Instance* inst, Laik_Type* type, int64_t s1);
 Laik_Data* laik_new_data_2d(Laik_Instance* inst, Laik_Type* type, int64_t s1, int64_t s2);

@@ -11,6 +11,8 @@
 //!   `FERRY_ERR_PEER_FAILED` and a message naming it, and nothing aborts;
 //! * `tests/c/laik_fail.c`: the same under `laik.h`, where failures are fatal as in LAIK: the
 //!   survivors print the operation and the dead rank and exit with status 1, nothing aborts;
+//! * `tests/c/laik_custom_reduce.c`: reductions over a registered element type through the
+//!   program's own reduce and init functions;
 //! * `tests/c/laik_newer.c`: calls of LAIK's newer headers that its examples do not make
 //!   (multi-dimensional block partitioning, `laik_set_master`, range lists and filters,
 //!   partitionings computed on demand), each checked by the program;
@@ -498,6 +500,65 @@ fn laik_queries_of_spaces_partitionings_and_groups() {
         assert_eq!(r.stdout.lines().count(), 18, "{b}: {}", r.stdout);
         assert!(!r.stdout.contains("wrong"), "{b}: {}", r.stdout);
     }
+}
+
+/// Reductions over a registered type of 24 bytes through the program's functions
+/// (`tests/c/laik_custom_reduce.c`): a sum All -> All (which the data layer would otherwise
+/// run as an all-reduce cutting the byte array between elements), `LAIK_RO_Custom` onto the
+/// master, and the Init flow with the program's neutral elements before sums at the master;
+/// the program checks every element. Without a reduce function the sum is LAIK's fatal error
+/// naming the missing function, and nothing aborts.
+#[test]
+fn laik_registered_types_reduce_through_the_programs_functions() {
+    let Some((ferry, libdir)) =
+        tools("laik_registered_types_reduce_through_the_programs_functions")
+    else {
+        return;
+    };
+    let prog = compile("laik_custom_reduce", &libdir);
+    for (b, n) in [("tcp", 1), ("tcp", 3), ("shm", 4), ("hybrid", 3)] {
+        let r = launch(&ferry, &libdir, b, n, &[], &prog, &[]);
+        assert_eq!(
+            r.status,
+            Some(0),
+            "{b} -n {n}: exit status; stderr:\n{}",
+            r.stderr
+        );
+        assert_eq!(r.stdout.lines().count(), 4, "{b} -n {n}: {}", r.stdout);
+        assert!(
+            r.stdout.lines().all(|l| l.ends_with(": ok")) && !r.stderr.contains("wrong"),
+            "{b} -n {n}: {}\n{}",
+            r.stdout,
+            r.stderr
+        );
+    }
+    let r = launch(
+        &ferry,
+        &libdir,
+        "tcp",
+        2,
+        &[],
+        &prog,
+        &["missing".to_string()],
+    );
+    assert_eq!(
+        r.status,
+        Some(1),
+        "stdout:\n{}\nstderr:\n{}",
+        r.stdout,
+        r.stderr
+    );
+    assert!(
+        r.stderr.contains("LAIK error: rank 0")
+            && r.stderr
+                .contains("without a reduce function (laik_type_set_reduce)")
+            && !r.stdout.contains("did not fail")
+            && !r.stderr.contains("panicked")
+            && !r.stderr.contains("Aborted"),
+        "stdout:\n{}\nstderr:\n{}",
+        r.stdout,
+        r.stderr
+    );
 }
 
 /// Calls of LAIK's newer public headers (`tests/c/laik_newer.c`): block partitioners along

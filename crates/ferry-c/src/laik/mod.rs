@@ -18,6 +18,7 @@ mod part;
 mod plan;
 mod query;
 mod ranges;
+mod reduce;
 mod spaces;
 
 use std::io::Write;
