@@ -278,6 +278,16 @@ static inline bool laik_range_within_space(const Laik_Range* range, const Laik_S
     return laik_range_within_range(range, laik_space_asrange((Laik_Space*) sp));
 }
 
+/* ---- debug printers: append to the log message being built (laik_log_begin) ---- */
+
+void laik_log_IntList(int len, int* list);
+void laik_log_PrettyInt(uint64_t v);
+void laik_log_Space(Laik_Space* spc);
+void laik_log_Index(int dims, const Laik_Index* idx);
+void laik_log_Range(Laik_Range* range);
+void laik_log_Reduction(Laik_ReductionOperation op);
+void laik_log_DataFlow(Laik_DataFlow flow);
+
 /* ---- partitioners and partitionings ---- */
 
 typedef double (*Laik_GetIdxWeight_t)(Laik_Index* idx, const void* userData);
@@ -333,6 +343,7 @@ void laik_append_range(Laik_RangeReceiver* r, int task, const Laik_Range* s,
                        int tag, void* data);
 void laik_append_index_1d(Laik_RangeReceiver* r, int task, int64_t idx);
 
+void laik_log_Partitioning(Laik_Partitioning* p);
 Laik_Partitioning* laik_new_partitioning(Laik_Partitioner* pr, Laik_Group* g,
                                          Laik_Space* space, Laik_Partitioning* other);
 void laik_free_partitioning(Laik_Partitioning* p);

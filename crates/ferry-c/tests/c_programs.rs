@@ -569,7 +569,8 @@ fn laik_registered_types_reduce_through_the_programs_functions() {
 /// lists (merging, mapping numbers by tag, predicates, migration), range filters on
 /// `laik_run_partitioner`, and partitionings whose partitioner runs at
 /// `laik_partitioning_store_*`, used by a container. The program checks each fact on every
-/// rank (32 lines from rank 0, "wrong" on stderr otherwise).
+/// rank (32 lines from rank 0, "wrong" on stderr otherwise). Rank 0 also builds a log line
+/// with LAIK's debug printers, compared here.
 #[test]
 fn laik_newer_header_calls_blocks_master_and_range_lists() {
     let Some((ferry, libdir)) = tools("laik_newer_header_calls_blocks_master_and_range_lists")
@@ -592,6 +593,9 @@ fn laik_newer_header_calls_blocks_master_and_range_lists() {
             r.stdout,
             r.stderr
         );
+        let printers = "printers: [4, 5, 6] 123 K grid[0/0;6/4[ 3/2 [1/0;3/2[ max preserve \
+                        whole: T0 [0/0;6/4[";
+        assert!(r.stderr.contains(printers), "{b} -n {n}: {}", r.stderr);
     }
 }
 

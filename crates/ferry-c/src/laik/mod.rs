@@ -12,6 +12,7 @@ mod bytes;
 mod core;
 mod custom;
 mod data;
+mod debug;
 mod index_space;
 mod kvs;
 mod part;

@@ -284,6 +284,37 @@ int main(int argc, char** argv)
     master(inst, world);
     space_and_time(inst, world);
     rangelists(inst, world);
+
+    /* debug printers (stderr, checked by the test) */
+    if (laik_myid(world) == 0) {
+        laik_set_loglevel(LAIK_LL_Info);
+        int list[3] = {4, 5, 6};
+        Laik_Space* sp = laik_new_space_2d(inst, 6, 4);
+        laik_set_space_name(sp, "grid");
+        Laik_Range r;
+        laik_range_init_2d(&r, sp, 1, 3, 0, 2);
+        Laik_Partitioning* p = laik_new_partitioning(laik_Master, world, sp, 0);
+        laik_partitioning_set_name(p, "whole");
+        laik_log_begin(LAIK_LL_Warning);
+        laik_log_append("printers:");
+        laik_log_append(" ");
+        laik_log_IntList(3, list);
+        laik_log_append(" ");
+        laik_log_PrettyInt(123456);
+        laik_log_append(" ");
+        laik_log_Space(sp);
+        laik_log_append(" ");
+        laik_log_Index(2, &r.to);
+        laik_log_append(" ");
+        laik_log_Range(&r);
+        laik_log_append(" ");
+        laik_log_Reduction(LAIK_RO_Max);
+        laik_log_append(" ");
+        laik_log_DataFlow(LAIK_DF_Preserve);
+        laik_log_append(" ");
+        laik_log_Partitioning(p);
+        laik_log_flush(0);
+    }
     laik_finalize(inst);
     return failures ? 1 : 0;
 }
