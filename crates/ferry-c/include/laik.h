@@ -473,6 +473,31 @@ bool laik_local2global1_2d(Laik_Data* d, int64_t lx, int64_t ly, int64_t* gx, in
 
 /* ---- reservations, transitions, action sequences ---- */
 
+/* Kinds of the steps of an action sequence (LAIK's action.h); ferry's sequences are opaque. */
+typedef enum _Laik_ActionType {
+    LAIK_AT_Invalid = 0,
+    LAIK_AT_Nop,
+    LAIK_AT_Transition,
+    LAIK_AT_BufReserve,
+    LAIK_AT_MapSend, LAIK_AT_BufSend, LAIK_AT_RBufSend,
+    LAIK_AT_MapRecv, LAIK_AT_BufRecv, LAIK_AT_RBufRecv,
+    LAIK_AT_RBufReduce, LAIK_AT_BufInit,
+    LAIK_AT_CopyFromBuf, LAIK_AT_CopyToBuf,
+    LAIK_AT_PackAndSend, LAIK_AT_Pack,
+    LAIK_AT_RecvAndUnpack, LAIK_AT_Unpack,
+    LAIK_AT_Reduce, LAIK_AT_GroupReduce,
+    LAIK_AT_Copy,
+    LAIK_AT_BufCopy, LAIK_AT_RBufCopy,
+    LAIK_AT_Backend = 50
+} Laik_ActionType;
+
+typedef struct _Laik_Action {
+    char type;
+    char len;
+} Laik_Action;
+
+typedef struct _Laik_TransitionContext Laik_TransitionContext;
+
 Laik_Reservation* laik_reservation_new(Laik_Data* d);
 void laik_reservation_add(Laik_Reservation* r, Laik_Partitioning* p);
 void laik_reservation_alloc(Laik_Reservation* r);
