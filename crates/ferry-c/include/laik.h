@@ -94,6 +94,7 @@ Laik_Instance* laik_inst(Laik_Group* g);
 Laik_Group* laik_new_shrinked_group(Laik_Group* g, int len, int* list);
 Laik_Group* laik_group_parent(Laik_Group* g);
 Laik_Group* laik_clone_group(Laik_Group* g);
+Laik_Group* laik_new_union_group(Laik_Group* g1, Laik_Group* g2);
 char* laik_group_location(Laik_Group* group, int id);
 void laik_release_group(Laik_Group* g);
 Laik_Group* laik_allow_world_resize(Laik_Instance* inst, int phase);

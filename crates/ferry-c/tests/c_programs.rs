@@ -565,11 +565,12 @@ fn laik_registered_types_reduce_through_the_programs_functions() {
 /// each dimension of 2d and 3d spaces (plain, index- and task-weighted, two cycles) cut like
 /// the 1d block partitioner over that dimension and span the rest, and a 2d container moves
 /// its values to blocks along y; `laik_set_master` moves `laik_Master`'s range and the sum at
-/// the master; `laik_new_space` has no size until `laik_change_space_2d`; user time; range
+/// the master; a union of two shrunk groups holds the world in location order and carries a
+/// container; `laik_new_space` has no size until `laik_change_space_2d`; user time; range
 /// lists (merging, mapping numbers by tag, predicates, migration), range filters on
 /// `laik_run_partitioner`, and partitionings whose partitioner runs at
 /// `laik_partitioning_store_*`, used by a container. The program checks each fact on every
-/// rank (32 lines from rank 0, "wrong" on stderr otherwise). Rank 0 also builds a log line
+/// rank (33 lines from rank 0, "wrong" on stderr otherwise). Rank 0 also builds a log line
 /// with LAIK's debug printers, compared here.
 #[test]
 fn laik_newer_header_calls_blocks_master_and_range_lists() {
@@ -586,7 +587,7 @@ fn laik_newer_header_calls_blocks_master_and_range_lists() {
             "{b} -n {n}: exit status; stderr:\n{}",
             r.stderr
         );
-        assert_eq!(r.stdout.lines().count(), 32, "{b} -n {n}: {}", r.stdout);
+        assert_eq!(r.stdout.lines().count(), 33, "{b} -n {n}: {}", r.stdout);
         assert!(
             r.stdout.lines().all(|l| l.ends_with(": ok")) && !r.stderr.contains("wrong"),
             "{b} -n {n}: {}\n{}",

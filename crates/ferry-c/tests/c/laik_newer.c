@@ -138,6 +138,34 @@ static void master(Laik_Instance* inst, Laik_Group* world)
     check(world, "laik_Master follows the master", ok);
 }
 
+static void unions(Laik_Instance* inst, Laik_Group* world)
+{
+    int n = laik_size(world), me = laik_myid(world);
+    if (n < 2) {
+        check(world, "union of groups", laik_new_union_group(world, world) == world);
+        return;
+    }
+    int last = n - 1, first = 0;
+    Laik_Group* g1 = laik_new_shrinked_group(world, 1, &last);
+    Laik_Group* g2 = laik_new_shrinked_group(world, 1, &first);
+    Laik_Group* u = laik_new_union_group(g2, g1);
+    bool ok = laik_size(u) == n && laik_myid(u) == me && laik_group_parent(u) == g2 &&
+              laik_new_union_group(world, g1) == world;
+    for (int k = 0; k < n; k++) ok = ok && laik_group_locationid(u, k) == k;
+    Laik_Data* d = laik_new_data_1d(inst, laik_Double, 10);
+    laik_switchto_new_partitioning(d, u, laik_new_block_partitioner1(), LAIK_DF_None,
+                                   LAIK_RO_None);
+    double* base;
+    uint64_t count;
+    laik_get_map_1d(d, 0, (void**) &base, &count);
+    for (uint64_t i = 0; i < count; i++) base[i] = laik_local2global_1d(d, i);
+    laik_switchto_new_partitioning(d, u, laik_All, LAIK_DF_Preserve, LAIK_RO_None);
+    laik_get_map_1d(d, 0, (void**) &base, &count);
+    ok = ok && count == 10;
+    for (uint64_t i = 0; ok && i < count; i++) ok = base[i] == (double) i;
+    check(world, "union of groups", ok);
+}
+
 static void space_and_time(Laik_Instance* inst, Laik_Group* world)
 {
     Laik_Space* sp = laik_new_space(inst);
@@ -282,6 +310,7 @@ int main(int argc, char** argv)
     Laik_Group* world = laik_world(inst);
     blocks(inst, world);
     master(inst, world);
+    unions(inst, world);
     space_and_time(inst, world);
     rangelists(inst, world);
 
