@@ -505,8 +505,8 @@ fn laik_queries_of_spaces_partitionings_and_groups() {
 /// Reductions over a registered type of 24 bytes through the program's functions
 /// (`tests/c/laik_custom_reduce.c`): a sum All -> All (which the data layer would otherwise
 /// run as an all-reduce cutting the byte array between elements), `LAIK_RO_Custom` onto the
-/// master, and the Init flow with the program's neutral elements before sums at the master;
-/// the program checks every element. Without a reduce function the sum is LAIK's fatal error
+/// master, and the Init flow with the program's neutral elements before sums at the master
+/// (1d) and into blocks of rows (2d); the program checks every element. Without a reduce function the sum is LAIK's fatal error
 /// naming the missing function, and nothing aborts.
 #[test]
 fn laik_registered_types_reduce_through_the_programs_functions() {
@@ -524,7 +524,7 @@ fn laik_registered_types_reduce_through_the_programs_functions() {
             "{b} -n {n}: exit status; stderr:\n{}",
             r.stderr
         );
-        assert_eq!(r.stdout.lines().count(), 4, "{b} -n {n}: {}", r.stdout);
+        assert_eq!(r.stdout.lines().count(), 5, "{b} -n {n}: {}", r.stdout);
         assert!(
             r.stdout.lines().all(|l| l.ends_with(": ok")) && !r.stderr.contains("wrong"),
             "{b} -n {n}: {}\n{}",

@@ -123,6 +123,33 @@ int main(int argc, char** argv)
     check(world, "init then sum at the master", ok);
     check(world, "reduce function called", n == 1 || me != 0 || calls > 0);
 
+    /* 2d: Init everywhere, partial values, sums into blocks of rows */
+    Laik_Data* d2 = laik_new_data_2d(inst, tt, 7, 5);
+    laik_switchto_new_partitioning(d2, world, laik_All, LAIK_DF_Init, LAIK_RO_Sum);
+    uint64_t ys, yst, xs;
+    laik_get_map_2d(d2, 0, (void**) &base, &ys, &yst, &xs);
+    ok = ys == 5 && xs == 7;
+    for (uint64_t y = 0; ok && y < ys; y++)
+        for (uint64_t x = 0; x < xs; x++)
+            if (base[y * yst + x].a != 0 || base[y * yst + x].c != 0) ok = false;
+    for (uint64_t y = 0; y < ys; y++)
+        for (uint64_t x = 0; x < xs; x++)
+            if ((int) ((x + y) % n) == me) base[y * yst + x] = (Triple){1, x + 10.0 * y, 3};
+    Laik_Partitioning* rows = laik_switchto_new_partitioning(
+        d2, world, laik_new_block_partitioner(1, 1, 0, 0, 0), LAIK_DF_Preserve, LAIK_RO_Sum);
+    int64_t x1, x2, y1, y2;
+    if (laik_my_rangecount(rows) > 0) {
+        laik_my_range_2d(rows, 0, &x1, &x2, &y1, &y2);
+        laik_get_map_2d(d2, 0, (void**) &base, &ys, &yst, &xs);
+        ok = ok && (int64_t) ys == y2 - y1 && xs == 7;
+        for (uint64_t y = 0; ok && y < ys; y++)
+            for (uint64_t x = 0; x < xs; x++) {
+                Triple v = base[y * yst + x];
+                if (v.a != 1 || v.b != x + 10.0 * (y + y1) || v.c != 3) ok = false;
+            }
+    }
+    check(world, "2d init then sums into row blocks", ok);
+
     laik_finalize(inst);
     return failures ? 1 : 0;
 }
