@@ -34,6 +34,14 @@ typedef struct _Laik_Transition Laik_Transition;
 typedef struct _Laik_ActionSeq Laik_ActionSeq;
 typedef struct _Laik_RangeReceiver Laik_RangeReceiver;
 typedef struct _Laik_PartitionerParams Laik_PartitionerParams;
+typedef struct _Laik_RangeList Laik_RangeList;
+typedef struct _Laik_RangeFilter Laik_RangeFilter;
+typedef struct _Laik_Error Laik_Error;
+typedef struct _Laik_Backend Laik_Backend;
+typedef struct _Laik_Task Laik_Task;
+typedef struct _Laik_AccessPhase Laik_AccessPhase;
+typedef struct _Laik_PartGroup Laik_PartGroup;
+typedef struct _Laik_SwitchStat Laik_SwitchStat;
 
 /* An index of up to three dimensions (x, y, z). */
 typedef struct _Laik_Index {
@@ -86,6 +94,7 @@ Laik_Instance* laik_inst(Laik_Group* g);
 Laik_Group* laik_new_shrinked_group(Laik_Group* g, int len, int* list);
 Laik_Group* laik_group_parent(Laik_Group* g);
 Laik_Group* laik_clone_group(Laik_Group* g);
+Laik_Group* laik_new_union_group(Laik_Group* g1, Laik_Group* g2);
 char* laik_group_location(Laik_Group* group, int id);
 void laik_release_group(Laik_Group* g);
 Laik_Group* laik_allow_world_resize(Laik_Instance* inst, int phase);
@@ -95,6 +104,7 @@ int laik_mylocationid(Laik_Instance* inst);
 char* laik_mylocation(Laik_Instance* inst);
 int laik_group_locationid(Laik_Group* group, int id);
 int laik_get_master(Laik_Group* g);
+bool laik_set_master(Laik_Group* g, int id);
 bool laik_is_master(Laik_Group* g);
 bool laik_is_managed(Laik_Instance* inst);
 int laik_phase(Laik_Instance* inst);
@@ -171,9 +181,11 @@ static inline void laik_profile_printf(const char* msg, ...)
 
 double laik_get_total_time(void);
 double laik_get_backend_time(void);
+double laik_get_user_time(void);
 
 /* ---- index spaces ---- */
 
+Laik_Space* laik_new_space(Laik_Instance* inst);
 Laik_Space* laik_new_space_1d(Laik_Instance* inst, int64_t s1);
 Laik_Space* laik_new_space_2d(Laik_Instance* inst, int64_t s1, int64_t s2);
 Laik_Space* laik_new_space_3d(Laik_Instance* inst, int64_t s1, int64_t s2, int64_t s3);
@@ -267,6 +279,16 @@ static inline bool laik_range_within_space(const Laik_Range* range, const Laik_S
     return laik_range_within_range(range, laik_space_asrange((Laik_Space*) sp));
 }
 
+/* ---- debug printers: append to the log message being built (laik_log_begin) ---- */
+
+void laik_log_IntList(int len, int* list);
+void laik_log_PrettyInt(uint64_t v);
+void laik_log_Space(Laik_Space* spc);
+void laik_log_Index(int dims, const Laik_Index* idx);
+void laik_log_Range(Laik_Range* range);
+void laik_log_Reduction(Laik_ReductionOperation op);
+void laik_log_DataFlow(Laik_DataFlow flow);
+
 /* ---- partitioners and partitionings ---- */
 
 typedef double (*Laik_GetIdxWeight_t)(Laik_Index* idx, const void* userData);
@@ -322,6 +344,7 @@ void laik_append_range(Laik_RangeReceiver* r, int task, const Laik_Range* s,
                        int tag, void* data);
 void laik_append_index_1d(Laik_RangeReceiver* r, int task, int64_t idx);
 
+void laik_log_Partitioning(Laik_Partitioning* p);
 Laik_Partitioning* laik_new_partitioning(Laik_Partitioner* pr, Laik_Group* g,
                                          Laik_Space* space, Laik_Partitioning* other);
 void laik_free_partitioning(Laik_Partitioning* p);
@@ -354,6 +377,43 @@ Laik_TaskRange* laik_my_range_3d(Laik_Partitioning* p, int n,
                                  int64_t* x1, int64_t* x2, int64_t* y1, int64_t* y2,
                                  int64_t* z1, int64_t* z2);
 
+/* ---- range lists, range filters, partitionings computed on demand ---- */
+
+Laik_RangeList* laik_rangelist_new(Laik_Space* space, unsigned int max_tid);
+void laik_rangelist_free(Laik_RangeList* list);
+void laik_rangelist_append(Laik_RangeList* list, int tid, const Laik_Range* range,
+                           int tag, void* data);
+void laik_rangelist_append_single1d(Laik_RangeList* list, int tid, int64_t idx);
+void laik_rangelist_freeze(Laik_RangeList* list, bool doMerge);
+void laik_rangelist_migrate(Laik_RangeList* list, int* idmap, unsigned int new_count);
+bool laik_rangelist_isAll(Laik_RangeList* list);
+int laik_rangelist_isSingle(Laik_RangeList* list);
+bool laik_rangelist_isEqual(Laik_RangeList* r1, Laik_RangeList* r2);
+bool laik_rangelist_coversSpace(Laik_RangeList* list);
+int laik_rangelist_rangecount(Laik_RangeList* list);
+int laik_rangelist_tidrangecount(Laik_RangeList* list, int tid);
+int laik_rangelist_tidmapcount(Laik_RangeList* list, int tid);
+unsigned int laik_rangelist_tidmaprangecount(Laik_RangeList* list, int tid, int mapNo);
+Laik_TaskRange* laik_rangelist_taskrange(Laik_RangeList* list, int n);
+Laik_TaskRange* laik_rangelist_tidrange(Laik_RangeList* list, int tid, int n);
+Laik_TaskRange* laik_rangelist_tidmaprange(Laik_RangeList* list, int tid, int mapNo, int n);
+
+Laik_RangeFilter* laik_rangefilter_new(void);
+void laik_rangefilter_free(Laik_RangeFilter* sf);
+void laik_rangefilter_set_myfilter(Laik_RangeFilter* sf, Laik_Group* g);
+void laik_rangefilter_add_idxfilter(Laik_RangeFilter* sf, Laik_RangeList* list, int tid);
+Laik_RangeList* laik_run_partitioner(Laik_PartitionerParams* params, Laik_RangeFilter* filter);
+
+Laik_Partitioning* laik_new_empty_partitioning(Laik_Group* g, Laik_Space* s,
+                                               Laik_Partitioner* pr, Laik_Partitioning* other);
+Laik_Partitioning* laik_clone_empty_partitioning(Laik_Partitioning* p);
+Laik_RangeList* laik_partitioning_allranges(Laik_Partitioning* p);
+Laik_RangeList* laik_partitioning_myranges(Laik_Partitioning* p);
+Laik_RangeList* laik_partitioning_interranges(Laik_Partitioning* p1, Laik_Partitioning* p2);
+void laik_partitioning_store_allranges(Laik_Partitioning* p);
+void laik_partitioning_store_myranges(Laik_Partitioning* p);
+void laik_partitioning_store_intersectranges(Laik_Partitioning* p, Laik_Partitioning* p2);
+
 /* ---- data containers ---- */
 
 extern Laik_Type* laik_Char;
@@ -366,6 +426,12 @@ extern Laik_Type* laik_Float;
 extern Laik_Type* laik_Double;
 
 Laik_Type* laik_type_register(const char* name, int size);
+
+typedef void (*laik_init_t)(void* base, int count, Laik_ReductionOperation o);
+typedef void (*laik_reduce_t)(void* out, const void* in1, const void* in2, int count,
+                              Laik_ReductionOperation o);
+void laik_type_set_init(Laik_Type* type, laik_init_t init);
+void laik_type_set_reduce(Laik_Type* type, laik_reduce_t reduce);
 
 Laik_Data* laik_new_data(Laik_Space* space, Laik_Type* type);
 Laik_Data* laik_new_data_1d(Laik_Instance* inst, Laik_Type* type, int64_t s1);
@@ -407,6 +473,31 @@ Laik_Mapping* laik_global2local_2d(Laik_Data* d, int64_t gx, int64_t gy, int64_t
 bool laik_local2global1_2d(Laik_Data* d, int64_t lx, int64_t ly, int64_t* gx, int64_t* gy);
 
 /* ---- reservations, transitions, action sequences ---- */
+
+/* Kinds of the steps of an action sequence (LAIK's action.h); ferry's sequences are opaque. */
+typedef enum _Laik_ActionType {
+    LAIK_AT_Invalid = 0,
+    LAIK_AT_Nop,
+    LAIK_AT_Transition,
+    LAIK_AT_BufReserve,
+    LAIK_AT_MapSend, LAIK_AT_BufSend, LAIK_AT_RBufSend,
+    LAIK_AT_MapRecv, LAIK_AT_BufRecv, LAIK_AT_RBufRecv,
+    LAIK_AT_RBufReduce, LAIK_AT_BufInit,
+    LAIK_AT_CopyFromBuf, LAIK_AT_CopyToBuf,
+    LAIK_AT_PackAndSend, LAIK_AT_Pack,
+    LAIK_AT_RecvAndUnpack, LAIK_AT_Unpack,
+    LAIK_AT_Reduce, LAIK_AT_GroupReduce,
+    LAIK_AT_Copy,
+    LAIK_AT_BufCopy, LAIK_AT_RBufCopy,
+    LAIK_AT_Backend = 50
+} Laik_ActionType;
+
+typedef struct _Laik_Action {
+    char type;
+    char len;
+} Laik_Action;
+
+typedef struct _Laik_TransitionContext Laik_TransitionContext;
 
 Laik_Reservation* laik_reservation_new(Laik_Data* d);
 void laik_reservation_add(Laik_Reservation* r, Laik_Partitioning* p);

@@ -1,6 +1,8 @@
 //! Containers of a C element type chosen at run time: one enum over the typed containers of the
 //! data layer, with the few operations the C layers need.
 
+use std::ffi::{c_int, c_void};
+
 use ferry_core::{Element, Result, Transport};
 use ferry_data::{
     Container, DataFlow, Index, Instance, LayoutOrder, Partitioning, ReduceOp, Space,
@@ -30,14 +32,36 @@ impl Elem {
     }
 }
 
-/// Reduction operations of the C layers (no user-defined ones).
+/// Reduction operations of the C layers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Op {
     Sum,
     Prod,
     Min,
     Max,
+    /// A program's reduction over opaque elements (LAIK's `laik_type_set_reduce`).
+    Bytes(ByteReduce),
 }
+
+/// `void reduce(void* out, const void* in1, const void* in2, int count, int op)` of a C
+/// program (LAIK's `laik_reduce_t`, the operation passed as its enum value).
+pub type ReduceFn = extern "C" fn(*mut c_void, *const c_void, *const c_void, c_int, c_int);
+
+/// A program's reduction function applied to elements of `size` bytes with operation `code`.
+#[derive(Clone, Copy, Debug)]
+pub struct ByteReduce {
+    pub f: ReduceFn,
+    pub size: usize,
+    pub code: c_int,
+}
+
+impl PartialEq for ByteReduce {
+    fn eq(&self, o: &Self) -> bool {
+        std::ptr::fn_addr_eq(self.f, o.f) && self.size == o.size && self.code == o.code
+    }
+}
+
+impl Eq for ByteReduce {}
 
 impl Op {
     /// The data layer's operation for element type `T`.
@@ -47,6 +71,19 @@ impl Op {
             Op::Prod => ReduceOp::Prod,
             Op::Min => ReduceOp::Min,
             Op::Max => ReduceOp::Max,
+            Op::Bytes(b) => ReduceOp::custom(move |acc: &mut [T], x: &[T]| {
+                // The data layer folds whole rows of element-aligned byte ranges (see
+                // laik::reduce), so both operands hold whole elements.
+                let count = std::mem::size_of_val(acc) / b.size;
+                let out = acc.as_mut_ptr();
+                (b.f)(
+                    out.cast(),
+                    out.cast_const().cast(),
+                    x.as_ptr().cast(),
+                    count as c_int,
+                    b.code,
+                );
+            }),
         }
     }
 }

@@ -11,6 +11,11 @@
 //!   `FERRY_ERR_PEER_FAILED` and a message naming it, and nothing aborts;
 //! * `tests/c/laik_fail.c`: the same under `laik.h`, where failures are fatal as in LAIK: the
 //!   survivors print the operation and the dead rank and exit with status 1, nothing aborts;
+//! * `tests/c/laik_custom_reduce.c`: reductions over a registered element type through the
+//!   program's own reduce and init functions;
+//! * `tests/c/laik_newer.c`: calls of LAIK's newer headers that its examples do not make
+//!   (multi-dimensional block partitioning, `laik_set_master`, range lists and filters,
+//!   partitionings computed on demand), each checked by the program;
 //! * `tests/c/laik_provided.c`, `laik_kvs_watch.c`: calls of LAIK's newer sources and headers
 //!   (provided memory, container ranges, 2d index translation, migrated partitionings, phase
 //!   and iteration queries, profile text, key-value store callbacks), checked by the programs;
@@ -494,6 +499,104 @@ fn laik_queries_of_spaces_partitionings_and_groups() {
         assert_eq!(r.status, Some(0), "{b}: exit status; stderr:\n{}", r.stderr);
         assert_eq!(r.stdout.lines().count(), 18, "{b}: {}", r.stdout);
         assert!(!r.stdout.contains("wrong"), "{b}: {}", r.stdout);
+    }
+}
+
+/// Reductions over a registered type of 24 bytes through the program's functions
+/// (`tests/c/laik_custom_reduce.c`): a sum All -> All (which the data layer would otherwise
+/// run as an all-reduce cutting the byte array between elements), `LAIK_RO_Custom` onto the
+/// master, and the Init flow with the program's neutral elements before sums at the master
+/// (1d) and into blocks of rows (2d); the program checks every element. Without a reduce function the sum is LAIK's fatal error
+/// naming the missing function, and nothing aborts.
+#[test]
+fn laik_registered_types_reduce_through_the_programs_functions() {
+    let Some((ferry, libdir)) =
+        tools("laik_registered_types_reduce_through_the_programs_functions")
+    else {
+        return;
+    };
+    let prog = compile("laik_custom_reduce", &libdir);
+    for (b, n) in [("tcp", 1), ("tcp", 3), ("shm", 4), ("hybrid", 3)] {
+        let r = launch(&ferry, &libdir, b, n, &[], &prog, &[]);
+        assert_eq!(
+            r.status,
+            Some(0),
+            "{b} -n {n}: exit status; stderr:\n{}",
+            r.stderr
+        );
+        assert_eq!(r.stdout.lines().count(), 5, "{b} -n {n}: {}", r.stdout);
+        assert!(
+            r.stdout.lines().all(|l| l.ends_with(": ok")) && !r.stderr.contains("wrong"),
+            "{b} -n {n}: {}\n{}",
+            r.stdout,
+            r.stderr
+        );
+    }
+    let r = launch(
+        &ferry,
+        &libdir,
+        "tcp",
+        2,
+        &[],
+        &prog,
+        &["missing".to_string()],
+    );
+    assert_eq!(
+        r.status,
+        Some(1),
+        "stdout:\n{}\nstderr:\n{}",
+        r.stdout,
+        r.stderr
+    );
+    assert!(
+        r.stderr.contains("LAIK error: rank 0")
+            && r.stderr
+                .contains("without a reduce function (laik_type_set_reduce)")
+            && !r.stdout.contains("did not fail")
+            && !r.stderr.contains("panicked")
+            && !r.stderr.contains("Aborted"),
+        "stdout:\n{}\nstderr:\n{}",
+        r.stdout,
+        r.stderr
+    );
+}
+
+/// Calls of LAIK's newer public headers (`tests/c/laik_newer.c`): block partitioners along
+/// each dimension of 2d and 3d spaces (plain, index- and task-weighted, two cycles) cut like
+/// the 1d block partitioner over that dimension and span the rest, and a 2d container moves
+/// its values to blocks along y; `laik_set_master` moves `laik_Master`'s range and the sum at
+/// the master; a union of two shrunk groups holds the world in location order and carries a
+/// container; `laik_new_space` has no size until `laik_change_space_2d`; user time; range
+/// lists (merging, mapping numbers by tag, predicates, migration), range filters on
+/// `laik_run_partitioner`, and partitionings whose partitioner runs at
+/// `laik_partitioning_store_*`, used by a container. The program checks each fact on every
+/// rank (33 lines from rank 0, "wrong" on stderr otherwise). Rank 0 also builds a log line
+/// with LAIK's debug printers, compared here.
+#[test]
+fn laik_newer_header_calls_blocks_master_and_range_lists() {
+    let Some((ferry, libdir)) = tools("laik_newer_header_calls_blocks_master_and_range_lists")
+    else {
+        return;
+    };
+    let prog = compile("laik_newer", &libdir);
+    for (b, n) in [("tcp", 1), ("tcp", 3), ("shm", 4), ("hybrid", 3)] {
+        let r = launch(&ferry, &libdir, b, n, &[], &prog, &[]);
+        assert_eq!(
+            r.status,
+            Some(0),
+            "{b} -n {n}: exit status; stderr:\n{}",
+            r.stderr
+        );
+        assert_eq!(r.stdout.lines().count(), 33, "{b} -n {n}: {}", r.stdout);
+        assert!(
+            r.stdout.lines().all(|l| l.ends_with(": ok")) && !r.stderr.contains("wrong"),
+            "{b} -n {n}: {}\n{}",
+            r.stdout,
+            r.stderr
+        );
+        let printers = "printers: [4, 5, 6] 123 K grid[0/0;6/4[ 3/2 [1/0;3/2[ max preserve \
+                        whole: T0 [0/0;6/4[";
+        assert!(r.stderr.contains(printers), "{b} -n {n}: {}", r.stderr);
     }
 }
 

@@ -50,6 +50,8 @@ pub struct LaikGroup {
     pub(crate) group: Group,
     pub(crate) myid: c_int,
     pub(crate) parent: *mut LaikGroup,
+    /// The member `laik_Master` assigns to and `laik_get_master` names (`laik_set_master`).
+    pub(crate) master: c_int,
 }
 
 struct Profile {
@@ -86,6 +88,7 @@ impl LaikInstance {
             group,
             myid,
             parent,
+            master: 0,
         }))
     }
 }
@@ -362,18 +365,34 @@ pub extern "C" fn laik_group_locationid(g: *mut LaikGroup, id: c_int) -> c_int {
     })
 }
 
-/// The master of a group is its member 0.
+/// The master of a group: member 0 unless `laik_set_master` chose another.
 #[no_mangle]
 pub extern "C" fn laik_get_master(g: *mut LaikGroup) -> c_int {
     run("laik_get_master", || {
-        obj(g, "laik_get_master", "group").map(|_| 0)
+        Ok(obj(g, "laik_get_master", "group")?.master)
     })
 }
 
 #[no_mangle]
 pub extern "C" fn laik_is_master(g: *mut LaikGroup) -> bool {
     run("laik_is_master", || {
-        Ok(obj(g, "laik_is_master", "group")?.myid == 0)
+        let grp = obj(g, "laik_is_master", "group")?;
+        Ok(grp.myid == grp.master)
+    })
+}
+
+/// Makes member `id` the master of `g` (the owner under `laik_Master` on this group, as in
+/// LAIK); false, changing nothing, if `g` has no member `id`. Every process of the group must
+/// make the same call, since each computes partitionings on its own.
+#[no_mangle]
+pub extern "C" fn laik_set_master(g: *mut LaikGroup, id: c_int) -> bool {
+    run("laik_set_master", || {
+        let grp = obj(g, "laik_set_master", "group")?;
+        let ok = usize::try_from(id).is_ok_and(|k| k < grp.group.size());
+        if ok {
+            grp.master = id;
+        }
+        Ok(ok)
     })
 }
 
@@ -564,6 +583,13 @@ pub extern "C" fn laik_log_flush_text() {
 #[no_mangle]
 pub extern "C" fn laik_get_total_time() -> f64 {
     with_instance(|i| i.switch_secs).unwrap_or(0.0)
+}
+
+/// Seconds measured between `laik_profile_user_start` and `laik_profile_user_stop` since
+/// profiling was enabled or reset (0 without profiling).
+#[no_mangle]
+pub extern "C" fn laik_get_user_time() -> f64 {
+    with_instance(|i| i.profile.as_ref().map_or(0.0, |p| p.user)).unwrap_or(0.0)
 }
 
 /// Seconds spent communicating: every switch is one batched exchange, so this equals

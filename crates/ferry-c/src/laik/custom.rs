@@ -47,6 +47,41 @@ pub struct LaikTaskRange {
     map_no: c_int,
 }
 
+impl LaikTaskRange {
+    /// Range `range` of `task` with `tag`, held in the task's mapping `map_no`.
+    pub(crate) fn new(
+        range: LaikRange,
+        task: c_int,
+        tag: c_int,
+        data: *mut c_void,
+        map_no: c_int,
+    ) -> Self {
+        LaikTaskRange {
+            range,
+            task,
+            tag,
+            data,
+            map_no,
+        }
+    }
+
+    pub(crate) fn range(&self) -> &LaikRange {
+        &self.range
+    }
+
+    pub(crate) fn task(&self) -> c_int {
+        self.task
+    }
+
+    pub(crate) fn tag(&self) -> c_int {
+        self.tag
+    }
+
+    pub(crate) fn map_no(&self) -> c_int {
+        self.map_no
+    }
+}
+
 /// An application partitioner: its run function, user data and flags.
 #[derive(Clone, Copy, Debug)]
 pub struct CustomRule {
@@ -298,7 +333,7 @@ pub extern "C" fn laik_partitioner_data(pr: *mut LaikPartitioner) -> *mut c_void
     })
 }
 
-fn range_of(r: &LaikRange, dims: usize) -> Result<Range> {
+pub(crate) fn range_of(r: &LaikRange, dims: usize) -> Result<Range> {
     Range::from_corners(dims, r.from.i, r.to.i)
 }
 

@@ -81,9 +81,9 @@ type_handles! {
     laik_Double => T_DOUBLE,
 }
 
-/// A program-defined element type of `size` bytes. Containers of it switch like any other
-/// with the data flows None, Preserve and Init-free copies; a reduction over them is an
-/// error (ferry knows no operation on opaque elements).
+/// A program-defined element type of `size` bytes. Containers of it switch like any other;
+/// a reduction over them calls the program's functions (`laik_type_set_reduce`, and
+/// `laik_type_set_init` for the Init flow), and is an error without them.
 #[no_mangle]
 pub extern "C" fn laik_type_register(name: *const c_char, size: c_int) -> *mut LaikType {
     run("laik_type_register", || {
@@ -104,6 +104,11 @@ pub extern "C" fn laik_type_register(name: *const c_char, size: c_int) -> *mut L
             registered: Some((n, size)),
         })))
     })
+}
+
+/// The element size of `ty` if the program registered it, `None` for LAIK's own types.
+pub(crate) fn registered_size(ty: *mut LaikType, op: &'static str) -> Result<Option<usize>> {
+    Ok(obj(ty, op, "type")?.registered.as_ref().map(|r| r.1))
 }
 
 /// One mapping handed out to C (`Laik_Mapping`): which container and which mapping number.
@@ -137,6 +142,8 @@ pub struct LaikData {
     user_mem: Option<UserMem>,
     /// Set for containers of a registered type (name and element size): see [`Bytes`].
     registered: Option<(String, usize)>,
+    /// The element type (its reduction functions, for a registered type).
+    ty: *mut LaikType,
     /// How a container of a registered type is held, `None` for LAIK's predefined types.
     bytes: Option<Bytes>,
     /// The program's current partitioning (the container itself holds the byte twin of it
@@ -238,23 +245,34 @@ impl LaikData {
         redop: c_int,
         op: &'static str,
     ) -> Result<()> {
-        let (f, o) = flow_of(flow, redop, op)?;
-        if let (Some((name, size)), Some(o)) = (&self.registered, o) {
-            return Err(
-                Error::new(ferry_core::ErrorKind::Unsupported, op).with_detail(format!(
-                    "{o:?} reduction over `{}`, whose elements are of the registered type \
-                     `{name}` ({size} bytes): ferry has no operation on such elements",
-                    self.name
-                )),
-            );
-        }
-        let inner = self.inner(to)?;
+        let (steps, init) = match &self.registered {
+            Some((_, size)) if flow != 0 && redop != 0 => super::reduce::steps(
+                self.ty,
+                *size,
+                &self.name,
+                self.part.as_ref(),
+                to,
+                (flow, redop),
+                op,
+            )?,
+            _ => {
+                let (f, o) = flow_of(flow, redop, op)?;
+                (vec![(to.clone(), f, o)], None)
+            }
+        };
         self.sync_in()?;
         let started = std::time::Instant::now();
-        let t = self.inst().transport()?;
-        self.c
-            .switch_to(t, &inner, f, o)
-            .map_err(|e| e.context(format!("{op} of `{}`", self.name)))?;
+        for (p, f, o) in steps {
+            let inner = self.inner(&p)?;
+            let t = self.inst().transport()?;
+            self.c
+                .switch_to(t, &inner, f, o)
+                .map_err(|e| e.context(format!("{op} of `{}`", self.name)))?;
+        }
+        if let (Some(i), Some(b)) = (init, &self.bytes) {
+            let dims = b.space.dims();
+            super::reduce::init_all(&mut self.c, b.size, dims, i)?;
+        }
         self.part = Some(to.clone());
         self.inst().switch_secs += started.elapsed().as_secs_f64();
         self.active = handle;
@@ -310,6 +328,7 @@ impl LaikData {
 
 fn new_data(space: *mut LaikSpace, ty: *mut LaikType, op: &'static str) -> Result<*mut LaikData> {
     let sp = obj(space, op, "space")?;
+    sp.sized(op)?;
     let t = obj(ty, op, "type")?;
     let inst = obj(sp.inst, op, "instance")?;
     let name = format!("data-{}", inst.datas.len());
@@ -330,6 +349,7 @@ fn new_data(space: *mut LaikSpace, ty: *mut LaikType, op: &'static str) -> Resul
         maps: Vec::new(),
         user_mem: None,
         registered: t.registered.clone(),
+        ty,
         bytes,
         part: None,
     }));
@@ -348,7 +368,7 @@ pub extern "C" fn laik_new_data_1d(
     ty: *mut LaikType,
     s1: i64,
 ) -> *mut LaikData {
-    let s = super::part::laik_new_space_1d(inst, s1);
+    let s = super::index_space::laik_new_space_1d(inst, s1);
     laik_new_data(s, ty)
 }
 
@@ -359,7 +379,7 @@ pub extern "C" fn laik_new_data_2d(
     s1: i64,
     s2: i64,
 ) -> *mut LaikData {
-    let s = super::part::laik_new_space_2d(inst, s1, s2);
+    let s = super::index_space::laik_new_space_2d(inst, s1, s2);
     laik_new_data(s, ty)
 }
 

@@ -7,14 +7,19 @@
 //! Failures are fatal, as in LAIK: [`run`] prints the error (rank, operation, cause) on stderr
 //! and exits with status 1, so C never sees a half-done call, an abort or an unwinding panic.
 
+mod blocks;
 mod bytes;
 mod core;
 mod custom;
 mod data;
+mod debug;
+mod index_space;
 mod kvs;
 mod part;
 mod plan;
 mod query;
+mod ranges;
+mod reduce;
 mod spaces;
 
 use std::io::Write;

@@ -5,7 +5,7 @@ use std::ptr::null_mut;
 use std::sync::Arc;
 
 use ferry_core::{Error, Result};
-use ferry_data::{Block, Partitioner, Partitioning, Range, Space, TaskRange};
+use ferry_data::{Block, Partitioner, PartitionerCtx, Partitioning, Range, Space, TaskRange};
 
 use super::core::{LaikGroup, LaikInstance};
 use super::{obj, out, run};
@@ -17,14 +17,16 @@ use super::{obj, out, run};
 pub struct LaikSpace {
     c_name: *mut c_char,
     id: c_int,
-    dims: c_int,
-    range: LaikRange,
+    pub(crate) dims: c_int,
+    pub(crate) range: LaikRange,
     kvs: *mut c_void,
     pub(crate) inst: *mut LaikInstance,
     next: *mut LaikSpace,
     pub(crate) space: Space,
     pub(crate) name: String,
     name_buf: std::ffi::CString,
+    /// From `laik_new_space`: no size yet, until the first `laik_change_space_*` gives one.
+    pub(crate) unsized_: bool,
 }
 
 impl LaikSpace {
@@ -52,6 +54,7 @@ impl LaikSpace {
             space,
             name: String::new(),
             name_buf: std::ffi::CString::default(),
+            unsized_: false,
         }));
         // SAFETY: just allocated; the handle lives until the process ends.
         let s = unsafe { &mut *p };
@@ -60,8 +63,24 @@ impl LaikSpace {
         p
     }
 
+    /// Fails while the space has no size (`laik_new_space` before any `laik_change_space_*`).
+    pub(crate) fn sized(&self, op: &'static str) -> Result<&Space> {
+        if self.unsized_ {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "space `{}` from laik_new_space has no size yet (call laik_change_space_* \
+                     first)",
+                    self.name
+                ),
+            ));
+        }
+        Ok(&self.space)
+    }
+
     /// Changes the space (and its C view).
     pub(crate) fn set(&mut self, space: Space) {
+        self.unsized_ = false;
         let r = space.range();
         self.space = space;
         self.dims = r.dims() as c_int;
@@ -119,6 +138,8 @@ pub(crate) enum Kind {
 /// A partitioning rule with LAIK's knobs (block weights and cycles).
 pub struct LaikPartitioner {
     pub(crate) kind: Kind,
+    /// Dimension a block partitioner cuts (`pdim`).
+    pdim: usize,
     cycles: usize,
     index_weight: Option<(IdxWeightFn, usize)>,
     task_weight: Option<(TaskWeightFn, usize)>,
@@ -133,11 +154,19 @@ pub struct LaikPartitioning {
     pub(crate) name: String,
     /// Every task's ranges as LAIK's `Laik_TaskRange`s (same order as the partitioning's).
     pub(crate) ranges: Vec<super::custom::LaikTaskRange>,
+    /// The partitioner and base partitioning the ranges come from (none for a migrated one),
+    /// for `laik_clone_empty_partitioning` and the `laik_partitioning_store_*` runs.
+    pub(crate) source: Option<(*mut LaikPartitioner, *mut LaikPartitioning)>,
+    /// Range lists handed out by `laik_partitioning_allranges` and friends, valid as long as
+    /// the partitioning. Boxed: C holds pointers to them while the vector grows.
+    #[allow(clippy::vec_box)]
+    pub(crate) lists: Vec<Box<super::ranges::LaikRangeList>>,
 }
 
 const fn partitioner(kind: Kind) -> LaikPartitioner {
     LaikPartitioner {
         kind,
+        pdim: 0,
         cycles: 1,
         index_weight: None,
         task_weight: None,
@@ -151,7 +180,7 @@ static mut MASTER: LaikPartitioner = partitioner(Kind::Master);
 #[no_mangle]
 #[allow(non_upper_case_globals)]
 pub static mut laik_All: *mut LaikPartitioner = null_mut();
-/// `laik_Master`: task 0 owns the whole space.
+/// `laik_Master`: the group's master (task 0 unless `laik_set_master`) owns the whole space.
 #[no_mangle]
 #[allow(non_upper_case_globals)]
 pub static mut laik_Master: *mut LaikPartitioner = null_mut();
@@ -182,12 +211,28 @@ impl LaikPartitioner {
             Kind::Custom(rule) => rule.partitioner(me, space, group, other),
             Kind::Reassign(weight) => super::custom::reassign(weight, group, other),
             Kind::All => Partitioner::All,
-            Kind::Master => Partitioner::Master,
+            Kind::Master => {
+                // SAFETY: a group handle from this library, valid until the process ends.
+                let master = unsafe { group.as_ref() }.map_or(0, |g| g.master);
+                if master == 0 {
+                    return Partitioner::Master;
+                }
+                let task = master as usize;
+                Partitioner::custom("master", move |ctx: &mut PartitionerCtx<'_>| {
+                    let whole = ctx.space().range();
+                    ctx.append(task, whole, 0)
+                })
+            }
             Kind::Bisection => Partitioner::Bisection,
             Kind::Grid(blocks) => Partitioner::Grid { blocks },
             Kind::CornerHalo(depth) => Partitioner::CornerHalo { depth },
             Kind::Halo(depth) => Partitioner::Halo { depth },
             Kind::Block => {
+                // SAFETY: a space handle from laik_new_space_*, valid until the process ends.
+                let dims = unsafe { space.as_ref() }.map_or(1, |s| s.space.dims());
+                if dims > 1 || self.pdim > 0 {
+                    return self.block_along();
+                }
                 let index_weight = self.index_weight.map(|(f, ud)| {
                     let w: ferry_data::partitioner::IndexWeight = Arc::new(move |i| {
                         let mut idx = LaikIndex { i: [i, 0, 0] };
@@ -209,6 +254,23 @@ impl LaikPartitioner {
         }
     }
 
+    /// The block partitioner over dimension `pdim` of a space of any dimension.
+    fn block_along(&self) -> Partitioner {
+        let index_weight = self.index_weight.map(|(f, ud)| {
+            let w: super::blocks::DimWeight = Box::new(move |i| {
+                let mut idx = LaikIndex { i };
+                f(&mut idx, ud as *const c_void)
+            });
+            w
+        });
+        let task_weight = self.task_weight.map(|(f, ud)| {
+            let w: super::blocks::TaskWeight =
+                Box::new(move |t| f(t as c_int, ud as *const c_void));
+            w
+        });
+        super::blocks::along(self.pdim, self.cycles, index_weight, task_weight)
+    }
+
     fn needs_base(&self) -> bool {
         matches!(
             self.kind,
@@ -221,114 +283,6 @@ fn new_partitioner(p: LaikPartitioner) -> *mut LaikPartitioner {
     Box::into_raw(Box::new(p))
 }
 
-fn new_space(inst: *mut LaikInstance, space: Result<Space>) -> Result<*mut LaikSpace> {
-    obj(inst, "laik_new_space", "instance")?;
-    Ok(LaikSpace::boxed(inst, space?, ""))
-}
-
-fn extent(v: i64, op: &'static str) -> Result<u64> {
-    u64::try_from(v).map_err(|_| Error::invalid(op, format!("negative space size {v}")))
-}
-
-#[no_mangle]
-pub extern "C" fn laik_new_space_1d(inst: *mut LaikInstance, s1: i64) -> *mut LaikSpace {
-    run("laik_new_space_1d", || {
-        new_space(inst, Space::new1(extent(s1, "laik_new_space_1d")?))
-    })
-}
-
-#[no_mangle]
-pub extern "C" fn laik_new_space_2d(inst: *mut LaikInstance, s1: i64, s2: i64) -> *mut LaikSpace {
-    run("laik_new_space_2d", || {
-        let op = "laik_new_space_2d";
-        new_space(inst, Space::new2(extent(s1, op)?, extent(s2, op)?))
-    })
-}
-
-#[no_mangle]
-pub extern "C" fn laik_new_space_3d(
-    inst: *mut LaikInstance,
-    s1: i64,
-    s2: i64,
-    s3: i64,
-) -> *mut LaikSpace {
-    run("laik_new_space_3d", || {
-        let op = "laik_new_space_3d";
-        new_space(
-            inst,
-            Space::new3(extent(s1, op)?, extent(s2, op)?, extent(s3, op)?),
-        )
-    })
-}
-
-/// Spaces stay valid until the process ends (partitionings and containers refer to them).
-#[no_mangle]
-pub extern "C" fn laik_free_space(s: *mut LaikSpace) {
-    run("laik_free_space", || {
-        obj(s, "laik_free_space", "space").map(|_| ())
-    })
-}
-
-#[no_mangle]
-pub extern "C" fn laik_set_space_name(s: *mut LaikSpace, name: *mut c_char) {
-    run("laik_set_space_name", || {
-        let sp = obj(s, "laik_set_space_name", "space")?;
-        if !name.is_null() {
-            // SAFETY: NUL-terminated name from the program.
-            let n = unsafe { CStr::from_ptr(name) }
-                .to_string_lossy()
-                .into_owned();
-            sp.set_name(&n);
-        }
-        Ok(())
-    })
-}
-
-#[no_mangle]
-pub extern "C" fn laik_space_getdimensions(s: *mut LaikSpace) -> c_int {
-    run("laik_space_getdimensions", || {
-        Ok(obj(s, "laik_space_getdimensions", "space")?.space.dims() as c_int)
-    })
-}
-
-#[no_mangle]
-pub extern "C" fn laik_space_size(s: *const LaikSpace) -> u64 {
-    run("laik_space_size", || {
-        Ok(obj(s.cast_mut(), "laik_space_size", "space")?.space.size())
-    })
-}
-
-#[no_mangle]
-pub extern "C" fn laik_index_init(i: *mut LaikIndex, i1: i64, i2: i64, i3: i64) {
-    out(i, LaikIndex { i: [i1, i2, i3] });
-}
-
-#[no_mangle]
-pub extern "C" fn laik_range_init_1d(r: *mut LaikRange, s: *mut LaikSpace, from: i64, to: i64) {
-    out(
-        r,
-        LaikRange {
-            space: s,
-            from: LaikIndex { i: [from, 0, 0] },
-            to: LaikIndex { i: [to, 0, 0] },
-        },
-    );
-}
-
-#[no_mangle]
-pub extern "C" fn laik_range_size(r: *const LaikRange) -> u64 {
-    run("laik_range_size", || {
-        let r = obj(r.cast_mut(), "laik_range_size", "range")?;
-        // SAFETY: the range's space pointer is a live space handle or NULL.
-        let dims = unsafe { r.space.as_ref() }.map_or(1, |s| s.space.dims());
-        let mut n: u64 = 1;
-        for d in 0..dims {
-            n = n.saturating_mul(u64::try_from(r.to.i[d] - r.from.i[d]).unwrap_or(0));
-        }
-        Ok(n)
-    })
-}
-
 #[no_mangle]
 pub extern "C" fn laik_new_all_partitioner() -> *mut LaikPartitioner {
     new_partitioner(partitioner(Kind::All))
@@ -339,8 +293,8 @@ pub extern "C" fn laik_new_master_partitioner() -> *mut LaikPartitioner {
     new_partitioner(partitioner(Kind::Master))
 }
 
-/// Block partitioner over dimension `pdim` (only 0: 1d blocks) with `cycles` rounds and
-/// optional index and task weights.
+/// Block partitioner over dimension `pdim` (0, 1 or 2; the other dimensions stay whole) with
+/// `cycles` rounds and optional index and task weights.
 #[no_mangle]
 pub extern "C" fn laik_new_block_partitioner(
     pdim: c_int,
@@ -350,14 +304,15 @@ pub extern "C" fn laik_new_block_partitioner(
     user_data: *const c_void,
 ) -> *mut LaikPartitioner {
     run("laik_new_block_partitioner", || {
-        if pdim != 0 {
+        let Some(pdim) = usize::try_from(pdim).ok().filter(|&d| d < 3) else {
             return Err(Error::invalid(
                 "laik_new_block_partitioner",
-                format!("blocks along dimension {pdim} (only 0 is supported)"),
+                format!("blocks along dimension {pdim} (LAIK spaces have 0 to 2)"),
             ));
-        }
+        };
         Ok(new_partitioner(LaikPartitioner {
             kind: Kind::Block,
+            pdim,
             cycles: usize::try_from(cycles).unwrap_or(1).max(1),
             index_weight: ifunc.map(|f| (f, user_data as usize)),
             task_weight: tfunc.map(|f| (f, user_data as usize)),
@@ -508,6 +463,33 @@ pub extern "C" fn laik_free_partitioner(pr: *mut LaikPartitioner) {
     })
 }
 
+/// Runs `pr` for the tasks of `g` over `space` (derived partitioners such as halos extend
+/// `other`): the partitioning and its name.
+pub(crate) fn compute(
+    pr: *mut LaikPartitioner,
+    g: *mut LaikGroup,
+    space: *mut LaikSpace,
+    other: *mut LaikPartitioning,
+    op: &'static str,
+) -> Result<(Partitioning, String)> {
+    let p = obj(pr, op, "partitioner")?;
+    let grp = obj(g, op, "group")?;
+    let sp = obj(space, op, "space")?;
+    sp.sized(op)?;
+    let fp = p.to_ferry(pr, space, g, other);
+    let part = if p.needs_base() {
+        let base = obj(
+            other,
+            op,
+            "base partitioning (`other`) of a halo partitioner",
+        )?;
+        Partitioning::derived(&sp.space, &fp, &base.part)?
+    } else {
+        Partitioning::new(&sp.space, &grp.group, &fp)?
+    };
+    Ok((part, fp.name().to_string()))
+}
+
 /// Runs `pr` for the tasks of `g` over `space`; derived partitioners (halos) extend `other`.
 #[no_mangle]
 pub extern "C" fn laik_new_partitioning(
@@ -517,29 +499,17 @@ pub extern "C" fn laik_new_partitioning(
     other: *mut LaikPartitioning,
 ) -> *mut LaikPartitioning {
     run("laik_new_partitioning", || {
-        let op = "laik_new_partitioning";
-        let p = obj(pr, op, "partitioner")?;
-        let grp = obj(g, op, "group")?;
-        let sp = obj(space, op, "space")?;
-        let fp = p.to_ferry(pr, space, g, other);
-        let part = if p.needs_base() {
-            let base = obj(
-                other,
-                op,
-                "base partitioning (`other`) of a halo partitioner",
-            )?;
-            Partitioning::derived(&sp.space, &fp, &base.part)?
-        } else {
-            Partitioning::new(&sp.space, &grp.group, &fp)?
-        };
+        let (part, name) = compute(pr, g, space, other, "laik_new_partitioning")?;
         let ranges = super::custom::task_ranges(&part, space);
         Ok(Box::into_raw(Box::new(LaikPartitioning {
-            inst: grp.inst,
-            name: fp.name().to_string(),
+            inst: obj(g, "laik_new_partitioning", "group")?.inst,
+            name,
             part,
             group: g,
             space,
             ranges,
+            source: Some((pr, other)),
+            lists: Vec::new(),
         })))
     })
 }
@@ -565,6 +535,8 @@ pub extern "C" fn laik_new_migrated_partitioning(
             group: g,
             space: pt.space,
             ranges,
+            source: None,
+            lists: Vec::new(),
         })))
     })
 }

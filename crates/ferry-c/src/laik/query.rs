@@ -4,6 +4,7 @@
 use std::ffi::{c_char, c_int};
 use std::ptr::null_mut;
 
+use ferry_core::Error;
 use ferry_data::{LayoutOrder, Range};
 
 use super::core::LaikGroup;
@@ -147,5 +148,49 @@ pub extern "C" fn laik_group_location(g: *mut LaikGroup, id: c_int) -> *mut c_ch
         } else {
             Ok(null_mut())
         }
+    })
+}
+
+/// The union of `g1` and `g2` (as LAIK: ordered by location id, here the world rank; `g1`
+/// itself if it already holds every member of `g2`). Every process of the world must make
+/// the same calls, as for `laik_new_shrinked_group`, since each computes the group on its
+/// own.
+#[no_mangle]
+pub extern "C" fn laik_new_union_group(g1: *mut LaikGroup, g2: *mut LaikGroup) -> *mut LaikGroup {
+    run("laik_new_union_group", || {
+        let op = "laik_new_union_group";
+        let a = obj(g1, op, "group")?;
+        let b = obj(g2, op, "group")?;
+        if a.inst != b.inst {
+            return Err(Error::invalid(op, "groups of two instances"));
+        }
+        let mut members: Vec<usize> = a.group.members().to_vec();
+        members.extend_from_slice(b.group.members());
+        members.sort_unstable();
+        members.dedup();
+        if members.len() == a.group.size() {
+            return Ok(g1);
+        }
+        let i = obj(a.inst, op, "instance")?;
+        let world = obj(i.world_group, op, "world")?.group.clone();
+        if let Some(&r) = members.iter().find(|&&r| world.index_of(r).is_none()) {
+            return Err(Error::invalid(
+                op,
+                format!("process {r} is not in the current world"),
+            ));
+        }
+        let mut order: Vec<usize> = world.members().to_vec();
+        order.sort_unstable();
+        if order != world.members() {
+            return Err(Error::invalid(
+                op,
+                "the world's members are not in location order",
+            ));
+        }
+        let removed: Vec<usize> = (0..world.size())
+            .filter(|&k| members.binary_search(&world.member(k)).is_err())
+            .collect();
+        let union = i.data.shrink(&world, &removed)?;
+        Ok(i.new_group(union, g1))
     })
 }

@@ -97,7 +97,7 @@ fn change(
     op: &'static str,
 ) -> Result<()> {
     let sp = obj(s, op, "space")?;
-    if sp.space.dims() != dims {
+    if !sp.unsized_ && sp.space.dims() != dims {
         return Err(Error::invalid(op, format!("a {}d space", sp.space.dims())));
     }
     let space = Space::from_range(Range::from_corners(dims, from, to)?)?;
