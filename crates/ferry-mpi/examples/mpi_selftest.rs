@@ -8,6 +8,8 @@
 //! `mpirun -n 2 mpi_selftest bench`    ping-pong latency (8 B) and bandwidth (1 MiB) figures.
 //! `mpirun -n N mpi_selftest stress [ROUNDS]`  random all-to-all rounds (sizes, keys incl.
 //!                                     colliding hashed ones, receive order), every byte checked.
+//! `mpirun -n N mpi_selftest threads`  the MPI thread level, and a send from a second thread
+//!                                     (refused below `FERRY_MPI_THREAD_LEVEL=serialized`).
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -674,6 +676,50 @@ fn bench(t: &mut MpiTransport) -> Result<(), String> {
     Ok(())
 }
 
+/// `threads`: prints the MPI thread level, then sends to itself from a second thread. Below
+/// `MPI_THREAD_SERIALIZED` that must be refused (MPI allows calls from the initialising thread
+/// only) and leave the transport usable; at `serialized` it must work.
+fn threads(t: &mut MpiTransport) -> Result<(), String> {
+    let me = t.rank();
+    let level = t.thread_level();
+    println!("thread-level {level}");
+    let key = MsgKey::user(77);
+    let sent = std::thread::scope(|s| {
+        s.spawn(|| t.send(me, key, b"from another thread"))
+            .join()
+            .map_err(|_| "the sending thread panicked".to_string())
+    })?;
+    let mut got = Vec::new();
+    match (level, sent) {
+        ("single" | "funneled", Err(e)) if e.kind() == ErrorKind::Unsupported => {
+            if !e.to_string().contains("FERRY_MPI_THREAD_LEVEL") {
+                return Err(format!("the refusal does not name the setting: {e}"));
+            }
+            println!("ok wrong-thread refused: {e}");
+        }
+        ("serialized" | "multiple", Ok(())) => {
+            t.recv(me, key, &mut got).map_err(|e| e.to_string())?;
+            if got != b"from another thread" {
+                return Err("the message sent from another thread differs".into());
+            }
+            println!("ok other-thread send");
+        }
+        (level, other) => {
+            return Err(format!(
+                "a send from another thread at level {level} gave {other:?}"
+            ))
+        }
+    }
+    // The initialising thread goes on as before.
+    t.send(me, key, b"home").map_err(|e| e.to_string())?;
+    t.recv(me, key, &mut got).map_err(|e| e.to_string())?;
+    if got != b"home" {
+        return Err("the message after the refusal differs".into());
+    }
+    println!("ok threads");
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let mode = std::env::args().nth(1).unwrap_or_else(|| "check".into());
     let config = match Config::from_env() {
@@ -703,6 +749,7 @@ fn main() -> ExitCode {
             selfbench(&mut t, iters)
         }
         "crossing" => crossing(&mut t),
+        "threads" => threads(&mut t),
         "stress" => {
             let rounds = std::env::args()
                 .nth(2)

@@ -74,6 +74,50 @@ fn exchanges_under_mpirun() {
     }
 }
 
+/// MPI runs at `MPI_THREAD_SINGLE` by default (Open MPI locks its matching at any higher
+/// level), so a call from another thread is refused with an error naming the setting and the
+/// transport stays usable; `FERRY_MPI_THREAD_LEVEL=serialized` allows it, and a value that is
+/// no level fails start-up naming the variable.
+#[test]
+fn thread_level_is_single_unless_asked_and_other_threads_are_refused() {
+    let Some((ok, out, err)) = run(2, "threads", &[]) else {
+        return;
+    };
+    assert!(ok, "default level failed:\n{out}\n{err}");
+    for line in [
+        "thread-level single",
+        "ok wrong-thread refused",
+        "ok threads",
+    ] {
+        assert_eq!(
+            out.lines().filter(|l| l.starts_with(line)).count(),
+            2,
+            "`{line}` not printed by both ranks:\n{out}\n{err}"
+        );
+    }
+    let Some((ok, out, err)) = run(2, "threads", &[("FERRY_MPI_THREAD_LEVEL", "serialized")])
+    else {
+        return;
+    };
+    assert!(ok, "serialized failed:\n{out}\n{err}");
+    for line in [
+        "thread-level serialized",
+        "ok other-thread send",
+        "ok threads",
+    ] {
+        assert_eq!(
+            out.lines().filter(|l| l.starts_with(line)).count(),
+            2,
+            "`{line}` not printed by both ranks:\n{out}\n{err}"
+        );
+    }
+    let Some((ok, out, err)) = run(1, "threads", &[("FERRY_MPI_THREAD_LEVEL", "many")]) else {
+        return;
+    };
+    assert!(!ok, "an unknown level was accepted:\n{out}\n{err}");
+    assert!(err.contains("FERRY_MPI_THREAD_LEVEL"), "{err}");
+}
+
 /// Sends leave from the caller's memory (the default): ranks that send 4 MiB to each other
 /// (and to themselves) before receiving, and a send whose receiver first waits for an
 /// unrelated message, must complete. Without the draining of unasked-for messages this hangs;

@@ -238,6 +238,22 @@ impl MpiTransport {
         if self.finished {
             return Ok(());
         }
+        if !self.on_mpi_thread() {
+            // MPI may not be called from here. Nothing is freed or finalised: the buffers MPI
+            // may still use stay allocated (leaked with the transport), and mpirun reports the
+            // missing MPI_Finalize.
+            self.finished = true;
+            if let Some(universe) = self.universe.take() {
+                std::mem::forget(universe);
+            }
+            for buf in self.send_bufs.drain(..) {
+                std::mem::forget(buf);
+            }
+            for slot in self.slots.drain(..).flatten() {
+                std::mem::forget(slot.buf);
+            }
+            return Err(self.wrong_thread("finish"));
+        }
         self.finished = true;
         // MPI reports a dead peer itself (or the job is ended by mpirun); live receivers get
         // all the time they need, bounded only by the optional operation timeout.
