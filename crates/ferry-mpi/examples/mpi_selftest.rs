@@ -280,6 +280,36 @@ fn check(t: &mut MpiTransport) -> Result<(), String> {
     }
     println!("ok no-probe");
 
+    // Without an operation timeout a message of at most 256 bytes to another rank is one
+    // blocking MPI_Send (no MPI_Isend + MPI_Test); a longer one, and every send under a
+    // timeout, is not.
+    let short_sends = |t: &MpiTransport| {
+        t.stats()
+            .extra
+            .iter()
+            .find(|(n, _)| *n == "mpi_short_sends")
+            .map_or(u64::MAX, |e| e.1)
+    };
+    let before = short_sends(t);
+    let (small, large) = (pattern(rank, right, 100, 4), pattern(rank, right, 4096, 5));
+    t.send(right, MsgKey::user(54), &small).map_err(e)?;
+    t.send(right, MsgKey::user(54), &large).map_err(e)?;
+    let (mut got_small, mut got_large) = (Vec::new(), Vec::new());
+    t.recv(left, MsgKey::user(54), &mut got_small).map_err(e)?;
+    t.recv(left, MsgKey::user(54), &mut got_large).map_err(e)?;
+    if got_small != pattern(left, rank, 100, 4) || got_large != pattern(left, rank, 4096, 5) {
+        return Err("short-send round: data differs".into());
+    }
+    let timeout = t.wait_policy().timeout.is_some();
+    let made = short_sends(t).wrapping_sub(before);
+    // Never to oneself (Open MPI's `btl self` has the smallest eager limit).
+    if made != u64::from(!timeout && right != rank) {
+        return Err(format!(
+            "{made} blocking short sends for one short and one split send (timeout set: {timeout})"
+        ));
+    }
+    println!("ok short-sends: {made}");
+
     // A progress pass tests all its requests with one MPI call (each MPI_Test of an
     // unfinished request runs MPI's progress engine once): an exchange of 16 receives that
     // waits for its messages (16 flows) makes about one test call per pass, not 16. Rank 0

@@ -59,6 +59,7 @@ fn exchanges_under_mpirun() {
             "ok length-mismatch",
             "ok split",
             "ok no-probe",
+            "ok short-sends",
             "ok batched-tests",
             "ok posted-ahead",
             "ok bad-peer",
@@ -72,6 +73,17 @@ fn exchanges_under_mpirun() {
         // One host: every rank is on node 0.
         assert!(out.contains(&format!("ok nodes {:?}", vec![0; n])), "{out}");
     }
+    // Under an operation timeout short sends stay timed (MPI_Isend and the exchange).
+    let env = [("FERRY_GENERAL_OPERATION_TIMEOUT_MS", "120000")];
+    let Some((ok, out, err)) = run(2, "check", &env) else {
+        return;
+    };
+    assert!(ok, "2 ranks with a timeout failed:\n{out}\n{err}");
+    assert_eq!(
+        out.lines().filter(|l| *l == "ok short-sends: 0").count(),
+        2,
+        "{out}\n{err}"
+    );
 }
 
 /// MPI runs at `MPI_THREAD_SINGLE` by default (Open MPI locks its matching at any higher

@@ -266,6 +266,8 @@ pub struct MpiTransport {
     request_tests: u64,
     /// First parts posted behind an earlier receive of their flow (see `progress_recvs`).
     posted_ahead: u64,
+    /// Sends made with one blocking `MPI_Send` (see `send_short`).
+    short_sends: u64,
     /// Operations completed so far; the exchange driver drains only once this stops moving.
     completions: u64,
     universe: Option<Universe>,
@@ -364,6 +366,7 @@ impl MpiTransport {
             passes: 0,
             request_tests: 0,
             posted_ahead: 0,
+            short_sends: 0,
             completions: 0,
             universe,
             any_thread: provided >= Threading::Serialized,
@@ -704,6 +707,7 @@ impl Transport for MpiTransport {
         s.extra.push(("mpi_progress_passes", self.passes));
         s.extra.push(("mpi_request_tests", self.request_tests));
         s.extra.push(("mpi_posted_ahead", self.posted_ahead));
+        s.extra.push(("mpi_short_sends", self.short_sends));
         s
     }
 
