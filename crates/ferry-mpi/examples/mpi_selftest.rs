@@ -8,6 +8,8 @@
 //! `mpirun -n 2 mpi_selftest bench`    ping-pong latency (8 B) and bandwidth (1 MiB) figures.
 //! `mpirun -n N mpi_selftest stress [ROUNDS]`  random all-to-all rounds (sizes, keys incl.
 //!                                     colliding hashed ones, receive order), every byte checked.
+//! `mpirun -n N mpi_selftest threads`  the MPI thread level, and a send from a second thread
+//!                                     (refused below `FERRY_MPI_THREAD_LEVEL=serialized`).
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -277,6 +279,36 @@ fn check(t: &mut MpiTransport) -> Result<(), String> {
         ));
     }
     println!("ok no-probe");
+
+    // Without an operation timeout a message of at most 256 bytes to another rank is one
+    // blocking MPI_Send (no MPI_Isend + MPI_Test); a longer one, and every send under a
+    // timeout, is not.
+    let short_sends = |t: &MpiTransport| {
+        t.stats()
+            .extra
+            .iter()
+            .find(|(n, _)| *n == "mpi_short_sends")
+            .map_or(u64::MAX, |e| e.1)
+    };
+    let before = short_sends(t);
+    let (small, large) = (pattern(rank, right, 100, 4), pattern(rank, right, 4096, 5));
+    t.send(right, MsgKey::user(54), &small).map_err(e)?;
+    t.send(right, MsgKey::user(54), &large).map_err(e)?;
+    let (mut got_small, mut got_large) = (Vec::new(), Vec::new());
+    t.recv(left, MsgKey::user(54), &mut got_small).map_err(e)?;
+    t.recv(left, MsgKey::user(54), &mut got_large).map_err(e)?;
+    if got_small != pattern(left, rank, 100, 4) || got_large != pattern(left, rank, 4096, 5) {
+        return Err("short-send round: data differs".into());
+    }
+    let timeout = t.wait_policy().timeout.is_some();
+    let made = short_sends(t).wrapping_sub(before);
+    // Never to oneself (Open MPI's `btl self` has the smallest eager limit).
+    if made != u64::from(!timeout && right != rank) {
+        return Err(format!(
+            "{made} blocking short sends for one short and one split send (timeout set: {timeout})"
+        ));
+    }
+    println!("ok short-sends: {made}");
 
     // A progress pass tests all its requests with one MPI call (each MPI_Test of an
     // unfinished request runs MPI's progress engine once): an exchange of 16 receives that
@@ -674,6 +706,50 @@ fn bench(t: &mut MpiTransport) -> Result<(), String> {
     Ok(())
 }
 
+/// `threads`: prints the MPI thread level, then sends to itself from a second thread. Below
+/// `MPI_THREAD_SERIALIZED` that must be refused (MPI allows calls from the initialising thread
+/// only) and leave the transport usable; at `serialized` it must work.
+fn threads(t: &mut MpiTransport) -> Result<(), String> {
+    let me = t.rank();
+    let level = t.thread_level();
+    println!("thread-level {level}");
+    let key = MsgKey::user(77);
+    let sent = std::thread::scope(|s| {
+        s.spawn(|| t.send(me, key, b"from another thread"))
+            .join()
+            .map_err(|_| "the sending thread panicked".to_string())
+    })?;
+    let mut got = Vec::new();
+    match (level, sent) {
+        ("single" | "funneled", Err(e)) if e.kind() == ErrorKind::Unsupported => {
+            if !e.to_string().contains("FERRY_MPI_THREAD_LEVEL") {
+                return Err(format!("the refusal does not name the setting: {e}"));
+            }
+            println!("ok wrong-thread refused: {e}");
+        }
+        ("serialized" | "multiple", Ok(())) => {
+            t.recv(me, key, &mut got).map_err(|e| e.to_string())?;
+            if got != b"from another thread" {
+                return Err("the message sent from another thread differs".into());
+            }
+            println!("ok other-thread send");
+        }
+        (level, other) => {
+            return Err(format!(
+                "a send from another thread at level {level} gave {other:?}"
+            ))
+        }
+    }
+    // The initialising thread goes on as before.
+    t.send(me, key, b"home").map_err(|e| e.to_string())?;
+    t.recv(me, key, &mut got).map_err(|e| e.to_string())?;
+    if got != b"home" {
+        return Err("the message after the refusal differs".into());
+    }
+    println!("ok threads");
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let mode = std::env::args().nth(1).unwrap_or_else(|| "check".into());
     let config = match Config::from_env() {
@@ -703,6 +779,7 @@ fn main() -> ExitCode {
             selfbench(&mut t, iters)
         }
         "crossing" => crossing(&mut t),
+        "threads" => threads(&mut t),
         "stress" => {
             let rounds = std::env::args()
                 .nth(2)

@@ -68,7 +68,9 @@ impl TagMap {
         (1u32 << self.tag_bits) - 1
     }
 
-    /// The MPI tag of `key`.
+    /// The MPI tag of `key`. Inlined: every message maps its key, and the exact case is a
+    /// few shifts (the hashed one is out of line).
+    #[inline]
     pub fn wire(&self, key: MsgKey) -> WireTag {
         let fits = u32::from(key.kind.0) < (1 << KIND_BITS)
             && key.generation < (1 << self.gen_bits)
@@ -83,12 +85,19 @@ impl TagMap {
                 hashed: false,
             }
         } else {
-            let h = fnv1a(&encode_header(key)) as u32;
-            let mask = (self.flag - 1) as u32;
-            WireTag {
-                tag: self.flag | (h & mask) as i32,
-                hashed: true,
-            }
+            self.hashed(key)
+        }
+    }
+
+    /// The hashed tag of a key too large for an exact one.
+    #[cold]
+    #[inline(never)]
+    fn hashed(&self, key: MsgKey) -> WireTag {
+        let h = fnv1a(&encode_header(key)) as u32;
+        let mask = (self.flag - 1) as u32;
+        WireTag {
+            tag: self.flag | (h & mask) as i32,
+            hashed: true,
         }
     }
 }

@@ -59,6 +59,7 @@ fn exchanges_under_mpirun() {
             "ok length-mismatch",
             "ok split",
             "ok no-probe",
+            "ok short-sends",
             "ok batched-tests",
             "ok posted-ahead",
             "ok bad-peer",
@@ -72,6 +73,61 @@ fn exchanges_under_mpirun() {
         // One host: every rank is on node 0.
         assert!(out.contains(&format!("ok nodes {:?}", vec![0; n])), "{out}");
     }
+    // Under an operation timeout short sends stay timed (MPI_Isend and the exchange).
+    let env = [("FERRY_GENERAL_OPERATION_TIMEOUT_MS", "120000")];
+    let Some((ok, out, err)) = run(2, "check", &env) else {
+        return;
+    };
+    assert!(ok, "2 ranks with a timeout failed:\n{out}\n{err}");
+    assert_eq!(
+        out.lines().filter(|l| *l == "ok short-sends: 0").count(),
+        2,
+        "{out}\n{err}"
+    );
+}
+
+/// MPI runs at `MPI_THREAD_SINGLE` by default (Open MPI locks its matching at any higher
+/// level), so a call from another thread is refused with an error naming the setting and the
+/// transport stays usable; `FERRY_MPI_THREAD_LEVEL=serialized` allows it, and a value that is
+/// no level fails start-up naming the variable.
+#[test]
+fn thread_level_is_single_unless_asked_and_other_threads_are_refused() {
+    let Some((ok, out, err)) = run(2, "threads", &[]) else {
+        return;
+    };
+    assert!(ok, "default level failed:\n{out}\n{err}");
+    for line in [
+        "thread-level single",
+        "ok wrong-thread refused",
+        "ok threads",
+    ] {
+        assert_eq!(
+            out.lines().filter(|l| l.starts_with(line)).count(),
+            2,
+            "`{line}` not printed by both ranks:\n{out}\n{err}"
+        );
+    }
+    let Some((ok, out, err)) = run(2, "threads", &[("FERRY_MPI_THREAD_LEVEL", "serialized")])
+    else {
+        return;
+    };
+    assert!(ok, "serialized failed:\n{out}\n{err}");
+    for line in [
+        "thread-level serialized",
+        "ok other-thread send",
+        "ok threads",
+    ] {
+        assert_eq!(
+            out.lines().filter(|l| l.starts_with(line)).count(),
+            2,
+            "`{line}` not printed by both ranks:\n{out}\n{err}"
+        );
+    }
+    let Some((ok, out, err)) = run(1, "threads", &[("FERRY_MPI_THREAD_LEVEL", "many")]) else {
+        return;
+    };
+    assert!(!ok, "an unknown level was accepted:\n{out}\n{err}");
+    assert!(err.contains("FERRY_MPI_THREAD_LEVEL"), "{err}");
 }
 
 /// Sends leave from the caller's memory (the default): ranks that send 4 MiB to each other

@@ -20,6 +20,7 @@ mod wait;
 
 pub use split::EAGER_BYTES;
 
+use std::cell::Cell;
 use std::collections::{HashMap, VecDeque};
 use std::ffi::{c_int, c_void};
 use std::ptr;
@@ -61,6 +62,44 @@ const NAP: Duration = Duration::from_micros(50);
 /// Settling borrowed buffers after a failed exchange warns once it has waited this long without
 /// an operation timeout (the wait itself continues: MPI may still touch the buffers).
 const SETTLE_WARN_AFTER: Duration = Duration::from_secs(10);
+
+/// The thread level ferry asks MPI for unless `FERRY_MPI_THREAD_LEVEL` says otherwise.
+/// `MPI_THREAD_SINGLE`, because Open MPI 4.1 takes a mutex around every match, every queued
+/// fragment and every request start at any higher level (`FUNNELED` included): measured
+/// with callgrind on `osu_latency` 8 B, four lock/unlock pairs per message, about a fifth of
+/// direct MPI's small-message latency. Ferry calls MPI only from the thread that created the
+/// transport at that level (checked on every call, see [`MpiTransport::ensure_open`]).
+const DEFAULT_THREAD_LEVEL: Threading = Threading::Single;
+
+thread_local! {
+    /// Whether this thread initialised MPI (or is MPI's main thread, when the program
+    /// initialised MPI itself). MPI is initialised once per process, so one flag per thread
+    /// says exactly which thread may call MPI below `MPI_THREAD_SERIALIZED`; a thread-local
+    /// `const` cell costs one load, cheap enough for every call.
+    static MPI_HOME: Cell<bool> = const { Cell::new(false) };
+}
+
+/// The thread level asked for by `FERRY_MPI_THREAD_LEVEL` (`single`, `funneled`,
+/// `serialized` or `multiple`; unset or empty: [`DEFAULT_THREAD_LEVEL`]).
+fn requested_thread_level() -> Result<Threading> {
+    let value = std::env::var("FERRY_MPI_THREAD_LEVEL").unwrap_or_default();
+    parse_thread_level(&value)
+}
+
+fn parse_thread_level(value: &str) -> Result<Threading> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "" => Ok(DEFAULT_THREAD_LEVEL),
+        "single" => Ok(Threading::Single),
+        "funneled" => Ok(Threading::Funneled),
+        "serialized" => Ok(Threading::Serialized),
+        "multiple" => Ok(Threading::Multiple),
+        other => Err(
+            Error::new(ErrorKind::Config, "mpi init").with_detail(format!(
+            "FERRY_MPI_THREAD_LEVEL={other:?}: expected single, funneled, serialized or multiple"
+        )),
+        ),
+    }
+}
 
 /// `OpState::Active::serial` of an operation whose MPI request works on the caller's memory
 /// (the other active receives hold a backend slot and use serial 0).
@@ -165,9 +204,12 @@ enum DrainState {
 /// are copied; receives land in a backend buffer that is moved into a `RecvBuf::Vec` or copied
 /// into a `RecvBuf::Slice`.
 ///
-/// MPI is initialised with `MPI_THREAD_SERIALIZED` (the transport may move between threads,
-/// but `&mut self` keeps calls from overlapping), and finalised by [`Transport::finish`] or on
-/// drop — only if this transport initialised it. A process can initialise MPI once: a second
+/// MPI is initialised with `MPI_THREAD_SINGLE` (what `MPI_Init` gives a C program; Open MPI
+/// locks its matching at every higher level), so the transport calls MPI only from the thread
+/// that created it: a call from another thread is an `Unsupported` error, and a drop there
+/// leaves MPI alone. `FERRY_MPI_THREAD_LEVEL=serialized` lets the transport move between
+/// threads (`&mut self` keeps calls from overlapping). MPI is finalised by
+/// [`Transport::finish`] or on drop — only if this transport initialised it. A process can initialise MPI once: a second
 /// transport after the first was finished is an error, not an abort.
 pub struct MpiTransport {
     comm: ffi::MPI_Comm,
@@ -224,16 +266,25 @@ pub struct MpiTransport {
     request_tests: u64,
     /// First parts posted behind an earlier receive of their flow (see `progress_recvs`).
     posted_ahead: u64,
+    /// Sends made with one blocking `MPI_Send` (see `send_short`).
+    short_sends: u64,
     /// Operations completed so far; the exchange driver drains only once this stops moving.
     completions: u64,
     universe: Option<Universe>,
+    /// MPI was initialised at `MPI_THREAD_SERIALIZED` or above: any thread may call it (one at
+    /// a time, which `&mut self` ensures); below, only the thread marked in `MPI_HOME`.
+    any_thread: bool,
+    /// The thread level MPI provides.
+    thread_level: Threading,
     finished: bool,
 }
 
-// SAFETY: the raw MPI handles are plain values owned by this transport; MPI is initialised
-// with MPI_THREAD_SERIALIZED so calls from different threads are allowed as long as they do not
-// overlap, which `&mut self` on every communicating method guarantees. The transport is moved
-// between threads, never shared (`Transport` requires `Send`, not `Sync`).
+// SAFETY: the raw MPI handles are plain values owned by this transport. Below
+// MPI_THREAD_SERIALIZED every method that calls MPI first checks that it runs on the thread that
+// initialised MPI (`ensure_open`, `shutdown`), so a moved transport refuses to call MPI; at
+// MPI_THREAD_SERIALIZED and above calls from different threads are allowed as long as they do
+// not overlap, which `&mut self` on every communicating method guarantees. The transport is
+// moved between threads, never shared (`Transport` requires `Send`, not `Sync`).
 unsafe impl Send for MpiTransport {}
 
 impl MpiTransport {
@@ -241,16 +292,19 @@ impl MpiTransport {
     /// duplicate of `MPI_COMM_WORLD` that returns errors, the tag layout from `MPI_TAG_UB`, and
     /// the node of every rank (ranks that can share memory, `MPI_COMM_TYPE_SHARED`).
     pub fn init(config: &Config) -> Result<MpiTransport> {
-        let universe = match mpi::initialize_with_threading(Threading::Serialized) {
+        let requested = requested_thread_level()?;
+        let (universe, provided) = match mpi::initialize_with_threading(requested) {
             Some((universe, provided)) => {
-                if provided < Threading::Serialized {
+                MPI_HOME.with(|home| home.set(true));
+                if provided < requested {
                     tracing::warn!(
+                        ?requested,
                         ?provided,
-                        "the MPI library does not provide MPI_THREAD_SERIALIZED; keep ferry's \
-                         calls on the thread that called init"
+                        "the MPI library provides a lower thread level than asked for; ferry \
+                         calls MPI only from the thread that created the transport"
                     );
                 }
-                Some(universe)
+                (Some(universe), provided)
             }
             None if mpi::is_finalized() => {
                 return Err(Error::new(ErrorKind::Unsupported, "mpi init").with_detail(
@@ -258,8 +312,18 @@ impl MpiTransport {
                      finished); MPI cannot be initialised twice",
                 ))
             }
-            // The program initialised MPI itself: use it, and leave finalisation to it.
-            None => None,
+            // The program initialised MPI itself: use it at the level it chose, and leave
+            // finalisation to it.
+            None => {
+                let mut main: c_int = 0;
+                // SAFETY: out-pointer to a local; MPI is initialised.
+                let rc = unsafe { ffi::MPI_Is_thread_main(&mut main) };
+                check(rc, 0, "mpi init (MPI_Is_thread_main)")?;
+                if main != 0 {
+                    MPI_HOME.with(|home| home.set(true));
+                }
+                (None, mpi::environment::threading_support())
+            }
         };
         let mut t = MpiTransport {
             // SAFETY: reading a constant handle exported by the MPI binding.
@@ -302,8 +366,11 @@ impl MpiTransport {
             passes: 0,
             request_tests: 0,
             posted_ahead: 0,
+            short_sends: 0,
             completions: 0,
             universe,
+            any_thread: provided >= Threading::Serialized,
+            thread_level: provided,
             finished: false,
         };
         t.setup()?;
@@ -454,6 +521,17 @@ impl MpiTransport {
         self.tags.max_exact_tag()
     }
 
+    /// The MPI thread level in effect: `"single"`, `"funneled"`, `"serialized"` or
+    /// `"multiple"` (see `FERRY_MPI_THREAD_LEVEL`).
+    pub fn thread_level(&self) -> &'static str {
+        match self.thread_level {
+            Threading::Single => "single",
+            Threading::Funneled => "funneled",
+            Threading::Serialized => "serialized",
+            Threading::Multiple => "multiple",
+        }
+    }
+
     /// The key-to-tag mapping in use (derived from this library's `MPI_TAG_UB`).
     pub fn tag_map(&self) -> TagMap {
         self.tags
@@ -469,14 +547,39 @@ impl MpiTransport {
         ferry_core::transport::check_peer(self.rank, self.size, peer, op)
     }
 
-    /// An error if the transport was already finished.
+    /// An error if the transport was already finished, or if this thread may not call MPI
+    /// (see [`MpiTransport::on_mpi_thread`]).
+    #[inline]
     fn ensure_open(&self, op: &'static str) -> Result<()> {
         if self.finished {
             return Err(Error::new(ErrorKind::InvalidArgument, op)
                 .on_rank(self.rank)
                 .with_detail("the MPI transport was already finished"));
         }
+        if !self.on_mpi_thread() {
+            return Err(self.wrong_thread(op));
+        }
         Ok(())
+    }
+
+    /// Whether the calling thread may call MPI: any thread at `MPI_THREAD_SERIALIZED` and
+    /// above, else only the thread that initialised MPI (MPI's rule for the lower levels).
+    #[inline]
+    fn on_mpi_thread(&self) -> bool {
+        self.any_thread || MPI_HOME.with(Cell::get)
+    }
+
+    /// The error of a call from a thread MPI does not allow at the level it was initialised
+    /// with.
+    #[cold]
+    fn wrong_thread(&self, op: &'static str) -> Error {
+        Error::new(ErrorKind::Unsupported, op)
+            .on_rank(self.rank)
+            .with_detail(
+                "the MPI backend is used from a thread other than the one that initialised \
+                 MPI, which the MPI thread level in use (below MPI_THREAD_SERIALIZED) does not \
+                 allow; set FERRY_MPI_THREAD_LEVEL=serialized to move a world between threads",
+            )
     }
 }
 
@@ -503,6 +606,7 @@ impl Transport for MpiTransport {
     }
 
     fn wait_for_input(&mut self, timeout: Duration) -> Result<()> {
+        self.ensure_open("wait")?;
         let start = Instant::now();
         loop {
             self.progress_sends()?;
@@ -542,6 +646,8 @@ impl Transport for MpiTransport {
     /// without a copy (see [`MpiTransport`]); if the exchange fails, this waits until MPI has
     /// finished with that memory before returning.
     fn exchange(&mut self, ex: &mut Exchange<'_>) -> Result<()> {
+        // Before anything else: the clean-up below calls MPI too.
+        self.ensure_open("exchange")?;
         let result = self.drive(ex);
         if result.is_err() {
             self.cancel_posted(ex);
@@ -601,6 +707,7 @@ impl Transport for MpiTransport {
         s.extra.push(("mpi_progress_passes", self.passes));
         s.extra.push(("mpi_request_tests", self.request_tests));
         s.extra.push(("mpi_posted_ahead", self.posted_ahead));
+        s.extra.push(("mpi_short_sends", self.short_sends));
         s
     }
 
@@ -614,5 +721,25 @@ impl Drop for MpiTransport {
         if let Err(e) = self.shutdown() {
             tracing::warn!("mpi shutdown: {e}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thread_level_names_parse_and_others_are_config_errors() {
+        assert_eq!(parse_thread_level("").unwrap(), Threading::Single);
+        assert_eq!(parse_thread_level("single").unwrap(), Threading::Single);
+        assert_eq!(parse_thread_level("Funneled").unwrap(), Threading::Funneled);
+        assert_eq!(
+            parse_thread_level(" serialized ").unwrap(),
+            Threading::Serialized
+        );
+        assert_eq!(parse_thread_level("multiple").unwrap(), Threading::Multiple);
+        let e = parse_thread_level("threads").unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Config);
+        assert!(e.to_string().contains("FERRY_MPI_THREAD_LEVEL"), "{e}");
     }
 }

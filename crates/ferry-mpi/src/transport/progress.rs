@@ -82,11 +82,19 @@ impl MpiTransport {
         Ok(recvs_done && sends_done)
     }
 
-    /// Completes whatever copied sends MPI has finished and releases their buffers.
+    /// Completes whatever copied sends MPI has finished and releases their buffers. Inlined
+    /// for the common case of none (every `send` and `recv` starts with it).
+    #[inline]
     pub(super) fn progress_sends(&mut self) -> Result<()> {
         if self.send_reqs.is_empty() {
             return Ok(());
         }
+        self.test_sends()
+    }
+
+    /// [`MpiTransport::progress_sends`] with copied sends in MPI's hands.
+    #[inline(never)]
+    fn test_sends(&mut self) -> Result<()> {
         let n = self.send_reqs.len();
         self.done_indices.resize(n, 0);
         let mut outcount: c_int = 0;

@@ -7,6 +7,7 @@ use std::ffi::c_int;
 use ferry_core::error::{Error, ErrorKind, Result};
 use ferry_core::transport::{Exchange, OpState, RecvBuf, RecvOp};
 use ferry_core::MsgKey;
+use mpi::ffi;
 
 use super::call::{self, mpi_error, Matched};
 use super::split::{self, decode_first, EAGER_BYTES, PREFIX};
@@ -56,9 +57,21 @@ impl MpiTransport {
     /// Posts the first-part receive of the next message of `(peer, tag)` into a backend
     /// buffer; returns its slot.
     pub(super) fn post_first(&mut self, peer: usize, tag: i32) -> Result<usize> {
+        let (req, buf) = self.irecv_first(peer, tag)?;
+        Ok(self.adopt_first(peer, tag, req, buf, Polled::Unknown))
+    }
+
+    /// Posts the first-part receive of the next message of `(peer, tag)` into a backend
+    /// buffer, without a slot: the caller must keep `buf` (its heap block) until the request
+    /// completes, or hand both to [`MpiTransport::adopt_first`].
+    pub(super) fn irecv_first(
+        &mut self,
+        peer: usize,
+        tag: i32,
+    ) -> Result<(ffi::MPI_Request, Vec<u8>)> {
         let mut buf = self.take_eager(peer)?;
-        // SAFETY: `buf` has capacity for EAGER_BYTES and stays owned by the slot (its heap block
-        // does not move) until the request completes or is cancelled.
+        // SAFETY: `buf` has capacity for EAGER_BYTES; the caller keeps its heap block in place
+        // until the request completes or is cancelled (see above).
         let req = match unsafe {
             call::irecv(
                 self.comm,
@@ -75,13 +88,26 @@ impl MpiTransport {
                 return Err(e);
             }
         };
+        Ok((req, buf))
+    }
+
+    /// Keeps a first-part receive started by [`MpiTransport::irecv_first`] (and what a test
+    /// said about it) in a slot, as a posted first part of its flow; returns the slot.
+    pub(super) fn adopt_first(
+        &mut self,
+        peer: usize,
+        tag: i32,
+        req: ffi::MPI_Request,
+        buf: Vec<u8>,
+        polled: Polled,
+    ) -> usize {
         self.posted_flows.push((peer, tag));
-        Ok(self.put_slot(RecvSlot {
+        self.put_slot(RecvSlot {
             req,
             buf,
             kind: SlotKind::First,
-            polled: Polled::Unknown,
-        }))
+            polled,
+        })
     }
 
     /// Receives a matched message into a backend buffer; returns the slot.
