@@ -378,8 +378,9 @@ impl MpiTransport {
     }
 
     /// Like [`MpiTransport::init`], and checks that MPI's view of the job agrees with the
-    /// launch environment: a program started by `ferry run` (which sets `FERRY_SIZE`) instead
-    /// of `mpirun` would otherwise run as several independent one-rank MPI jobs.
+    /// launch environment: a program whose ranks were started one by one (e.g. by `ferry run`
+    /// with `FERRY_BACKEND=mpi` in the environment but another `--backend`) instead of by
+    /// `mpirun` would otherwise run as several independent one-rank MPI jobs.
     pub fn init_for(config: &Config, launch: &LaunchInfo) -> Result<MpiTransport> {
         let t = MpiTransport::init(config)?;
         let mismatch = |what: &str, ours: usize, theirs: usize| {
@@ -387,7 +388,8 @@ impl MpiTransport {
                 .on_rank(t.rank)
                 .with_detail(format!(
                     "MPI reports {what} {ours} but the launch environment says {theirs}: \
-                     start the mpi backend with mpirun/srun, not with `ferry run`"
+                     start the mpi backend through mpirun/srun (`ferry run --backend mpi` \
+                     does that), not as separately started processes"
                 ))
         };
         if let Some(n) = launch.size {
