@@ -5,7 +5,7 @@
 //! messages, the capped connection cache with its CLOSE handshake, the handshake secret, the
 //! goodbye naming the rank whose failure ended this one, liveness probes, what a lost
 //! connection means) is the endpoint's, a sans-I/O state machine that the seeded simulation in
-//! `ferry-proto/tests/sim.rs` drives through drops, kills and full inboxes. This driver owns
+//! `ferry-proto/tests/sim/` drives through drops, kills and full inboxes. This driver owns
 //! what the endpoint must not: sockets, the epoll set, the clock and the program's buffers.
 //! It feeds the endpoint events (frames read, connections accepted, connected, refused or
 //! lost, time) and carries out its actions (dial, write a frame, shut down, close, complete or
