@@ -286,6 +286,15 @@ fn a_message_left_in_the_inbox_is_caught() {
     assert!(caught, "no schedule noticed messages left in the inbox");
 }
 
+/// The checker catches a broken endpoint: TRY sends held for their answers far longer than
+/// one gap between answers.
+#[test]
+fn an_unbounded_eager_hold_is_caught() {
+    let caught = (0..500u64)
+        .any(|seed| !run_schedule(seed, &|ep| ep.mutations.eager_hold_unbounded = true).is_empty());
+    assert!(caught, "no schedule noticed TRY sends held too long");
+}
+
 /// Schedules that once broke a property, replayed on every run whatever `FERRY_SIM_SEEDS` says.
 const REGRESSION_SEEDS: &[u64] = &[51571];
 

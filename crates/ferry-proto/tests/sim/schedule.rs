@@ -21,6 +21,18 @@ pub(crate) fn run_schedule(seed: u64, mutate: &dyn Fn(&mut Endpoint)) -> Vec<Str
         0 => usize::MAX,
         _ => hold_rng.below(eager as u64) as usize,
     };
+    // How long a call waits for the answers of its TRYs before copying them: off in a third
+    // of the schedules (copied when the call ends, as before), else up to 300 us after the
+    // last answer or write plus the message at 1-4 bytes per us; drawn apart from both
+    // generators above, so that the schedules stay what they were.
+    let mut wait_rng = Rng(seed ^ 0x0ea9_e4b0_1d0e_a9e4);
+    let (eager_hold, eager_hold_rate) = match wait_rng.below(3) {
+        0 => (Duration::ZERO, 0),
+        _ => (
+            d(wait_rng.below(300)),
+            (1 + wait_rng.below(4)) * 1_000_000 * u64::from(wait_rng.chance(80)),
+        ),
+    };
     let mut nodes = Vec::new();
     for r in 0..n {
         let mut cfg = EndpointConfig::new(r, size, &secret);
@@ -30,6 +42,8 @@ pub(crate) fn run_schedule(seed: u64, mutate: &dyn Fn(&mut Endpoint)) -> Vec<Str
         }
         cfg.eager_bytes = eager;
         cfg.eager_direct_min = direct_min;
+        cfg.eager_hold = eager_hold;
+        cfg.eager_hold_rate = eager_hold_rate;
         cfg.inbox_messages = 1 + rng.below(3) as usize;
         cfg.inbox_bytes = eager * (1 + rng.below(3) as usize);
         cfg.outbox_bytes = eager * (1 + rng.below(4) as usize);

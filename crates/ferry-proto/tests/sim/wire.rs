@@ -206,6 +206,9 @@ impl Sim {
                 true
             }
         });
+        if !mine.is_empty() {
+            self.nodes[n].ep.on_written(d(self.now));
+        }
         for (p, seg) in mine {
             self.send_seg(p, seg);
         }
@@ -274,6 +277,7 @@ impl Sim {
                 },
             };
             self.send_seg(pipe, Seg::Frame(header, bytes));
+            self.nodes[n].ep.on_written(now);
         }
         self.drain(n);
     }
@@ -281,6 +285,24 @@ impl Sim {
     /// The call of node `n` that posted its sends returns (see [`Ev::CallEnds`]).
     pub(crate) fn call_ends(&mut self, n: usize) {
         if !self.nodes[n].alive {
+            return;
+        }
+        let now = d(self.now);
+        if let Some(t) = self.nodes[n].ep.eager_release_at().filter(|&t| t > now) {
+            // The call waits for the answers of its TRYs a while longer (serving the
+            // connections meanwhile, as every node here always does), but never longer than
+            // one gap between answers from now.
+            let cfg = self.nodes[n].ep.config();
+            let reading = match cfg.eager_hold_rate {
+                0 => Duration::ZERO,
+                rate => Duration::from_nanos(cfg.eager_bytes as u64 * 1_000_000_000 / rate),
+            };
+            if t > now + cfg.eager_hold + reading {
+                let what = format!("rank {n}: TRY sends held until {t:?} at {now:?}");
+                self.violation(what);
+            }
+            let at = t.as_nanos().div_ceil(1000) as u64;
+            self.schedule(at, Ev::CallEnds(n));
             return;
         }
         let node = &mut self.nodes[n];
