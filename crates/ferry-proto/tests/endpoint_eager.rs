@@ -233,9 +233,10 @@ fn us(n: u64) -> Duration {
     Duration::from_micros(n)
 }
 
-/// The gap between answers the hold allows with [`HOLD`] and [`RATE`], for messages of LEN.
-fn gap() -> Duration {
-    HOLD + Duration::from_nanos(LEN as u64 * 1_000_000_000 / RATE)
+/// The gap between answers the hold allows with [`HOLD`] and [`RATE`] while `n` messages of
+/// LEN are unanswered.
+fn gap(n: u64) -> Duration {
+    HOLD + Duration::from_nanos(n * LEN as u64 * 1_000_000_000 / RATE)
 }
 
 /// Rank 0 (holding with [`HOLD`] and [`RATE`]) connected to rank 1, with sends 1 and 2 of
@@ -276,17 +277,17 @@ fn answer(a: &mut Endpoint, conn: ConnId, f: &Frame, ty: FrameType, now: Duratio
 #[test]
 fn the_hold_counts_from_the_last_post_write_or_answer() {
     let (mut a, bufs, conn, frames) = two_held(us(1000));
-    assert_eq!(a.eager_release_at(), Some(us(1000) + gap()));
+    assert_eq!(a.eager_release_at(), Some(us(1000) + gap(2)));
     // Writing the window took a while: the receiver could not answer before it was out.
     a.on_written(us(1500));
-    assert_eq!(a.eager_release_at(), Some(us(1500) + gap()));
+    assert_eq!(a.eager_release_at(), Some(us(1500) + gap(2)));
     // An answer: the receiver is reading, the next one is waited for one more gap.
     answer(&mut a, conn, &frames[0], FrameType::Accept, us(1600));
     let (_, done) = actions(&mut a, &bufs);
     assert!(done
         .iter()
         .any(|x| matches!(x, Action::SendDone(SendId(1)))));
-    assert_eq!(a.eager_release_at(), Some(us(1600) + gap()));
+    assert_eq!(a.eager_release_at(), Some(us(1600) + gap(1)));
     assert_eq!(a.counters().eager_copies, 0);
     // Nothing more by then: the call copies the rest and ends.
     let copies = a.release_eager(&bufs);
@@ -318,7 +319,7 @@ fn refused_sends_are_not_waited_for() {
     let (mut a, bufs, conn, frames) = two_held(us(1000));
     answer(&mut a, conn, &frames[0], FrameType::Refuse, us(1100));
     // One still unanswered: its answer may come.
-    assert_eq!(a.eager_release_at(), Some(us(1100) + gap()));
+    assert_eq!(a.eager_release_at(), Some(us(1100) + gap(1)));
     answer(&mut a, conn, &frames[1], FrameType::Refuse, us(1200));
     // Both refused: they wait for their receives, which may be posted only after this call.
     assert!(a.eager_release_at().is_some_and(|t| t <= us(1200)));

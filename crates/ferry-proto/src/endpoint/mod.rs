@@ -253,10 +253,10 @@ pub struct EndpointConfig {
     pub eager_direct_min: usize,
     /// How long a call that waits only for such TRY messages keeps waiting for their answers
     /// before [`Endpoint::release_eager`] copies them ([`Endpoint::eager_release_at`]): this
-    /// much after the last answer (or post), plus the largest unanswered message at
-    /// [`EndpointConfig::eager_hold_rate`]. While the receiver reads, its answers come well
-    /// within that and the copy is saved; a receiver that stops answering costs the call at
-    /// most this gap once more. Zero (with a zero rate): copy as soon as the call could end.
+    /// much after the last answer, post or write, plus the time to read the unanswered
+    /// messages at [`EndpointConfig::eager_hold_rate`]. While the receiver reads, its answers
+    /// come well within that and the copy is saved; a receiver that stops answering costs the
+    /// call at most this gap once more. Zero (with a zero rate): copy as soon as the call could end.
     pub eager_hold: Duration,
     /// The reading rate (bytes per second) assumed for a receiver working through TRY
     /// messages, for [`EndpointConfig::eager_hold`]; 0 adds nothing.

@@ -493,9 +493,10 @@ impl Endpoint {
     /// and each answer completes a send without any copy (in a window of 64 x 64 KiB, the
     /// copy made at once was a 4 MiB `memcpy` and 64 allocations per window on the sender).
     /// The time is [`eager_hold`](super::EndpointConfig::eager_hold) after the last answer,
-    /// post or write ([`Endpoint::on_written`]), plus the largest unanswered message at
-    /// [`eager_hold_rate`](super::EndpointConfig::eager_hold_rate): so the wait ends once the
-    /// receiver stops answering (busy, descheduled), never because the whole window took
+    /// post or write ([`Endpoint::on_written`]), plus the time to read all unanswered bytes
+    /// at [`eager_hold_rate`](super::EndpointConfig::eager_hold_rate) (the copy it may save
+    /// costs a fraction of that): so the wait ends once the receiver stops answering (busy,
+    /// descheduled long enough to have read them all), never because the whole window took
     /// long, and at once when every unanswered message was refused (a refused message waits
     /// for its receive to be posted, which may be after this call). A performance wait only:
     /// the driver may release earlier, and a failed peer fails the sends regardless.
@@ -503,19 +504,19 @@ impl Endpoint {
         if self.eager_out.is_empty() {
             return None;
         }
-        let largest = self
+        let unanswered: u64 = self
             .eager_out
             .values()
             .filter_map(|id| self.outbox.get(id))
             .filter(|m| m.state == OutState::Sent)
             .map(|m| m.len as u64)
-            .max();
-        let Some(largest) = largest else {
+            .sum();
+        if unanswered == 0 {
             return Some(Duration::ZERO);
-        };
+        }
         let reading = match self.cfg.eager_hold_rate {
             0 => Duration::ZERO,
-            rate => Duration::from_nanos(largest.saturating_mul(1_000_000_000) / rate),
+            rate => Duration::from_nanos(unanswered.saturating_mul(1_000_000_000) / rate),
         };
         if self.mutations.eager_hold_unbounded {
             return Some(self.eager_activity + Duration::from_secs(1));

@@ -291,11 +291,19 @@ impl Sim {
         if let Some(t) = self.nodes[n].ep.eager_release_at().filter(|&t| t > now) {
             // The call waits for the answers of its TRYs a while longer (serving the
             // connections meanwhile, as every node here always does), but never longer than
-            // one gap between answers from now.
-            let cfg = self.nodes[n].ep.config();
+            // one gap between answers from now (the hold and the time to read what it still
+            // holds).
+            let node = &self.nodes[n];
+            let borrowed: u64 = node
+                .sends
+                .iter()
+                .filter(|(op, s)| s.1 == OpStatus::Pending && node.ep.is_eager_borrowed(**op))
+                .map(|(_, s)| s.0.len() as u64)
+                .sum();
+            let cfg = node.ep.config();
             let reading = match cfg.eager_hold_rate {
                 0 => Duration::ZERO,
-                rate => Duration::from_nanos(cfg.eager_bytes as u64 * 1_000_000_000 / rate),
+                rate => Duration::from_nanos(borrowed * 1_000_000_000 / rate),
             };
             if t > now + cfg.eager_hold + reading {
                 let what = format!("rank {n}: TRY sends held until {t:?} at {now:?}");

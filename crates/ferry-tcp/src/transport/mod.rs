@@ -84,7 +84,7 @@ const RNDV_GRACE: Duration = Duration::from_millis(1);
 const RNDV_GRACE_IDLE: Duration = Duration::from_millis(20);
 /// How long a call that waits only for TRY sends written from the program's buffer waits
 /// for the next of their answers before it copies them (at least the spin time), besides the
-/// largest unanswered message at [`EAGER_HOLD_RATE`]; see `EndpointConfig::eager_hold`.
+/// time to read all unanswered ones at [`EAGER_HOLD_RATE`]; see `EndpointConfig::eager_hold`.
 const EAGER_HOLD: Duration = Duration::from_micros(50);
 /// The receiver's reading rate assumed for that wait (bytes per second): half of what a
 /// loopback reader does on the target machines, so that a reader that keeps up is waited for.
