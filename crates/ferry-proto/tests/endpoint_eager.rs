@@ -245,6 +245,7 @@ fn two_held(at: Duration) -> (Endpoint, Bufs, ConnId, Vec<Frame>) {
     let mut cfg = EndpointConfig::new(0, 2, SECRET);
     cfg.eager_hold = HOLD;
     cfg.eager_hold_rate = RATE;
+    cfg.eager_hold_min = LEN;
     let (mut a, _b, dialled, _) = connected_with(cfg);
     let mut bufs = Bufs::default();
     bufs.0.insert(SendId(1), pattern());
@@ -334,9 +335,15 @@ fn without_a_hold_the_call_copies_when_it_could_end() {
     bufs.0.insert(SendId(1), pattern());
     a.post_send(SendId(1), 1, MsgKey::user(2), LEN, t, &bufs)
         .unwrap();
-    // The default settings hold; these are the endpoint's own defaults, not the driver's.
-    assert!(a.eager_release_at().is_some_and(|r| r > t));
+    // The defaults hold from 256 KiB unanswered: one message of 32 KiB is copied at once.
+    assert!(a.eager_release_at().is_some_and(|r| r <= t));
     let mut cfg = a.config().clone();
+    cfg.eager_hold_min = 0;
+    cfg.eager_hold = us(10);
+    let (mut h, _, _, _) = connected_with(cfg.clone());
+    h.post_send(SendId(1), 1, MsgKey::user(2), LEN, t, &bufs)
+        .unwrap();
+    assert!(h.eager_release_at().is_some_and(|r| r > t));
     cfg.eager_hold = Duration::ZERO;
     cfg.eager_hold_rate = 0;
     let (mut c, _d, _, _) = connected_with(cfg);

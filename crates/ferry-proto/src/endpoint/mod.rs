@@ -261,6 +261,10 @@ pub struct EndpointConfig {
     /// The reading rate (bytes per second) assumed for a receiver working through TRY
     /// messages, for [`EndpointConfig::eager_hold`]; 0 adds nothing.
     pub eager_hold_rate: u64,
+    /// A call holds only while at least this many bytes of its TRYs are unanswered: a copy
+    /// of less costs less than waiting for an answer's round trip (a collective's step of a
+    /// few 16-64 KiB messages would pay that round trip in every step).
+    pub eager_hold_min: usize,
     /// Inbox cap in messages.
     pub inbox_messages: usize,
     /// Inbox cap in bytes.
@@ -308,6 +312,7 @@ impl EndpointConfig {
             eager_direct_min: 16 << 10,
             eager_hold: Duration::from_micros(50),
             eager_hold_rate: 1_000_000_000,
+            eager_hold_min: 256 << 10,
             inbox_messages: 1024,
             inbox_bytes: 64 << 20,
             outbox_bytes: 64 << 20,

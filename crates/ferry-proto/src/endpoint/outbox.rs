@@ -498,7 +498,8 @@ impl Endpoint {
     /// costs a fraction of that): so the wait ends once the receiver stops answering (busy,
     /// descheduled long enough to have read them all), never because the whole window took
     /// long, and at once when every unanswered message was refused (a refused message waits
-    /// for its receive to be posted, which may be after this call). A performance wait only:
+    /// for its receive to be posted, which may be after this call) or when less than
+    /// [`eager_hold_min`](super::EndpointConfig::eager_hold_min) bytes are unanswered. A performance wait only:
     /// the driver may release earlier, and a failed peer fails the sends regardless.
     pub fn eager_release_at(&self) -> Option<Duration> {
         if self.eager_out.is_empty() {
@@ -511,7 +512,7 @@ impl Endpoint {
             .filter(|m| m.state == OutState::Sent)
             .map(|m| m.len as u64)
             .sum();
-        if unanswered == 0 {
+        if unanswered == 0 || unanswered < self.cfg.eager_hold_min as u64 {
             return Some(Duration::ZERO);
         }
         let reading = match self.cfg.eager_hold_rate {

@@ -33,6 +33,10 @@ pub(crate) fn run_schedule(seed: u64, mutate: &dyn Fn(&mut Endpoint)) -> Vec<Str
             (1 + wait_rng.below(4)) * 1_000_000 * u64::from(wait_rng.chance(80)),
         ),
     };
+    let eager_hold_min = match wait_rng.below(3) {
+        0 => 0,
+        _ => wait_rng.below(4 * eager as u64) as usize,
+    };
     let mut nodes = Vec::new();
     for r in 0..n {
         let mut cfg = EndpointConfig::new(r, size, &secret);
@@ -44,6 +48,7 @@ pub(crate) fn run_schedule(seed: u64, mutate: &dyn Fn(&mut Endpoint)) -> Vec<Str
         cfg.eager_direct_min = direct_min;
         cfg.eager_hold = eager_hold;
         cfg.eager_hold_rate = eager_hold_rate;
+        cfg.eager_hold_min = eager_hold_min;
         cfg.inbox_messages = 1 + rng.below(3) as usize;
         cfg.inbox_bytes = eager * (1 + rng.below(3) as usize);
         cfg.outbox_bytes = eager * (1 + rng.below(4) as usize);
