@@ -2,7 +2,8 @@
  * ferry's comparison; same output format as crates/ferry/examples/osu_bw.rs.
  * Per iteration: rank 0 posts a window of 64 Isends and waits, then receives a 4-byte ack;
  * rank 1 posts 64 Irecvs, waits, acks. 10 + 100 iterations up to 8 KiB, 2 + 20 above.
- * MB/s with MB = 1e6 bytes. */
+ * MB/s with MB = 1e6 bytes. Options as the ferry example: -m [MIN:]MAX sizes, -i ITERS and
+ * -x WARMUP override the iteration counts. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,14 +13,29 @@
 #define WINDOW 64
 
 int main(int argc, char **argv) {
-    long max = 1L << 22;
+    long min = 1, max = 1L << 22;
+    int iters_opt = -1, skip_opt = -1;
     int rank, size;
     MPI_Request req[WINDOW];
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    for (int i = 1; i + 1 < argc; i++)
-        if (!strcmp(argv[i], "-m")) max = atol(argv[++i]);
+    for (int i = 1; i + 1 < argc; i++) {
+        if (!strcmp(argv[i], "-m")) {
+            const char *v = argv[++i], *colon = strchr(v, ':');
+            if (colon) {
+                min = atol(v);
+                max = atol(colon + 1);
+            } else {
+                max = atol(v);
+            }
+        } else if (!strcmp(argv[i], "-i")) {
+            iters_opt = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "-x")) {
+            skip_opt = atoi(argv[++i]);
+        }
+    }
+    if (min < 1) min = 1;
     if (size < 2) {
         if (rank == 0) fprintf(stderr, "osu_bw: needs 2 ranks\n");
         MPI_Abort(MPI_COMM_WORLD, 1);
@@ -32,8 +48,12 @@ int main(int argc, char **argv) {
         printf("# C/MPI osu_bw (OSU methodology, window %d)\n", WINDOW);
         printf("# Size      Bandwidth (MB/s)\n");
     }
-    for (long s = 1; s <= max; s *= 2) {
+    long first = 1;
+    while (first < min) first *= 2;
+    for (long s = first; s <= max; s *= 2) {
         int iters = s > LARGE ? 20 : 100, skip = s > LARGE ? 2 : 10;
+        if (iters_opt > 0) iters = iters_opt;
+        if (skip_opt >= 0) skip = skip_opt;
         double t0 = 0;
         MPI_Barrier(MPI_COMM_WORLD);
         for (int i = 0; i < iters + skip; i++) {

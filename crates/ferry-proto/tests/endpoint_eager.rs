@@ -1,7 +1,9 @@
 //! TRY messages written straight from the program's buffer, stepped by hand: while the send's
 //! call is active the frame's payload is the program's buffer (no outbox copy); an answer
 //! completes the send without any copy, and a call that ends first gets the copy then
-//! (`release_eager`), after which nothing reads the program's buffer again.
+//! (`release_eager`), after which nothing reads the program's buffer again. A call that waits
+//! only for such sends waits for their answers until one gap between answers passed without
+//! any (`eager_release_at`), and not at all for refused ones.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -38,8 +40,13 @@ fn pattern() -> Vec<u8> {
 /// Rank 0 and rank 1 connected by a first small message; returns both endpoints and their
 /// ends of the connection.
 fn connected() -> (Endpoint, Endpoint, ConnId, ConnId) {
+    connected_with(EndpointConfig::new(0, 2, SECRET))
+}
+
+/// [`connected`], with rank 0's settings `cfg`.
+fn connected_with(cfg: EndpointConfig) -> (Endpoint, Endpoint, ConnId, ConnId) {
     let t = Duration::ZERO;
-    let mut a = endpoint(0);
+    let mut a = Endpoint::new(cfg);
     let mut b = endpoint(1);
     let mut bufs = Bufs::default();
     bufs.0.insert(SendId(9), vec![1, 2, 3]);
@@ -217,4 +224,130 @@ fn an_abandoned_try_is_copied_and_its_buffer_never_read_again() {
     assert_eq!(data.len(), 1);
     assert!(!data[0].borrowed);
     assert_eq!(data[0].payload, pattern());
+}
+
+const HOLD: Duration = Duration::from_micros(100);
+const RATE: u64 = 1_000_000_000;
+
+fn us(n: u64) -> Duration {
+    Duration::from_micros(n)
+}
+
+/// The gap between answers the hold allows with [`HOLD`] and [`RATE`] while `n` messages of
+/// LEN are unanswered.
+fn gap(n: u64) -> Duration {
+    HOLD + Duration::from_nanos(n * LEN as u64 * 1_000_000_000 / RATE)
+}
+
+/// Rank 0 (holding with [`HOLD`] and [`RATE`]) connected to rank 1, with sends 1 and 2 of
+/// flow user(2) posted at `at`; returns rank 0, the buffers, its connection and the TRYs.
+fn two_held(at: Duration) -> (Endpoint, Bufs, ConnId, Vec<Frame>) {
+    let mut cfg = EndpointConfig::new(0, 2, SECRET);
+    cfg.eager_hold = HOLD;
+    cfg.eager_hold_rate = RATE;
+    cfg.eager_hold_min = LEN;
+    let (mut a, _b, dialled, _) = connected_with(cfg);
+    let mut bufs = Bufs::default();
+    bufs.0.insert(SendId(1), pattern());
+    bufs.0.insert(SendId(2), pattern());
+    for op in [SendId(1), SendId(2)] {
+        let st = a.post_send(op, 1, MsgKey::user(2), LEN, at, &bufs).unwrap();
+        assert_eq!(st, SendStatus::Pending);
+    }
+    let (frames, _) = actions(&mut a, &bufs);
+    assert_eq!(frames.len(), 2);
+    assert!(frames.iter().all(|f| f.borrowed));
+    (a, bufs, dialled, frames)
+}
+
+/// Hands `a` the answer `ty` to TRY frame `f` at `now`.
+fn answer(a: &mut Endpoint, conn: ConnId, f: &Frame, ty: FrameType, now: Duration) {
+    let h = Header {
+        ty,
+        len: 0,
+        ..f.header
+    };
+    let answer = Frame {
+        header: h,
+        payload: Vec::new(),
+        borrowed: false,
+    };
+    feed(a, conn, &answer, now);
+}
+
+#[test]
+fn the_hold_counts_from_the_last_post_write_or_answer() {
+    let (mut a, bufs, conn, frames) = two_held(us(1000));
+    assert_eq!(a.eager_release_at(), Some(us(1000) + gap(2)));
+    // Writing the window took a while: the receiver could not answer before it was out.
+    a.on_written(us(1500));
+    assert_eq!(a.eager_release_at(), Some(us(1500) + gap(2)));
+    // An answer: the receiver is reading, the next one is waited for one more gap.
+    answer(&mut a, conn, &frames[0], FrameType::Accept, us(1600));
+    let (_, done) = actions(&mut a, &bufs);
+    assert!(done
+        .iter()
+        .any(|x| matches!(x, Action::SendDone(SendId(1)))));
+    assert_eq!(a.eager_release_at(), Some(us(1600) + gap(1)));
+    assert_eq!(a.counters().eager_copies, 0);
+    // Nothing more by then: the call copies the rest and ends.
+    let copies = a.release_eager(&bufs);
+    assert_eq!(copies.len(), 1);
+    assert_eq!(copies[0].0, SendId(2));
+    assert_eq!(a.counters().eager_copies, 1);
+    assert_eq!(a.eager_release_at(), None);
+}
+
+#[test]
+fn a_window_answered_in_time_is_never_copied() {
+    let (mut a, bufs, conn, frames) = two_held(us(1000));
+    answer(&mut a, conn, &frames[0], FrameType::Accept, us(1100));
+    answer(&mut a, conn, &frames[1], FrameType::Accept, us(1200));
+    let (_, done) = actions(&mut a, &bufs);
+    assert_eq!(
+        done.iter()
+            .filter(|x| matches!(x, Action::SendDone(_)))
+            .count(),
+        2
+    );
+    assert_eq!(a.eager_release_at(), None, "nothing left to hold");
+    assert_eq!(a.counters().eager_copies, 0);
+    assert_eq!(a.table_sizes().outbox_bytes, 0);
+}
+
+#[test]
+fn refused_sends_are_not_waited_for() {
+    let (mut a, bufs, conn, frames) = two_held(us(1000));
+    answer(&mut a, conn, &frames[0], FrameType::Refuse, us(1100));
+    // One still unanswered: its answer may come.
+    assert_eq!(a.eager_release_at(), Some(us(1100) + gap(1)));
+    answer(&mut a, conn, &frames[1], FrameType::Refuse, us(1200));
+    // Both refused: they wait for their receives, which may be posted only after this call.
+    assert!(a.eager_release_at().is_some_and(|t| t <= us(1200)));
+    assert_eq!(a.release_eager(&bufs).len(), 2);
+}
+
+#[test]
+fn without_a_hold_the_call_copies_when_it_could_end() {
+    let t = us(1000);
+    let (mut a, _b, _, _) = connected();
+    let mut bufs = Bufs::default();
+    bufs.0.insert(SendId(1), pattern());
+    a.post_send(SendId(1), 1, MsgKey::user(2), LEN, t, &bufs)
+        .unwrap();
+    // The defaults hold from 256 KiB unanswered: one message of 32 KiB is copied at once.
+    assert!(a.eager_release_at().is_some_and(|r| r <= t));
+    let mut cfg = a.config().clone();
+    cfg.eager_hold_min = 0;
+    cfg.eager_hold = us(10);
+    let (mut h, _, _, _) = connected_with(cfg.clone());
+    h.post_send(SendId(1), 1, MsgKey::user(2), LEN, t, &bufs)
+        .unwrap();
+    assert!(h.eager_release_at().is_some_and(|r| r > t));
+    cfg.eager_hold = Duration::ZERO;
+    cfg.eager_hold_rate = 0;
+    let (mut c, _d, _, _) = connected_with(cfg);
+    c.post_send(SendId(1), 1, MsgKey::user(2), LEN, t, &bufs)
+        .unwrap();
+    assert_eq!(c.eager_release_at(), Some(t));
 }

@@ -1,5 +1,5 @@
 //! The goodbye of a rank that ends while a connection it dialled still waits for the peer's
-//! handshake answer, stepped by hand (the seeded simulation in `sim.rs` reaches the same
+//! handshake answer, stepped by hand (the seeded simulation in `sim/` reaches the same
 //! interleaving only in a few schedules out of thousands).
 //!
 //! The case from elastic jobs: a spare waiting for its admission dials the master (liveness

@@ -251,6 +251,20 @@ pub struct EndpointConfig {
     /// unanswered when the call ends ([`Endpoint::release_eager`]); smaller ones are copied at
     /// once (a copy of a few KiB costs less than the bookkeeping). `usize::MAX`: never.
     pub eager_direct_min: usize,
+    /// How long a call that waits only for such TRY messages keeps waiting for their answers
+    /// before [`Endpoint::release_eager`] copies them ([`Endpoint::eager_release_at`]): this
+    /// much after the last answer, post or write, plus the time to read the unanswered
+    /// messages at [`EndpointConfig::eager_hold_rate`]. While the receiver reads, its answers
+    /// come well within that and the copy is saved; a receiver that stops answering costs the
+    /// call at most this gap once more. Zero (with a zero rate): copy as soon as the call could end.
+    pub eager_hold: Duration,
+    /// The reading rate (bytes per second) assumed for a receiver working through TRY
+    /// messages, for [`EndpointConfig::eager_hold`]; 0 adds nothing.
+    pub eager_hold_rate: u64,
+    /// A call holds only while at least this many bytes of its TRYs are unanswered: a copy
+    /// of less costs less than waiting for an answer's round trip (a collective's step of a
+    /// few 16-64 KiB messages would pay that round trip in every step).
+    pub eager_hold_min: usize,
     /// Inbox cap in messages.
     pub inbox_messages: usize,
     /// Inbox cap in bytes.
@@ -296,6 +310,9 @@ impl EndpointConfig {
             size,
             eager_bytes: 64 << 10,
             eager_direct_min: 16 << 10,
+            eager_hold: Duration::from_micros(50),
+            eager_hold_rate: 1_000_000_000,
+            eager_hold_min: 256 << 10,
             inbox_messages: 1024,
             inbox_bytes: 64 << 20,
             outbox_bytes: 64 << 20,
@@ -342,6 +359,9 @@ pub struct Counters {
     pub announced: u64,
     /// Announced messages copied into the outbox after their grace period.
     pub rndv_copies: u64,
+    /// TRY messages written from the program's buffer that were still unanswered when their
+    /// call ended, and were copied into the outbox then ([`Endpoint::release_eager`]).
+    pub eager_copies: u64,
     /// Duplicate connections closed.
     pub duplicates_closed: u64,
 }
@@ -394,6 +414,8 @@ pub struct Mutations {
     pub get_answered_twice: bool,
     /// Deliver a stored message to a receive without removing it from the inbox.
     pub inbox_not_emptied: bool,
+    /// Hold TRY sends for their answers a second after the last answer, post or write.
+    pub eager_hold_unbounded: bool,
 }
 
 /// Shortest delay before a deadline that could not be acted on is reported again.
@@ -424,6 +446,9 @@ pub struct Endpoint {
     /// TRY sends whose payload is still the program's (written from its buffer, see
     /// [`EndpointConfig::eager_direct_min`]): send -> message.
     pub(crate) eager_out: FastMap<SendId, MsgId>,
+    /// When a TRY of `eager_out` was last posted or answered (see
+    /// [`EndpointConfig::eager_hold`]).
+    pub(crate) eager_activity: Duration,
     /// When the last GET was served or zero-copy data moved (rendezvous grace).
     pub(crate) last_get: Duration,
     // ----- receive side -----
@@ -482,6 +507,7 @@ impl Endpoint {
             waiting_sends: VecDeque::new(),
             announced: FastMap::default(),
             eager_out: FastMap::default(),
+            eager_activity: Duration::ZERO,
             last_get: Duration::ZERO,
             overflow: FastMap::default(),
             remote: FastMap::default(),

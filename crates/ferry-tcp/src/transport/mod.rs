@@ -5,7 +5,7 @@
 //! messages, the capped connection cache with its CLOSE handshake, the handshake secret, the
 //! goodbye naming the rank whose failure ended this one, liveness probes, what a lost
 //! connection means) is the endpoint's, a sans-I/O state machine that the seeded simulation in
-//! `ferry-proto/tests/sim.rs` drives through drops, kills and full inboxes. This driver owns
+//! `ferry-proto/tests/sim/` drives through drops, kills and full inboxes. This driver owns
 //! what the endpoint must not: sockets, the epoll set, the clock and the program's buffers.
 //! It feeds the endpoint events (frames read, connections accepted, connected, refused or
 //! lost, time) and carries out its actions (dial, write a frame, shut down, close, complete or
@@ -82,6 +82,13 @@ const RNDV_GRACE: Duration = Duration::from_millis(1);
 /// faults) is usually wasted. Measured at load 3 on 2 cores: 1 ms copied up to a quarter of a
 /// 1 MiB osu_bw window.
 const RNDV_GRACE_IDLE: Duration = Duration::from_millis(20);
+/// How long a call that waits only for TRY sends written from the program's buffer waits
+/// for the next of their answers before it copies them (at least the spin time), besides the
+/// time to read all unanswered ones at [`EAGER_HOLD_RATE`]; see `EndpointConfig::eager_hold`.
+const EAGER_HOLD: Duration = Duration::from_micros(50);
+/// The receiver's reading rate assumed for that wait (bytes per second): half of what a
+/// loopback reader does on the target machines, so that a reader that keeps up is waited for.
+const EAGER_HOLD_RATE: u64 = 1_000_000_000;
 /// A receive that waits this long for a peer this rank has no connection with dials it.
 const PROBE_AFTER: Duration = Duration::from_millis(100);
 /// Longest wait for the peers to close after the goodbye.
@@ -321,6 +328,8 @@ impl TcpTransport {
         cfg.connection_cap =
             crate::limits::connection_cap(t.connection_cap, crate::limits::open_file_limit());
         cfg.connect_timeout = Duration::from_millis(t.connect_timeout_ms.max(1));
+        cfg.eager_hold = policy.spin.max(EAGER_HOLD);
+        cfg.eager_hold_rate = EAGER_HOLD_RATE;
         cfg.rndv_grace = policy.spin.max(RNDV_GRACE);
         cfg.rndv_grace_idle = policy.spin.max(RNDV_GRACE_IDLE);
         cfg.probe_after = PROBE_AFTER;
@@ -505,8 +514,15 @@ impl Transport for TcpTransport {
             // Buffered input is waiting to be parsed: do not sleep.
             return Ok(());
         }
+        let now = self.advance_clock();
         let timeout = match self.ep.poll_timeout() {
-            Some(t) => timeout.min(t.saturating_sub(self.advance_clock())),
+            Some(t) => timeout.min(t.saturating_sub(now)),
+            None => timeout,
+        };
+        // A call holding TRY sends for their answers wakes when it should copy them instead;
+        // a time already past is acted on by the next pass that can end the call.
+        let timeout = match self.ep.eager_release_at().filter(|&t| t > now) {
+            Some(t) => timeout.min(t - now),
             None => timeout,
         };
         let ms = timeout.as_millis().clamp(0, i32::MAX as u128) as i32;
@@ -579,6 +595,7 @@ impl Transport for TcpTransport {
             ("tcp refusals received", c.refusals_received),
             ("tcp announced", c.announced),
             ("tcp announced then copied", c.rndv_copies),
+            ("tcp eager sent then copied", c.eager_copies),
             ("tcp gets sent", c.gets_sent),
             ("tcp gets served", c.gets_served),
             ("tcp strangers rejected", c.strangers),

@@ -68,7 +68,12 @@ impl TcpTransport {
             }
         }
         self.flush_batch(Some(ex));
-        if self.ep.has_eager_borrowed() && self.only_eager_left(ex) {
+        // The call would end but for TRY sends written from their buffers: it waits for their
+        // answers while they keep coming (no copy), and copies the rest once they stop.
+        if self.ep.has_eager_borrowed()
+            && self.only_eager_left(ex)
+            && self.ep.eager_release_at().is_some_and(|t| self.now() >= t)
+        {
             self.release_eager(ex);
             if let Err(e) = self.apply_actions(ex) {
                 first.get_or_insert(e);
@@ -186,7 +191,10 @@ impl TcpTransport {
                     self.rank, ex, limit,
                 ));
             }
-            if now.duration_since(active) < policy.spin || self.clock < self.poll_until {
+            // Sends held for their answers poll until the hold ends rather than sleep in
+            // epoll, whose millisecond timeout would overshoot it many times over.
+            let holding = self.ep.eager_release_at().is_some_and(|t| self.clock < t);
+            if now.duration_since(active) < policy.spin || self.clock < self.poll_until || holding {
                 std::hint::spin_loop();
                 if policy.yield_each_poll || polls.is_multiple_of(64) {
                     std::thread::yield_now();
