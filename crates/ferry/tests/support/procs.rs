@@ -30,6 +30,12 @@ pub fn built_tools(test: &str, examples: &[&str]) -> Option<(PathBuf, Vec<PathBu
     Some((ferry, ex))
 }
 
+/// The launcher and one example, as [`built_tools`] finds them.
+pub fn built_tool(test: &str, example: &str) -> Option<(PathBuf, PathBuf)> {
+    let (ferry, mut ex) = built_tools(test, &[example])?;
+    Some((ferry, ex.pop()?))
+}
+
 /// Output bytes as text.
 pub fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
