@@ -4,6 +4,7 @@
 
 use ferry_core::{Element, Error, Exchange, Result, Transport};
 
+use super::raw::RawBuf;
 use super::schedule::{Combine, Region};
 use super::{Persistent, State};
 
@@ -85,6 +86,14 @@ impl<T: Element> Persistent<T> {
         self.wait(t)
     }
 
+    /// The buffer a schedule step's range refers to.
+    fn region(&self, r: Region) -> &RawBuf<T> {
+        match r {
+            Region::Data => &self.data,
+            Region::Stage => &self.stage,
+        }
+    }
+
     /// The exchange of step `i`, over this collective's own buffers.
     fn post(&mut self, i: usize) -> Exchange<'static> {
         let mut ex = Exchange::from_parts(
@@ -94,10 +103,7 @@ impl<T: Element> Persistent<T> {
         let members = self.group.members();
         let step = &self.shape.steps[i];
         for x in &step.sends {
-            let buf = match x.region {
-                Region::Data => &self.data,
-                Region::Stage => &self.stage,
-            };
+            let buf = self.region(x.region);
             // SAFETY: the range lies inside the buffer (the schedule is built from its length);
             // the buffer is a heap allocation owned by `self` that is neither freed, moved nor
             // written while this exchange lives (accessors refuse while started; `advance`
@@ -108,10 +114,7 @@ impl<T: Element> Persistent<T> {
             ex.send(members[x.peer], self.key, bytes);
         }
         for x in &step.recvs {
-            let buf = match x.region {
-                Region::Data => &self.data,
-                Region::Stage => &self.stage,
-            };
+            let buf = self.region(x.region);
             // SAFETY: as above; in addition no other operation of this step touches this range,
             // so the one mutable view is unique until the exchange completes or is abandoned.
             let bytes = unsafe { buf.bytes_mut(x.bytes.clone()) };

@@ -21,19 +21,12 @@ struct Init<'g> {
 }
 
 fn check_group<'g>(t: &dyn Transport, group: &'g Group, name: &'static str) -> Result<Init<'g>> {
-    let rank = t.rank();
-    let me = group.my_index(rank).map_err(|e| e.context(name))?;
-    if let Some(&bad) = group.members().iter().find(|&&m| m >= t.size()) {
-        return Err(Error::invalid(
-            name,
-            format!(
-                "group member {bad} is not a rank of this job of {}",
-                t.size()
-            ),
-        )
-        .on_rank(rank));
-    }
-    Ok(Init { group, rank, me })
+    let me = crate::member_index(t, group, name)?;
+    Ok(Init {
+        group,
+        rank: t.rank(),
+        me,
+    })
 }
 
 fn check_root(i: &Init<'_>, root: usize, name: &'static str) -> Result<()> {
@@ -88,6 +81,7 @@ impl<T: Element> Persistent<T> {
         opts: &CollOptions,
     ) -> Result<Persistent<T>> {
         const NAME: &str = "broadcast";
+        const OFFERED: &str = "auto, linear, binomial, chain, pipeline";
         let i = check_group(t, &group, NAME)?;
         check_root(&i, root, NAME)?;
         let p = group.size();
@@ -101,14 +95,7 @@ impl<T: Element> Persistent<T> {
             | Algorithm::BinomialTree
             | Algorithm::Chain
             | Algorithm::Pipeline) => a,
-            a => {
-                return Err(unavailable(
-                    a,
-                    NAME,
-                    i.rank,
-                    "auto, linear, binomial, chain, pipeline",
-                ))
-            }
+            a => return Err(unavailable(a, NAME, i.rank, OFFERED)),
         };
         let shape = schedule::broadcast(alg, p, i.me, root, len, segment(opts));
         let (rank, me) = (i.rank, i.me);
@@ -138,6 +125,7 @@ impl<T: Element> Persistent<T> {
         opts: &CollOptions,
     ) -> Result<Persistent<T>> {
         const NAME: &str = "gather";
+        const OFFERED: &str = "auto, linear, binomial, chain";
         let i = check_group(t, &group, NAME)?;
         check_root(&i, root, NAME)?;
         let p = group.size();
@@ -146,14 +134,7 @@ impl<T: Element> Persistent<T> {
             Algorithm::Auto if p <= LINEAR_MAX_P => Algorithm::Linear,
             Algorithm::Auto => Algorithm::BinomialTree,
             a @ (Algorithm::Linear | Algorithm::BinomialTree | Algorithm::Chain) => a,
-            a => {
-                return Err(unavailable(
-                    a,
-                    NAME,
-                    i.rank,
-                    "auto, linear, binomial, chain",
-                ))
-            }
+            a => return Err(unavailable(a, NAME, i.rank, OFFERED)),
         };
         if block.len().checked_mul(p).is_none() {
             return Err(Error::invalid(
