@@ -15,7 +15,7 @@ mod support;
 
 use std::process::Command;
 use std::time::Duration;
-use support::procs::built_tool;
+use support::procs::{built_tool, two_nodes_if_hybrid};
 use support::run_limited;
 
 /// Backends the liveness cases run on; `hybrid` puts ranks 0-1 and 2-3 on two "nodes", so a
@@ -33,14 +33,7 @@ fn liveness_run(backend: &str, mode: &str, ms: u64) -> Option<(std::process::Out
         "--backend",
         backend,
     ]);
-    if backend == "hybrid" {
-        cmd.args([
-            "--",
-            "sh",
-            "-c",
-            r#"FERRY_NODE=n$((FERRY_RANK / 2)) exec "$0" "$@""#,
-        ]);
-    }
+    two_nodes_if_hybrid(&mut cmd, backend, 4);
     cmd.arg(ex).args(["1", mode, &ms.to_string()]);
     Some(run_limited(&mut cmd, Duration::from_secs(60)))
 }

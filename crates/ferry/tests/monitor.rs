@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use ferry::monitor::format::{self, Dir, Event, Header, Record};
 use ferry::{MsgKey, MsgKind};
-use support::procs::built_tools;
+use support::procs::{built_tools, two_nodes_if_hybrid};
 use support::run_limited;
 
 const LIMIT: Duration = Duration::from_secs(180);
@@ -54,14 +54,7 @@ fn run_job(
     for (k, v) in env {
         cmd.env(k, v);
     }
-    if backend == "hybrid" {
-        cmd.args([
-            "--",
-            "sh",
-            "-c",
-            r#"FERRY_NODE=n$((FERRY_RANK / 2)) exec "$0" "$@""#,
-        ]);
-    }
+    two_nodes_if_hybrid(&mut cmd, backend, 4);
     cmd.arg(program).args(args);
     run_limited(&mut cmd, LIMIT).0
 }
