@@ -1,6 +1,9 @@
 //! Every collective x algorithm x group sizes 1..9 (including non-powers of two and
 //! sub-groups) on the in-memory backend (threads as ranks).
 
+mod common;
+
+use common::ALLREDUCE_ALGS;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -98,19 +101,6 @@ fn left_fold_affine(p: usize, pairs: usize) -> Vec<Aff> {
     }
     acc
 }
-
-const ALLREDUCE_ALGS: [Algorithm; 10] = [
-    Algorithm::Auto,
-    Algorithm::Linear,
-    Algorithm::Master,
-    Algorithm::Direct,
-    Algorithm::BinomialTree,
-    Algorithm::RecursiveDoubling,
-    Algorithm::Rabenseifner,
-    Algorithm::Ring,
-    Algorithm::Pipeline,
-    Algorithm::Hierarchical,
-];
 
 #[test]
 fn allreduce_every_algorithm_every_size() {
