@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::ALLREDUCE_ALGS;
+use common::allreduce_algs;
 use ferry_coll::{
     allgather_with, allreduce_with, alltoall_with, broadcast_slice_with, Algorithm, CollOptions,
     Group, ReduceOp, ReduceOrder,
@@ -13,7 +13,7 @@ use ferry_core::Transport;
 use proptest::prelude::*;
 
 fn algorithm() -> impl Strategy<Value = Algorithm> {
-    prop::sample::select(ALLREDUCE_ALGS.to_vec())
+    prop::sample::select(allreduce_algs())
 }
 
 proptest! {
