@@ -13,34 +13,57 @@ use crate::op::ReduceOp;
 use crate::select::{BCAST_PIPELINE_MIN_BYTES, LINEAR_MAX_P};
 use crate::{Algorithm, CollOptions, Group, ReduceOrder};
 
-/// Validated inputs common to the three constructors.
-struct Init<'g> {
-    group: &'g Group,
+/// Validated inputs common to the three constructors: this rank, and its index in the group.
+#[derive(Clone, Copy)]
+struct Init {
     rank: usize,
     me: usize,
 }
 
-fn check_group<'g>(t: &dyn Transport, group: &'g Group, name: &'static str) -> Result<Init<'g>> {
+fn check_group(t: &dyn Transport, group: &Group, name: &'static str) -> Result<Init> {
     let me = crate::member_index(t, group, name)?;
-    Ok(Init {
-        group,
-        rank: t.rank(),
-        me,
-    })
+    Ok(Init { rank: t.rank(), me })
 }
 
-fn check_root(i: &Init<'_>, root: usize, name: &'static str) -> Result<()> {
-    if root >= i.group.size() {
+fn check_root(i: Init, group: &Group, root: usize, name: &'static str) -> Result<()> {
+    if root >= group.size() {
         return Err(Error::invalid(
             name,
             format!(
                 "root index {root} out of range for a group of {}",
-                i.group.size()
+                group.size()
             ),
         )
         .on_rank(i.rank));
     }
     Ok(())
+}
+
+/// Checks `group` and `root` of a rooted persistent collective and fixes its algorithm: Auto
+/// keeps to the chain on a group whose topology asks for it (X7) and is `auto` otherwise; an
+/// algorithm asked for must be one of `offered`.
+fn rooted(
+    t: &dyn Transport,
+    group: &Group,
+    root: usize,
+    name: &'static str,
+    asked: Algorithm,
+    auto: Algorithm,
+    offered: &[Algorithm],
+) -> Result<(Init, Algorithm)> {
+    let i = check_group(t, group, name)?;
+    check_root(i, group, root, name)?;
+    let alg = match asked {
+        Algorithm::Auto if on_chain(group) => Algorithm::Chain,
+        Algorithm::Auto => auto,
+        a if offered.contains(&a) => a,
+        a => {
+            let names: Vec<&str> = offered.iter().map(|o| o.name()).collect();
+            let offered = format!("auto, {}", names.join(", "));
+            return Err(unavailable(a, name, i.rank, &offered));
+        }
+    };
+    Ok((i, alg))
 }
 
 fn unavailable(alg: Algorithm, name: &'static str, rank: usize, offered: &str) -> Error {
@@ -80,31 +103,28 @@ impl<T: Element> Persistent<T> {
         data: Vec<T>,
         opts: &CollOptions,
     ) -> Result<Persistent<T>> {
-        const NAME: &str = "broadcast";
-        const OFFERED: &str = "auto, linear, binomial, chain, pipeline";
-        let i = check_group(t, &group, NAME)?;
-        check_root(&i, root, NAME)?;
         let p = group.size();
         let len = std::mem::size_of_val(data.as_slice());
-        let alg = match opts.algorithm {
-            Algorithm::Auto if on_chain(&group) => Algorithm::Chain,
-            Algorithm::Auto if p <= 2 => Algorithm::Linear,
-            Algorithm::Auto if len >= BCAST_PIPELINE_MIN_BYTES => Algorithm::Pipeline,
-            Algorithm::Auto => Algorithm::BinomialTree,
-            a @ (Algorithm::Linear
-            | Algorithm::BinomialTree
-            | Algorithm::Chain
-            | Algorithm::Pipeline) => a,
-            a => return Err(unavailable(a, NAME, i.rank, OFFERED)),
+        let auto = if p <= 2 {
+            Algorithm::Linear
+        } else if len >= BCAST_PIPELINE_MIN_BYTES {
+            Algorithm::Pipeline
+        } else {
+            Algorithm::BinomialTree
         };
+        let offered = [
+            Algorithm::Linear,
+            Algorithm::BinomialTree,
+            Algorithm::Chain,
+            Algorithm::Pipeline,
+        ];
+        let (i, alg) = rooted(t, &group, root, "broadcast", opts.algorithm, auto, &offered)?;
         let shape = schedule::broadcast(alg, p, i.me, root, len, segment(opts));
-        let (rank, me) = (i.rank, i.me);
         Persistent::assemble(
             t,
             PersistentKind::Broadcast,
             group,
-            rank,
-            me,
+            i,
             root,
             alg,
             shape,
@@ -125,17 +145,14 @@ impl<T: Element> Persistent<T> {
         opts: &CollOptions,
     ) -> Result<Persistent<T>> {
         const NAME: &str = "gather";
-        const OFFERED: &str = "auto, linear, binomial, chain";
-        let i = check_group(t, &group, NAME)?;
-        check_root(&i, root, NAME)?;
         let p = group.size();
-        let alg = match opts.algorithm {
-            Algorithm::Auto if on_chain(&group) => Algorithm::Chain,
-            Algorithm::Auto if p <= LINEAR_MAX_P => Algorithm::Linear,
-            Algorithm::Auto => Algorithm::BinomialTree,
-            a @ (Algorithm::Linear | Algorithm::BinomialTree | Algorithm::Chain) => a,
-            a => return Err(unavailable(a, NAME, i.rank, OFFERED)),
+        let auto = if p <= LINEAR_MAX_P {
+            Algorithm::Linear
+        } else {
+            Algorithm::BinomialTree
         };
+        let offered = [Algorithm::Linear, Algorithm::BinomialTree, Algorithm::Chain];
+        let (i, alg) = rooted(t, &group, root, NAME, opts.algorithm, auto, &offered)?;
         if block.len().checked_mul(p).is_none() {
             return Err(Error::invalid(
                 NAME,
@@ -144,13 +161,11 @@ impl<T: Element> Persistent<T> {
             .on_rank(i.rank));
         }
         let shape = schedule::gather(alg, p, i.me, root, block.len(), std::mem::size_of::<T>());
-        let (rank, me) = (i.rank, i.me);
         Persistent::assemble(
             t,
             PersistentKind::Gather,
             group,
-            rank,
-            me,
+            i,
             root,
             alg,
             shape,
@@ -195,13 +210,11 @@ impl<T: Element> Persistent<T> {
             data.len(),
             std::mem::size_of::<T>(),
         );
-        let (rank, me) = (i.rank, i.me);
         Persistent::assemble(
             t,
             PersistentKind::Allreduce,
             group,
-            rank,
-            me,
+            i,
             0,
             alg,
             shape,
@@ -215,14 +228,14 @@ impl<T: Element> Persistent<T> {
         t: &mut dyn Transport,
         kind: PersistentKind,
         group: Group,
-        rank: usize,
-        me: usize,
+        i: Init,
         root: usize,
         algorithm: Algorithm,
         shape: Shape,
         data: Vec<T>,
         op: Option<ReduceOp<T>>,
     ) -> Result<Persistent<T>> {
+        let (rank, me) = (i.rank, i.me);
         let name = kind.name();
         let alloc = |n: usize| -> Result<RawBuf<T>> {
             RawBuf::zeroed(n).ok_or_else(|| {
