@@ -10,6 +10,8 @@
 //!
 //! Reductions are the chain fold `((x0 op x1) op x2) ...` (the rank-ordered left fold, the
 //! same bits as Linear, Master and Pipeline), followed by a broadcast back down the chain.
+//! The chain allreduce is exactly the pipelined one (`ring::allreduce_pipeline`), which only
+//! talks to neighbours: `select.rs` runs that one for both.
 
 use ferry_core::element::as_bytes_mut;
 use ferry_core::{Element, Error, ErrorKind, Exchange, Result, Transport};
@@ -138,24 +140,6 @@ pub(crate) fn barrier(t: &mut dyn Transport, c: &Ctx<'_>) -> Result<()> {
     Ok(())
 }
 
-/// Chain fold to the last member, then the result back down the chain: every member gets the
-/// rank-ordered left fold.
-pub(crate) fn allreduce<T: Element>(
-    t: &mut dyn Transport,
-    c: &Ctx<'_>,
-    data: &mut [T],
-    op: &ReduceOp<T>,
-    seg_bytes: usize,
-) -> Result<()> {
-    let p = c.size();
-    if p == 1 {
-        return Ok(());
-    }
-    ring::chain_fold_in_place(t, c, data, op, seg_bytes)?;
-    let seg = (seg_bytes / std::mem::size_of::<T>().max(1)).max(1) * std::mem::size_of::<T>();
-    broadcast_bytes(t, &c.phase(1), p - 1, as_bytes_mut(data), seg)
-}
-
 /// Chain fold to the last member, then down the chain to `root` only; other members' `data`
 /// is left unchanged.
 pub(crate) fn reduce<T: Element>(
@@ -182,7 +166,7 @@ pub(crate) fn reduce<T: Element>(
     // The members from the root to the end relay the result down to the root.
     let tail = &c.ranks[root..];
     let back = c.sub(tail, c.me - root, 1);
-    let seg = (seg_bytes / std::mem::size_of::<T>().max(1)).max(1) * std::mem::size_of::<T>();
+    let seg = ring::segment_elems::<T>(seg_bytes) * std::mem::size_of::<T>();
     if c.me == root {
         broadcast_bytes(t, &back, tail.len() - 1, as_bytes_mut(data), seg)
     } else {

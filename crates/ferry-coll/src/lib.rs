@@ -198,13 +198,8 @@ impl CollOptions {
     }
 }
 
-/// Validates membership and takes the group's next sequence number.
-fn setup<'g>(
-    t: &dyn Transport,
-    g: &'g Group,
-    kind: CollKind,
-    name: &'static str,
-) -> Result<Ctx<'g>> {
+/// This rank's index in `g`, after checking that every member is a rank of the job.
+pub(crate) fn member_index(t: &dyn Transport, g: &Group, name: &'static str) -> Result<usize> {
     let rank = t.rank();
     let me = g.my_index(rank).map_err(|e| e.context(name))?;
     if let Some(&bad) = g.members().iter().find(|&&m| m >= t.size()) {
@@ -217,6 +212,17 @@ fn setup<'g>(
         )
         .on_rank(rank));
     }
+    Ok(me)
+}
+
+/// Validates membership and takes the group's next sequence number.
+fn setup<'g>(
+    t: &dyn Transport,
+    g: &'g Group,
+    kind: CollKind,
+    name: &'static str,
+) -> Result<Ctx<'g>> {
+    let me = member_index(t, g, name)?;
     let chain = g.topology().is_some_and(|t| t.follows_group_order());
     Ok(Ctx::new(g.members(), me, g.generation(), g.next_seq(), kind).on_chain(chain))
 }

@@ -111,6 +111,11 @@ pub(crate) fn broadcast(
     crate::chain::broadcast_bytes(t, c, root, buf.bytes_mut(), seg)
 }
 
+/// Whole elements of `T` per pipeline segment of about `seg_bytes` (at least one).
+pub(crate) fn segment_elems<T>(seg_bytes: usize) -> usize {
+    (seg_bytes / std::mem::size_of::<T>().max(1)).max(1)
+}
+
 /// Pipelined chain reduction `0 -> 1 -> ... -> p-1`: on return member `p-1` holds the strict
 /// left fold; member `i` holds the fold of members `0..=i`.
 pub(crate) fn chain_fold_in_place<T: Element>(
@@ -123,7 +128,7 @@ pub(crate) fn chain_fold_in_place<T: Element>(
     let p = c.size();
     let me = c.me;
     let n = data.len();
-    let seg = (seg_bytes / std::mem::size_of::<T>().max(1)).max(1);
+    let seg = segment_elems::<T>(seg_bytes);
     let nseg = segments(n, seg);
     let range = |k: usize| (k * seg).min(n)..((k + 1) * seg).min(n);
     if me == 0 {
@@ -160,6 +165,8 @@ pub(crate) fn chain_fold_in_place<T: Element>(
 }
 
 /// Rank-ordered pipelined allreduce: chain fold to `p-1`, then pipelined broadcast from it.
+/// Both phases only talk to neighbours in group order, so this is also the chain allreduce
+/// (X7) that the automatic choice keeps to on a Cartesian group.
 pub(crate) fn allreduce_pipeline<T: Element>(
     t: &mut dyn Transport,
     c: &Ctx<'_>,
@@ -172,7 +179,7 @@ pub(crate) fn allreduce_pipeline<T: Element>(
         return Ok(());
     }
     chain_fold_in_place(t, c, data, op, seg_bytes)?;
-    let seg = (seg_bytes / std::mem::size_of::<T>().max(1)).max(1) * std::mem::size_of::<T>();
+    let seg = segment_elems::<T>(seg_bytes) * std::mem::size_of::<T>();
     crate::chain::broadcast_bytes(t, &c.phase(1), p - 1, as_bytes_mut(data), seg)
 }
 

@@ -343,8 +343,9 @@ pub(crate) fn allreduce<T: Element>(
             }
             ring::allreduce(t, c, data, op)
         }
-        Algorithm::Pipeline => ring::allreduce_pipeline(t, c, data, op, segment(opts)),
-        Algorithm::Chain => chain::allreduce(t, c, data, op, segment(opts)),
+        Algorithm::Pipeline | Algorithm::Chain => {
+            ring::allreduce_pipeline(t, c, data, op, segment(opts))
+        }
         Algorithm::Hierarchical => {
             let lay = Layout::of(t, c);
             if !lay.contiguous && !op.is_commutative() {

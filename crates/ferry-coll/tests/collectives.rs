@@ -1,6 +1,9 @@
 //! Every collective x algorithm x group sizes 1..9 (including non-powers of two and
 //! sub-groups) on the in-memory backend (threads as ranks).
 
+mod common;
+
+use common::allreduce_algs;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -99,23 +102,10 @@ fn left_fold_affine(p: usize, pairs: usize) -> Vec<Aff> {
     acc
 }
 
-const ALLREDUCE_ALGS: [Algorithm; 10] = [
-    Algorithm::Auto,
-    Algorithm::Linear,
-    Algorithm::Master,
-    Algorithm::Direct,
-    Algorithm::BinomialTree,
-    Algorithm::RecursiveDoubling,
-    Algorithm::Rabenseifner,
-    Algorithm::Ring,
-    Algorithm::Pipeline,
-    Algorithm::Hierarchical,
-];
-
 #[test]
 fn allreduce_every_algorithm_every_size() {
     for p in SIZES {
-        for alg in ALLREDUCE_ALGS {
+        for alg in allreduce_algs() {
             for n in [0usize, 1, 5, 40] {
                 let out = MemTransport::run(p, |mut t| {
                     let g = Group::world(p);
@@ -207,7 +197,10 @@ fn custom_noncommutative_op_keeps_group_order() {
     for p in SIZES {
         let pairs = 9;
         let want = left_fold_affine(p, pairs);
-        for alg in ALLREDUCE_ALGS.into_iter().filter(|a| *a != Algorithm::Ring) {
+        for alg in allreduce_algs()
+            .into_iter()
+            .filter(|a| *a != Algorithm::Ring)
+        {
             let out = MemTransport::run(p, |mut t| {
                 let g = Group::world(p);
                 let mut v = input_affine(t.rank(), pairs);
@@ -426,7 +419,7 @@ fn subgroups_run_side_by_side_and_never_match() {
         let even = Group::new(vec![8, 0, 4, 2, 6], 2).unwrap();
         let mine = if me % 2 == 1 { &odd } else { &even };
         let mut results = Vec::new();
-        for alg in ALLREDUCE_ALGS {
+        for alg in allreduce_algs() {
             let mut v = vec![me as u64 + 1; 3];
             allreduce_with(&mut t, mine, &mut v, &ReduceOp::Sum, &opts(alg)).unwrap();
             results.push(v[0]);
@@ -642,7 +635,7 @@ fn two_members_give_the_same_bits_with_every_algorithm() {
     // every algorithm computes the same bits there.
     let n = 301;
     let mut seen: Option<Vec<u64>> = None;
-    for alg in ALLREDUCE_ALGS {
+    for alg in allreduce_algs() {
         let out = MemTransport::run(2, |mut t| {
             let g = Group::world(2);
             let mut fl = input_f64(t.rank(), n);

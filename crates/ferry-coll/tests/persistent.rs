@@ -265,7 +265,10 @@ fn bad_arguments_are_errors() {
     let e = &out[0];
     assert!(e[0].contains("root index 2 out of range"), "{}", e[0]);
     assert!(
-        e[1].contains("`ring` is not available for a persistent gather"),
+        e[1].contains(
+            "`ring` is not available for a persistent gather (one of auto, linear, binomial, \
+             chain)"
+        ),
         "{}",
         e[1]
     );

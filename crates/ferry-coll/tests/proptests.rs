@@ -1,6 +1,9 @@
 //! Property tests: random group sizes, message sizes, segment sizes and algorithms give the
 //! exact integer results and the same float bits on every rank.
 
+mod common;
+
+use common::allreduce_algs;
 use ferry_coll::{
     allgather_with, allreduce_with, alltoall_with, broadcast_slice_with, Algorithm, CollOptions,
     Group, ReduceOp, ReduceOrder,
@@ -10,18 +13,7 @@ use ferry_core::Transport;
 use proptest::prelude::*;
 
 fn algorithm() -> impl Strategy<Value = Algorithm> {
-    prop::sample::select(vec![
-        Algorithm::Auto,
-        Algorithm::Linear,
-        Algorithm::Master,
-        Algorithm::Direct,
-        Algorithm::BinomialTree,
-        Algorithm::RecursiveDoubling,
-        Algorithm::Rabenseifner,
-        Algorithm::Ring,
-        Algorithm::Pipeline,
-        Algorithm::Hierarchical,
-    ])
+    prop::sample::select(allreduce_algs())
 }
 
 proptest! {

@@ -25,12 +25,11 @@
 //! before shrinking.
 
 use ferry_coll::ReduceOp;
-use ferry_core::element::{as_bytes, copy_from_bytes};
 use ferry_core::{Element, Error, ErrorKind, Result};
 use ferry_data::recovery::held_by_survivors;
 use ferry_data::{Container, DataFlow, Partitioner, Partitioning, Range, Space, TaskRange};
 
-use crate::{Communicator, FailureMode};
+use crate::{buddy, Communicator, FailureMode};
 
 mod rebuild;
 
@@ -242,20 +241,7 @@ impl<T: Element> Checkpoints<T> {
     }
 
     fn refuse(&self, comm: &Communicator, op: &'static str) -> Result<()> {
-        if !matches!(
-            comm.options().failure,
-            FailureMode::Shrink | FailureMode::Rebuild
-        ) {
-            return Err(Error::new(ErrorKind::Unsupported, op)
-                .on_rank(comm.world_rank())
-                .with_detail(format!(
-                    "checkpoints of `{}`: buddy recovery needs a SHRINK or REBUILD \
-                     communicator, this one is {:?}",
-                    self.name,
-                    comm.options().failure
-                )));
-        }
-        Ok(())
+        buddy::refuse(comm, op, &format!("checkpoints of `{}`", self.name))
     }
 
     /// Collective on `comm`: makes the values `c` holds now (in its current partitioning, over
@@ -275,56 +261,9 @@ impl<T: Element> Checkpoints<T> {
         })?;
         check_members(comm, &part, "checkpoint")?;
         let own = c.owned_values()?;
-        let (n, i) = (comm.size(), comm.rank());
-        let mut buddy = Vec::new();
-        let sent = if n > 1 {
-            let prev = (i + n - 1) % n;
-            let mut buf = Vec::new();
-            let r = comm.sendrecv(
-                &[((i + 1) % n, TAG_BUDDY, as_bytes(&own))],
-                &mut [(prev, TAG_BUDDY, &mut buf)],
-            );
-            r.and_then(|()| {
-                let from = comm.members()[prev];
-                let len = part.rank_count(from) as usize;
-                buddy = vec![T::default(); len];
-                if copy_from_bytes(&mut buddy, &buf) {
-                    Ok(())
-                } else {
-                    Err(Error::new(ErrorKind::Protocol, "checkpoint")
-                        .on_rank(me)
-                        .with_peer(from)
-                        .with_detail(format!(
-                            "checkpoints of `{}`: buddy copy of {} bytes, expected {}",
-                            self.name,
-                            buf.len(),
-                            len * std::mem::size_of::<T>()
-                        )))
-                }
-            })
-        } else {
-            Ok(())
-        };
-        if sent.is_err() {
-            // Members still waiting for this rank's copy must not wait for ever.
-            comm.revoke()?;
-        }
-        // The commit: every survivor decides the same.
-        let (all, failed) = comm.agree(u64::from(sent.is_ok()))?;
-        if all & 1 == 0 {
-            sent?;
-            let detail = format!(
-                "checkpoints of `{}`: checkpoint {epoch} failed on another member (failed \
-                 ranks {failed:?}); the previous checkpoint stays",
-                self.name
-            );
-            return Err(match failed.first() {
-                Some(&f) => Error::new(ErrorKind::PeerFailed, "checkpoint").with_peer(f),
-                None => Error::new(ErrorKind::Revoked, "checkpoint"),
-            }
-            .on_rank(me)
-            .with_detail(detail));
-        }
+        let prev_len = |prev: usize| part.rank_count(comm.members()[prev]) as usize;
+        let what = format!("checkpoints of `{}`", self.name);
+        let buddy = buddy::exchange_and_commit(comm, TAG_BUDDY, &own, prev_len, epoch, &what)?;
         self.saved = Some(Saved {
             epoch,
             members: comm.members().to_vec(),
@@ -398,15 +337,8 @@ impl<T: Element> Checkpoints<T> {
             }
         }
         if !lost.is_empty() {
-            return Err(Error::new(ErrorKind::Unsupported, "restore")
-                .on_rank(me)
-                .with_peer(lost[0])
-                .with_detail(format!(
-                    "checkpoints of `{}`: the checkpointed parts of world ranks {lost:?} are \
-                     lost: each rank and its buddy (the next member) failed before a \
-                     checkpoint re-established the copies",
-                    self.name
-                )));
+            let what = format!("checkpoints of `{}`", self.name);
+            return Err(buddy::lost_parts(me, &lost, "failed", &what));
         }
         let held = Partitioning::from_ranges(c.space(), group, "restored", ranges)
             .map_err(|e| e.context("restore").or_rank(me))?;

@@ -35,6 +35,7 @@
 //! every communicator that contains the dead rank and no other, and a revoke only its own
 //! communicator.
 
+mod buddy;
 mod comm;
 mod create;
 pub mod data;

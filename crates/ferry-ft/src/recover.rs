@@ -31,7 +31,7 @@ use std::ops::Range;
 use ferry_core::element::{as_bytes, copy_from_bytes};
 use ferry_core::{Element, Error, ErrorKind, Result};
 
-use crate::{Communicator, FailureMode};
+use crate::{buddy, Communicator, FailureMode};
 
 pub(crate) mod rebuild;
 
@@ -124,19 +124,7 @@ impl<T: Element> Recoverable<T> {
     }
 
     fn refuse(&self, comm: &Communicator, op: &'static str) -> Result<()> {
-        if !matches!(
-            comm.options().failure,
-            FailureMode::Shrink | FailureMode::Rebuild
-        ) {
-            return Err(Error::new(ErrorKind::Unsupported, op)
-                .on_rank(comm.world_rank())
-                .with_detail(format!(
-                    "recoverable `{}`: buddy recovery needs a SHRINK or REBUILD communicator, this one is {:?}",
-                    self.name,
-                    comm.options().failure
-                )));
-        }
-        Ok(())
+        buddy::refuse(comm, op, &format!("recoverable `{}`", self.name))
     }
 
     /// Collective: makes `mine` (this rank's part in the layout of `comm`, see
@@ -158,56 +146,10 @@ impl<T: Element> Recoverable<T> {
             )
             .on_rank(me));
         }
-        let (n, i) = (comm.size(), comm.rank());
-        let mut buddy = Vec::new();
-        let sent = if n > 1 {
-            let mut buf = Vec::new();
-            let r = comm.sendrecv(
-                &[((i + 1) % n, TAG_BUDDY, as_bytes(mine))],
-                &mut [((i + n - 1) % n, TAG_BUDDY, &mut buf)],
-            );
-            let from = comm.members()[(i + n - 1) % n];
-            r.and_then(|()| {
-                let len = block_range(self.units, n, (i + n - 1) % n).len() * self.unit_len;
-                buddy = vec![T::default(); len];
-                if copy_from_bytes(&mut buddy, &buf) {
-                    Ok(())
-                } else {
-                    Err(Error::new(ErrorKind::Protocol, "checkpoint")
-                        .on_rank(me)
-                        .with_peer(from)
-                        .with_detail(format!(
-                            "recoverable `{}`: buddy copy of {} bytes, expected {}",
-                            self.name,
-                            buf.len(),
-                            len * std::mem::size_of::<T>()
-                        )))
-                }
-            })
-        } else {
-            Ok(())
-        };
-        if sent.is_err() {
-            // Members still waiting for this rank's copy must not wait for ever.
-            comm.revoke()?;
-        }
-        // The commit: every survivor decides the same, so all keep the new checkpoint or
-        // all keep the previous one.
-        let (all, failed) = comm.agree(u64::from(sent.is_ok()))?;
-        if all & 1 == 0 {
-            sent?;
-            let detail = format!(
-                "recoverable `{}`: checkpoint {epoch} failed on another member (failed ranks \
-                 {failed:?}); the previous checkpoint stays",
-                self.name
-            );
-            return Err(match failed.first() {
-                Some(&f) => Error::new(ErrorKind::PeerFailed, "checkpoint").with_peer(f),
-                None => Error::new(ErrorKind::Revoked, "checkpoint"),
-            }
-            .on_rank(me)
-            .with_detail(detail));
-        }
+        let n = comm.size();
+        let prev_len = |prev: usize| block_range(self.units, n, prev).len() * self.unit_len;
+        let what = format!("recoverable `{}`", self.name);
+        let buddy = buddy::exchange_and_commit(comm, TAG_BUDDY, mine, prev_len, epoch, &what)?;
         self.ckpt = Some(Checkpoint {
             epoch,
             members: comm.members().to_vec(),
@@ -254,15 +196,8 @@ impl<T: Element> Recoverable<T> {
             }
         }
         if !lost.is_empty() {
-            return Err(Error::new(ErrorKind::Unsupported, "restore")
-                .on_rank(me)
-                .with_peer(lost[0])
-                .with_detail(format!(
-                    "recoverable `{}`: the checkpointed parts of world ranks {lost:?} are lost: \
-                     each rank and its buddy (the next member) failed before a checkpoint \
-                     re-established the copies",
-                    self.name
-                )));
+            let what = format!("recoverable `{}`", self.name);
+            return Err(buddy::lost_parts(me, &lost, "failed", &what));
         }
         let (n, i) = (comm.size(), comm.rank());
         let u = self.unit_len;

@@ -9,8 +9,12 @@ use std::time::Duration;
 
 use ferry_coll::ReduceOp;
 use ferry_core::mem::MemTransport;
-use ferry_core::{Error, ErrorKind, Exchange, OpState, Result, Stats, Transport, WaitPolicy};
+use ferry_core::{Error, ErrorKind, Exchange, OpState, Result, Transport};
 use ferry_ft::{Communicator, FailureMode, MessageMode, Options};
+
+mod support;
+
+use support::Hooked;
 
 fn opts(failure: FailureMode, message: MessageMode) -> Options {
     Options::new(failure, message)
@@ -162,53 +166,28 @@ fn creating_and_freeing_many_communicators_keeps_the_table_and_the_flows_bounded
 /// A transport whose rank `dead` is gone: once it is set, this rank's transport reports any
 /// pending operation with it as a failed peer, if this rank `detects` failures at all (the
 /// others must learn it from notices).
-struct Killable {
-    t: MemTransport,
-    dead: Arc<AtomicUsize>,
-    detects: bool,
-}
-
-impl Transport for Killable {
-    fn rank(&self) -> usize {
-        self.t.rank()
-    }
-    fn size(&self) -> usize {
-        self.t.size()
-    }
-    fn name(&self) -> &'static str {
-        "mem"
-    }
-    fn progress_exchange(&mut self, ex: &mut Exchange<'_>) -> Result<bool> {
-        let dead = self.dead.load(Ordering::Acquire);
-        if self.detects && dead != usize::MAX {
-            let pending = ex
-                .sends
-                .iter()
-                .any(|s| s.peer == dead && s.state != OpState::Done)
-                || ex
-                    .recvs
-                    .iter()
-                    .any(|r| r.peer == dead && r.state != OpState::Done);
-            if pending {
-                return Err(Error::new(ErrorKind::PeerFailed, "exchange")
-                    .on_rank(self.t.rank())
-                    .with_peer(dead)
-                    .with_detail("killed by the test"));
-            }
+fn killable(t: MemTransport, dead: Arc<AtomicUsize>, detects: bool) -> impl Transport {
+    let hook = move |t: &MemTransport, ex: &Exchange<'_>| {
+        let dead = dead.load(Ordering::Acquire);
+        if !detects || dead == usize::MAX {
+            return None;
         }
-        self.t.progress_exchange(ex)
-    }
-    fn wait_for_input(&mut self, timeout: Duration) -> Result<()> {
-        self.t.wait_for_input(timeout.min(Duration::from_millis(5)))
-    }
-    fn wait_policy(&self) -> WaitPolicy {
-        // The memory backend's operation timeout: a notice that never comes fails the test
-        // instead of hanging it.
-        self.t.wait_policy()
-    }
-    fn stats(&self) -> Stats {
-        self.t.stats()
-    }
+        let pending = ex
+            .sends
+            .iter()
+            .any(|s| s.peer == dead && s.state != OpState::Done)
+            || ex
+                .recvs
+                .iter()
+                .any(|r| r.peer == dead && r.state != OpState::Done);
+        pending.then(|| {
+            Error::new(ErrorKind::PeerFailed, "exchange")
+                .on_rank(t.rank())
+                .with_peer(dead)
+                .with_detail("killed by the test")
+        })
+    };
+    Hooked::new(t, "mem", hook).polling()
 }
 
 /// World of 4 (SHRINK/CONT) split into A = {0, 1} and B = {2, 3} (BLANK/CONT). Rank 3 dies;
@@ -221,11 +200,7 @@ fn a_failure_notice_reaches_the_communicators_that_contain_the_dead_rank_only() 
     let dead = Arc::new(AtomicUsize::new(usize::MAX));
     let res = MemTransport::run(4, |t| -> Result<Vec<String>> {
         let w = t.rank();
-        let t = Killable {
-            t,
-            dead: dead.clone(),
-            detects: w == 2,
-        };
+        let t = killable(t, dead.clone(), w == 2);
         let world = Communicator::new(Box::new(t), opts(FailureMode::Shrink, MessageMode::Cont))?;
         let sub = world
             .split(
@@ -328,11 +303,7 @@ fn a_failure_notice_crosses_to_communicators_the_detector_is_not_in() {
     let dead = Arc::new(AtomicUsize::new(usize::MAX));
     let res = MemTransport::run(5, |t| -> Result<Vec<String>> {
         let w = t.rank();
-        let t = Killable {
-            t,
-            dead: dead.clone(),
-            detects: w == 0,
-        };
+        let t = killable(t, dead.clone(), w == 0);
         let world = Communicator::new(Box::new(t), opts(FailureMode::Shrink, MessageMode::Cont))?;
         let cont = opts(FailureMode::Shrink, MessageMode::Cont);
         let first = world

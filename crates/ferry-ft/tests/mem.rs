@@ -3,12 +3,18 @@
 //! on live peers, shrink, generations that never mix, all-or-nothing results, and the refusal
 //! of fault-tolerant modes on the mpi backend.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use ferry_coll::ReduceOp;
 use ferry_core::mem::MemTransport;
-use ferry_core::{ErrorKind, Exchange, Result, Stats, Transport};
+use ferry_core::{ErrorKind, Exchange, Transport};
 use ferry_ft::{Communicator, FailureMode, MessageMode, Options};
+
+mod support;
+
+use support::Hooked;
 
 fn shrink_cont() -> Options {
     Options::new(FailureMode::Shrink, MessageMode::Cont)
@@ -133,40 +139,21 @@ fn blank_refuses_out_of_range_ranks_and_rebuild_is_refused() {
 }
 
 /// A backend that calls itself `mpi`, for the refusal of fault-tolerant modes.
-struct NamedMpi(MemTransport);
-
-impl Transport for NamedMpi {
-    fn rank(&self) -> usize {
-        self.0.rank()
-    }
-    fn size(&self) -> usize {
-        self.0.size()
-    }
-    fn name(&self) -> &'static str {
-        "mpi"
-    }
-    fn progress_exchange(&mut self, ex: &mut Exchange<'_>) -> Result<bool> {
-        self.0.progress_exchange(ex)
-    }
-    fn wait_for_input(&mut self, timeout: Duration) -> Result<()> {
-        self.0.wait_for_input(timeout)
-    }
-    fn stats(&self) -> Stats {
-        self.0.stats()
-    }
+fn named_mpi(t: MemTransport) -> impl Transport {
+    Hooked::new(t, "mpi", |_: &MemTransport, _: &Exchange<'_>| None)
 }
 
 #[test]
 fn the_mpi_backend_offers_abort_only() {
     MemTransport::run(2, |t| {
-        let e = Communicator::new(Box::new(NamedMpi(t)), shrink_cont())
+        let e = Communicator::new(Box::new(named_mpi(t)), shrink_cont())
             .err()
             .unwrap();
         assert_eq!(e.kind(), ErrorKind::Unsupported);
         assert!(e.to_string().contains("ULFM"), "{e}");
     });
     let sums = MemTransport::run(2, |t| {
-        let comm = Communicator::new(Box::new(NamedMpi(t)), Options::default()).unwrap();
+        let comm = Communicator::new(Box::new(named_mpi(t)), Options::default()).unwrap();
         let mut v = [comm.world_rank() as u64 + 1];
         comm.allreduce(&mut v, &ReduceOp::Sum).unwrap();
         comm.finish().unwrap();
@@ -175,39 +162,18 @@ fn the_mpi_backend_offers_abort_only() {
     assert_eq!(sums, vec![3, 3]);
 }
 
-/// A backend that reports, once armed, what tcp and shm report when a live sender takes back
-/// a message because its operation was abandoned: a `Revoked` error naming the sender.
-struct Withdrawing {
-    inner: MemTransport,
-    armed: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    sender: usize,
-}
-
-impl Transport for Withdrawing {
-    fn rank(&self) -> usize {
-        self.inner.rank()
-    }
-    fn size(&self) -> usize {
-        self.inner.size()
-    }
-    fn name(&self) -> &'static str {
-        "withdrawing"
-    }
-    fn progress_exchange(&mut self, ex: &mut Exchange<'_>) -> Result<bool> {
-        if self.armed.swap(false, std::sync::atomic::Ordering::AcqRel) {
-            return Err(ferry_core::Error::new(ErrorKind::Revoked, "recv")
-                .on_rank(self.inner.rank())
-                .with_peer(self.sender)
-                .with_detail("the sender no longer holds a message it announced"));
-        }
-        self.inner.progress_exchange(ex)
-    }
-    fn wait_for_input(&mut self, timeout: Duration) -> Result<()> {
-        self.inner.wait_for_input(timeout)
-    }
-    fn stats(&self) -> Stats {
-        self.inner.stats()
-    }
+/// A backend that reports, once `armed`, what tcp and shm report when a live sender takes back
+/// a message because its operation was abandoned: a `Revoked` error naming the `sender`.
+fn withdrawing(t: MemTransport, armed: Arc<AtomicBool>, sender: usize) -> impl Transport {
+    let hook = move |t: &MemTransport, _: &Exchange<'_>| {
+        armed.swap(false, Ordering::AcqRel).then(|| {
+            ferry_core::Error::new(ErrorKind::Revoked, "recv")
+                .on_rank(t.rank())
+                .with_peer(sender)
+                .with_detail("the sender no longer holds a message it announced")
+        })
+    };
+    Hooked::new(t, "withdrawing", hook)
 }
 
 /// A message withdrawn by its live sender after this rank abandoned the receive it was for
@@ -218,21 +184,17 @@ impl Transport for Withdrawing {
 #[test]
 fn a_withdrawn_message_interrupts_only_a_receive_from_its_sender() {
     let res = MemTransport::run(3, |t| {
-        let armed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let armed = Arc::new(AtomicBool::new(false));
         let me = t.rank();
-        let t = Withdrawing {
-            inner: t,
-            armed: armed.clone(),
-            sender: 1,
-        };
+        let t = withdrawing(t, armed.clone(), 1);
         let comm = Communicator::new(Box::new(t), shrink_cont()).unwrap();
         // The agreement of a recovery meets the withdrawn message.
-        armed.store(me == 0, std::sync::atomic::Ordering::Release);
+        armed.store(me == 0, Ordering::Release);
         let agreed = comm.agree(0xff);
         // A receive from the sender is interrupted by it.
         let mut recv = Ok(());
         if me == 0 {
-            armed.store(true, std::sync::atomic::Ordering::Release);
+            armed.store(true, Ordering::Release);
             let mut buf = Vec::new();
             recv = comm.recv(1, 7, &mut buf);
         }

@@ -4,45 +4,30 @@
 //! any more: the agreement must go on, not fail, and the sender must not be taken for dead.
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ferry_core::mem::MemTransport;
-use ferry_core::{Error, ErrorKind, Exchange, MsgKey, MsgKind, Result, Stats, Transport};
+use ferry_core::{Error, ErrorKind, Exchange, MsgKey, MsgKind, Transport};
 use ferry_ft::{Communicator, FailureMode, MessageMode, Options};
+
+mod support;
+
+use support::Hooked;
 
 /// Set by rank 0 to have its transport report one late withdrawal by rank 1.
 static ARMED: AtomicBool = AtomicBool::new(false);
 
 /// A transport that reports the withdrawal once [`ARMED`] is set (rank 0 only).
-struct LateWithdrawal {
-    t: MemTransport,
-}
-
-impl Transport for LateWithdrawal {
-    fn rank(&self) -> usize {
-        self.t.rank()
-    }
-    fn size(&self) -> usize {
-        self.t.size()
-    }
-    fn name(&self) -> &'static str {
-        "mem"
-    }
-    fn progress_exchange(&mut self, ex: &mut Exchange<'_>) -> Result<bool> {
-        if self.t.rank() == 0 && ARMED.swap(false, Ordering::AcqRel) {
-            return Err(Error::new(ErrorKind::Revoked, "recv")
+fn late_withdrawal(t: MemTransport) -> impl Transport {
+    Hooked::new(t, "mem", |t: &MemTransport, _: &Exchange<'_>| {
+        (t.rank() == 0 && ARMED.swap(false, Ordering::AcqRel)).then(|| {
+            Error::new(ErrorKind::Revoked, "recv")
                 .on_rank(0)
                 .with_peer(1)
-                .with_detail("rank 1 no longer holds message serial 3 it announced"));
-        }
-        self.t.progress_exchange(ex)
-    }
-    fn wait_for_input(&mut self, timeout: Duration) -> Result<()> {
-        self.t.wait_for_input(timeout)
-    }
-    fn stats(&self) -> Stats {
-        self.t.stats()
-    }
+                .with_detail("rank 1 no longer holds message serial 3 it announced")
+        })
+    })
 }
 
 #[test]
@@ -50,7 +35,7 @@ fn a_late_withdrawal_neither_fails_an_agreement_nor_kills_its_sender() {
     let res = MemTransport::run(3, |t| {
         let me = t.rank();
         let opts = Options::new(FailureMode::Shrink, MessageMode::Cont);
-        let comm = Communicator::new(Box::new(LateWithdrawal { t }), opts).unwrap();
+        let comm = Communicator::new(Box::new(late_withdrawal(t)), opts).unwrap();
         if me == 0 {
             ARMED.store(true, Ordering::Release);
         }
@@ -73,38 +58,17 @@ fn a_late_withdrawal_neither_fails_an_agreement_nor_kills_its_sender() {
 
 /// Rank 0's transport reports, once armed, that rank 1 withdrew the message with the key it
 /// holds (what tcp's MISS and shm's aborted descriptor say, key included).
-struct KeyedWithdrawal {
-    t: MemTransport,
-    key: std::sync::Arc<std::sync::Mutex<Option<MsgKey>>>,
-}
-
-impl Transport for KeyedWithdrawal {
-    fn rank(&self) -> usize {
-        self.t.rank()
-    }
-    fn size(&self) -> usize {
-        self.t.size()
-    }
-    fn name(&self) -> &'static str {
-        "mem"
-    }
-    fn progress_exchange(&mut self, ex: &mut Exchange<'_>) -> Result<bool> {
-        let armed = self.key.lock().ok().and_then(|mut k| k.take());
-        if let Some(key) = armed {
-            return Err(Error::new(ErrorKind::Revoked, "recv")
-                .on_rank(self.t.rank())
+fn keyed_withdrawal(t: MemTransport, key: Arc<Mutex<Option<MsgKey>>>) -> impl Transport {
+    Hooked::new(t, "mem", move |t: &MemTransport, _: &Exchange<'_>| {
+        let armed = key.lock().ok().and_then(|mut k| k.take());
+        armed.map(|key| {
+            Error::new(ErrorKind::Revoked, "recv")
+                .on_rank(t.rank())
                 .with_peer(1)
                 .with_key(key)
-                .with_detail("rank 1 no longer holds a message it announced"));
-        }
-        self.t.progress_exchange(ex)
-    }
-    fn wait_for_input(&mut self, timeout: Duration) -> Result<()> {
-        self.t.wait_for_input(timeout)
-    }
-    fn stats(&self) -> Stats {
-        self.t.stats()
-    }
+                .with_detail("rank 1 no longer holds a message it announced")
+        })
+    })
 }
 
 /// A withdrawal names the message it took back: it fails the receive of that message and no
@@ -117,12 +81,9 @@ impl Transport for KeyedWithdrawal {
 fn a_withdrawal_fails_only_the_receive_of_the_message_it_names() {
     let res = MemTransport::run(2, |t| {
         let me = t.rank();
-        let key = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let key = Arc::new(Mutex::new(None));
         let comm = Communicator::new(
-            Box::new(KeyedWithdrawal {
-                t,
-                key: key.clone(),
-            }),
+            Box::new(keyed_withdrawal(t, key.clone())),
             Options::new(FailureMode::Shrink, MessageMode::Cont),
         )
         .unwrap();

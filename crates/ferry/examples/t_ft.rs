@@ -16,31 +16,20 @@
 //!
 //! Every survivor prints `rank W: SCENARIO ok ...` lines; errors go to stderr with exit 1.
 
-use std::io::Write;
-use std::process::{Command, ExitCode};
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use ferry::ft::{Communicator, FailureMode, MessageMode, Options};
 use ferry::{Error, ErrorKind, Result};
 
-const VICTIM: usize = 1;
+mod common;
 
-fn die() -> ! {
-    let _ = std::io::stdout().flush();
-    let _ = Command::new("kill")
-        .args(["-KILL", &std::process::id().to_string()])
-        .status();
-    std::thread::sleep(Duration::from_secs(60));
-    std::process::exit(99)
-}
+use common::{die_by_sigkill, say};
+
+const VICTIM: usize = 1;
 
 fn fail(what: impl std::fmt::Display) -> Error {
     Error::new(ErrorKind::Protocol, "t_ft").with_detail(what.to_string())
-}
-
-fn say(line: String) {
-    println!("{line}");
-    let _ = std::io::stdout().flush();
 }
 
 fn comm(failure: FailureMode, message: MessageMode) -> Result<Communicator> {
@@ -52,7 +41,7 @@ fn comm(failure: FailureMode, message: MessageMode) -> Result<Communicator> {
 fn victim_dies(c: &Communicator) {
     if c.world_rank() == VICTIM {
         std::thread::sleep(Duration::from_millis(300));
-        die();
+        die_by_sigkill();
     }
 }
 
@@ -216,7 +205,7 @@ fn agree_kill() -> Result<()> {
     if w == 2 {
         // The others are in (or about to enter) the agreement.
         std::thread::sleep(Duration::from_millis(20));
-        die();
+        die_by_sigkill();
     }
     let (value, failed) = c.agree(5)?;
     let c = c.shrink()?;

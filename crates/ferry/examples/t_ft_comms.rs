@@ -18,32 +18,21 @@
 //!    1, same 3 members);
 //! 5. a last allreduce on the shrunk world sums to 5, and the communicators are freed.
 
-use std::io::Write;
-use std::process::{Command, ExitCode};
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use ferry::coll::ReduceOp;
 use ferry::ft::{Communicator, FailureMode, MessageMode, Options};
 use ferry::{Error, ErrorKind, Result};
 
-const VICTIM: usize = 4;
+mod common;
 
-fn die() -> ! {
-    let _ = std::io::stdout().flush();
-    let _ = Command::new("kill")
-        .args(["-KILL", &std::process::id().to_string()])
-        .status();
-    std::thread::sleep(Duration::from_secs(60));
-    std::process::exit(99)
-}
+use common::{die_by_sigkill, say};
+
+const VICTIM: usize = 4;
 
 fn fail(what: impl std::fmt::Display) -> Error {
     Error::new(ErrorKind::Protocol, "t_ft_comms").with_detail(what.to_string())
-}
-
-fn say(line: String) {
-    println!("{line}");
-    let _ = std::io::stdout().flush();
 }
 
 /// `e` must be a failure naming the victim.
@@ -80,7 +69,7 @@ fn run() -> Result<()> {
     world.barrier()?;
     if w == VICTIM {
         std::thread::sleep(Duration::from_millis(300));
-        die();
+        die_by_sigkill();
     }
     let dead_at = Instant::now() + Duration::from_millis(300);
 

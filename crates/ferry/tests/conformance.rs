@@ -34,12 +34,10 @@ mod support;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use support::cases::{compare, parse_cases, parse_elastic, run_group, translate_env, Case};
-use support::verdict::{judge, load_cases, workspace_root, Outcome};
+use support::verdict::{judge, load_cases, run_parallel, workspace_root, Outcome};
 use support::{in_ci, skip_or_fail};
 
 /// At most this many cases run at once: the CI machine has two cores and every case starts
@@ -294,45 +292,13 @@ fn conformance_cases() {
         }
     }
 
-    let next = AtomicUsize::new(0);
-    let done = Mutex::new(Vec::new());
-    // A backend that said "not built" once is not tried again.
-    let unavailable = Mutex::new(std::collections::BTreeSet::<String>::new());
-    std::thread::scope(|s| {
-        for _ in 0..PARALLEL {
-            s.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::SeqCst);
-                let Some((case, backend)) = work.get(i) else {
-                    break;
-                };
-                let outcome = if unavailable.lock().unwrap().contains(backend) {
-                    Outcome::Skip(format!("backend {backend} not built"))
-                } else {
-                    let t = Instant::now();
-                    let o = runner.run_case(case, backend);
-                    eprintln!(
-                        "conformance: {:<28} {:<8} {:>6.2}s {}",
-                        case.id,
-                        backend,
-                        t.elapsed().as_secs_f64(),
-                        match &o {
-                            Outcome::Pass => "ok".to_string(),
-                            Outcome::Fail(w) => format!("FAIL {w}"),
-                            Outcome::Skip(w) => format!("skip {w}"),
-                        }
-                    );
-                    if matches!(&o, Outcome::Skip(w) if w.contains("not built")) {
-                        unavailable.lock().unwrap().insert(backend.clone());
-                    }
-                    o
-                };
-                done.lock()
-                    .unwrap()
-                    .push((case.clone(), backend.clone(), outcome));
-            });
-        }
-    });
-    results.extend(done.into_inner().unwrap());
+    results.extend(run_parallel(
+        "conformance",
+        &work,
+        PARALLEL,
+        |b| format!("backend {b} not built"),
+        |case, backend| runner.run_case(case, backend),
+    ));
 
     // Summary per set and backend.
     let mut per: BTreeMap<(String, String), [usize; 3]> = BTreeMap::new();

@@ -10,25 +10,7 @@ mod support;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
-use support::{skip_or_fail, target_dir};
-
-/// The launcher and an example, or `None` after printing why the test skips.
-fn tools(example: &str) -> Option<(PathBuf, PathBuf)> {
-    let f = target_dir().join("ferry");
-    let e = target_dir().join("examples").join(example);
-    if !f.exists() || !e.exists() {
-        skip_or_fail(
-            "elastic",
-            &format!(
-                "{} or {} not built (run `cargo build --bins --examples` first)",
-                f.display(),
-                e.display()
-            ),
-        );
-        return None;
-    }
-    Some((f, e))
-}
+use support::procs::built_tool;
 
 fn ctl(ferry: &PathBuf, args: &[&str]) -> Output {
     Command::new(ferry)
@@ -54,7 +36,7 @@ fn wait_limited(mut child: std::process::Child, limit: Duration) -> Output {
 
 #[test]
 fn spares_never_admitted_end_with_the_job() {
-    let Some((ferry, jac1d)) = tools("jac1d") else {
+    let Some((ferry, jac1d)) = built_tool("elastic", "jac1d") else {
         return;
     };
     for backend in ["tcp", "shm"] {
@@ -98,7 +80,7 @@ fn spares_never_admitted_end_with_the_job() {
 
 #[test]
 fn removed_process_exits_zero_and_status_shows_it() {
-    let Some((ferry, resize)) = tools("resize") else {
+    let Some((ferry, resize)) = built_tool("elastic", "resize") else {
         return;
     };
     let job = format!("elastic-test-{}", std::process::id());

@@ -16,7 +16,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use support::procs::{built_tools, job, rebuild_job, Watched};
-use support::run_limited;
+use support::{jac2d, run_limited};
 
 const BACKENDS: &[&str] = &["tcp", "shm", "hybrid"];
 
@@ -56,20 +56,8 @@ fn run_with_kill(
 /// The final line of a disturbed run equals the undisturbed one's (and comes once, last),
 /// and every `Residuum` line is one of the undisturbed run's (a rollback may repeat one).
 fn judge_lines(reference: &[String], stdout: &[String], ctx: &str) {
-    let final_line = reference.last().unwrap();
-    assert!(final_line.starts_with("Global value sum after 400 iterations: "));
-    assert_eq!(stdout.last(), Some(final_line), "{ctx}");
-    assert_eq!(
-        stdout
-            .iter()
-            .filter(|l| l.starts_with("Global value sum"))
-            .count(),
-        1,
-        "{ctx}"
-    );
-    for l in stdout.iter().filter(|l| l.starts_with("Residuum")) {
-        assert!(reference.contains(l), "`{l}` is not undisturbed; {ctx}");
-    }
+    jac2d::judge_lines(reference, stdout, ctx);
+    assert_eq!(stdout.last(), reference.last(), "{ctx}");
 }
 
 /// The text after `rank W: ` of the lines starting with it whose rest starts with `what`.
@@ -150,15 +138,8 @@ fn jac2d_on_recoverable_containers_survives_a_killed_rank_on_every_backend() {
     };
     let args = ["-s", "1000", "400"];
     for (backend, victim) in BACKENDS.iter().zip([0, 1, 3]) {
-        let (out, _) = run_limited(
-            &mut job(&ferry, 4, backend, false, &ex[0], &args),
-            Duration::from_secs(60),
-        );
-        assert!(out.status.success(), "{backend}: undisturbed run: {out:?}");
-        let reference: Vec<String> = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .map(str::to_string)
-            .collect();
+        let (reference, _) =
+            jac2d::undisturbed(&mut job(&ferry, 4, backend, false, &ex[0], &args), backend);
         // The same lines as jac2d_ft (row blocks without ferry-data).
         let (plain, _) = run_limited(
             &mut job(&ferry, 4, backend, false, &ex[1], &args),
@@ -186,11 +167,7 @@ fn jac2d_on_recoverable_containers_survives_a_killed_rank_on_every_backend() {
         );
         assert!(run.killed, "the victim ran; {ctx}");
         judge_lines(&reference, &run.stdout, &ctx);
-        let recovered = run
-            .stderr
-            .lines()
-            .filter(|l| l.contains("recovered on generation 1 with 3 ranks"))
-            .count();
+        let recovered = jac2d::count_lines(&run.stderr, "recovered on generation 1 with 3 ranks");
         assert_eq!(recovered, 3, "every survivor recovered; {ctx}");
         assert!(
             !run.stderr.contains("exited with code") && !run.stderr.contains("error"),
@@ -209,15 +186,10 @@ fn jac2d_on_recoverable_containers_rebuilds_a_killed_rank_on_every_backend() {
     // Each rank holds its 250 rows of 1000 values and its buddy's: 2 x 2 MB.
     let held = "4000000 bytes held for recovery)";
     for (backend, victim) in BACKENDS.iter().zip([0, 2, 3]) {
-        let (out, _) = run_limited(
+        let (reference, _) = jac2d::undisturbed(
             &mut rebuild_job(&ferry, 4, backend, 1, &ex[0], &args),
-            Duration::from_secs(60),
+            backend,
         );
-        assert!(out.status.success(), "{backend}: undisturbed run: {out:?}");
-        let reference: Vec<String> = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .map(str::to_string)
-            .collect();
         // Killed after iteration 101's residuum, well before the end (400); one respawn is
         // all the run needs.
         let run = run_with_kill(

@@ -20,7 +20,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use support::procs::{self, built_tools, killed_by_launcher, text, Rng, Watched};
-use support::run_limited;
+use support::{jac2d, run_limited};
 
 const BACKENDS: &[&str] = &["tcp", "shm", "hybrid"];
 const ARGS: &[&str] = &["-s", "400", "400"];
@@ -32,15 +32,7 @@ fn rebuild_job(ferry: &PathBuf, ex: &PathBuf, backend: &str, respawn: u32) -> Co
 
 /// The undisturbed run's stdout lines and how long it took.
 fn undisturbed(ferry: &PathBuf, ex: &PathBuf, backend: &str) -> (Vec<String>, Duration) {
-    let (out, took) = run_limited(
-        &mut rebuild_job(ferry, ex, backend, 2),
-        Duration::from_secs(60),
-    );
-    assert!(out.status.success(), "{backend}: {}", text(&out.stderr));
-    (
-        text(&out.stdout).lines().map(str::to_string).collect(),
-        took,
-    )
+    jac2d::undisturbed(&mut rebuild_job(ferry, ex, backend, 2), backend)
 }
 
 struct Run {
@@ -78,18 +70,11 @@ fn run_with_kills(cmd: Command, victims: &[usize], first: Duration, then: Durati
     // A kill that hit a process which had already ended its work (a zombie) is no kill: count
     // only the deaths the launcher reported.
     let deaths = killed_by_launcher(&end.stderr);
-    let mut reported: Vec<usize> = Vec::new();
-    for &v in &killed {
-        let n = deaths.iter().filter(|&&d| d == v).count();
-        if reported.iter().filter(|&&r| r == v).count() < n {
-            reported.push(v);
-        }
-    }
     Run {
         ok: end.ok,
         stdout: end.stdout,
         stderr: end.stderr,
-        killed: reported,
+        killed: reported(&killed, &deaths),
     }
 }
 
@@ -103,20 +88,7 @@ fn judge(backend: &str, reference: &[String], run: &Run) {
         run.stderr
     );
     assert!(run.ok, "the job exits 0; {ctx}");
-    let final_line = reference.last().unwrap();
-    assert!(final_line.starts_with("Global value sum after 400 iterations: "));
-    let finals: Vec<&String> = run
-        .stdout
-        .iter()
-        .filter(|l| l.starts_with("Global value sum"))
-        .collect();
-    assert_eq!(finals, vec![final_line], "{ctx}");
-    for l in run.stdout.iter().filter(|l| l.starts_with("Residuum")) {
-        assert!(
-            reference.contains(l),
-            "`{l}` is not an undisturbed line; {ctx}"
-        );
-    }
+    jac2d::judge_lines(reference, &run.stdout, &ctx);
     // One rebuild and one replacement per kill: a live rank the survivors took for dead
     // would be killed and replaced by the launcher too (and the job, which has one respawn
     // per kill, would fail for want of it).
@@ -128,21 +100,12 @@ fn judge(backend: &str, reference: &[String], run: &Run) {
         .max()
         .unwrap_or(0);
     assert_eq!(generation, run.killed.len(), "{ctx}");
-    let recovered = run
-        .stderr
-        .lines()
-        .filter(|l| {
-            l.contains(&format!(
-                "recovered on generation {generation} with 4 ranks"
-            ))
-        })
-        .count();
+    let recovered = jac2d::count_lines(
+        &run.stderr,
+        &format!("recovered on generation {generation} with 4 ranks"),
+    );
     assert_eq!(recovered, 4, "every rank, the replacement too; {ctx}");
-    let replaced = run
-        .stderr
-        .lines()
-        .filter(|l| l.contains("started a replacement"))
-        .count();
+    let replaced = jac2d::count_lines(&run.stderr, "started a replacement");
     assert_eq!(replaced, run.killed.len(), "{ctx}");
 }
 
@@ -155,9 +118,8 @@ fn killed_run(
     rng: &mut Rng,
     took: Duration,
 ) -> Run {
-    let mut span = took.as_millis() as u64;
-    let mut tries = 0;
-    loop {
+    let landed = |run: &Run| run.killed == victims;
+    jac2d::with_earlier_kills(took, landed, |span| {
         let first = Duration::from_millis(span / 10 + rng.below(span * 3 / 10));
         let then = Duration::from_millis(rng.below(span / 5));
         let mut run = run_with_kills(
@@ -174,21 +136,21 @@ fn killed_run(
             .filter(|l| l.contains("started a replacement"))
             .flat_map(killed_by_launcher)
             .collect();
-        let mut counted = Vec::new();
-        for &v in &run.killed {
-            let n = replaced.iter().filter(|&&r| r == v).count();
-            if counted.iter().filter(|&&c| c == v).count() < n {
-                counted.push(v);
-            }
+        run.killed = reported(&run.killed, &replaced);
+        run
+    })
+}
+
+/// The kills of `killed` (in order) that `reports` confirm, each report confirming one.
+fn reported(killed: &[usize], reports: &[usize]) -> Vec<usize> {
+    let mut counted: Vec<usize> = Vec::new();
+    for &v in killed {
+        let n = reports.iter().filter(|&&r| r == v).count();
+        if counted.iter().filter(|&&c| c == v).count() < n {
+            counted.push(v);
         }
-        run.killed = counted;
-        tries += 1;
-        if run.killed == victims || tries == 4 {
-            return run;
-        }
-        // Faster than the undisturbed run on a machine whose load changes: kill earlier.
-        span /= 2;
     }
+    counted
 }
 
 #[test]

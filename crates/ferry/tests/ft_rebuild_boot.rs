@@ -16,8 +16,8 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use support::procs::{self, built_tools, text, Watched};
-use support::run_limited;
+use support::jac2d;
+use support::procs::{self, built_tools, Watched};
 
 const BACKENDS: &[&str] = &["tcp", "shm", "hybrid"];
 const ARGS: &[&str] = &["-s", "400", "400"];
@@ -32,12 +32,8 @@ fn job(ferry: &PathBuf, ex: &PathBuf, backend: &str, respawn: u32, hook: &str) -
 
 /// The undisturbed run's stdout lines.
 fn undisturbed(ferry: &PathBuf, ex: &PathBuf, backend: &str) -> Vec<String> {
-    let (out, _) = run_limited(
-        &mut procs::rebuild_job(ferry, 4, backend, 2, ex, ARGS),
-        Duration::from_secs(60),
-    );
-    assert!(out.status.success(), "{backend}: {}", text(&out.stderr));
-    text(&out.stdout).lines().map(str::to_string).collect()
+    let mut cmd = procs::rebuild_job(ferry, 4, backend, 2, ex, ARGS);
+    jac2d::undisturbed(&mut cmd, backend).0
 }
 
 struct Run {
@@ -101,20 +97,7 @@ fn run(cmd: Command, what: &str, errors: usize) -> Run {
 fn judge(reference: &[String], run: &Run, second: usize, ctx: &str) {
     let ctx = format!("{ctx}:\n{}\n{}", run.stdout.join("\n"), run.stderr);
     assert!(run.ok, "the job exits 0; {ctx}");
-    let final_line = reference.last().unwrap();
-    assert!(final_line.starts_with("Global value sum after 400 iterations: "));
-    let finals: Vec<&String> = run
-        .stdout
-        .iter()
-        .filter(|l| l.starts_with("Global value sum"))
-        .collect();
-    assert_eq!(finals, vec![final_line], "{ctx}");
-    for l in run.stdout.iter().filter(|l| l.starts_with("Residuum")) {
-        assert!(
-            reference.contains(l),
-            "`{l}` is not an undisturbed line; {ctx}"
-        );
-    }
+    jac2d::judge_lines(reference, &run.stdout, &ctx);
     // Epoch 1 was called off for the second death, and epoch 2 (generation 2) started with
     // every rank: one replacement per death, no rank taken for dead that was not.
     assert!(
@@ -124,18 +107,10 @@ fn judge(reference: &[String], run: &Run, second: usize, ctx: &str) {
         )),
         "{ctx}"
     );
-    let recovered = run
-        .stderr
-        .lines()
-        .filter(|l| l.contains("recovered on generation 2 with 4 ranks"))
-        .count();
+    let recovered = jac2d::count_lines(&run.stderr, "recovered on generation 2 with 4 ranks");
     assert_eq!(recovered, 4, "{ctx}");
     assert!(!run.stderr.contains("generation 3"), "{ctx}");
-    let replaced = run
-        .stderr
-        .lines()
-        .filter(|l| l.contains("started a replacement"))
-        .count();
+    let replaced = jac2d::count_lines(&run.stderr, "started a replacement");
     assert_eq!(replaced, 2, "{ctx}");
 }
 

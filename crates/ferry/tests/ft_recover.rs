@@ -17,7 +17,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use support::procs::{built_tools, job, killed_by_launcher, Rng, Watched};
-use support::{run_limited, target_dir};
+use support::{jac2d, run_limited, target_dir};
 
 const BACKENDS: &[&str] = &["tcp", "shm", "hybrid"];
 /// Small enough for the default suite, long enough (about 1 s) to be killed in the middle.
@@ -25,20 +25,8 @@ const ARGS: &[&str] = &["-s", "400", "400"];
 
 /// The undisturbed run: its stdout lines and how long it took.
 fn undisturbed(ferry: &PathBuf, ex: &PathBuf, backend: &str) -> (Vec<String>, Duration) {
-    let (out, took) = run_limited(
-        &mut job(ferry, 4, backend, false, ex, ARGS),
-        Duration::from_secs(60),
-    );
-    assert!(
-        out.status.success(),
-        "{backend}: undisturbed jac2d_ft failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let lines = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::to_string)
-        .collect();
-    (lines, took)
+    let mut cmd = job(ferry, 4, backend, false, ex, ARGS);
+    jac2d::undisturbed(&mut cmd, &format!("{backend}: jac2d_ft"))
 }
 
 struct KillRun {
@@ -124,36 +112,16 @@ fn judge(backend: &str, reference: &[String], run: &KillRun, recoveries: usize) 
         run.stdout.join("\n"),
         run.stderr
     );
-    let final_line = reference.last().unwrap();
-    assert!(final_line.starts_with("Global value sum after 400 iterations: "));
-    let finals: Vec<&String> = run
-        .stdout
-        .iter()
-        .filter(|l| l.starts_with("Global value sum"))
-        .collect();
-    assert_eq!(
-        finals,
-        vec![final_line],
-        "one final line, as undisturbed; {ctx}"
-    );
-    assert_eq!(run.stdout.last(), Some(final_line), "{ctx}");
-    for l in run.stdout.iter().filter(|l| l.starts_with("Residuum")) {
-        assert!(
-            reference.contains(l),
-            "`{l}` is not an undisturbed line; {ctx}"
-        );
-    }
+    jac2d::judge_lines(reference, &run.stdout, &ctx);
+    assert_eq!(run.stdout.last(), reference.last(), "{ctx}");
     assert!(
         !run.stderr.contains("exited with code") && !run.stderr.contains("jac2d_ft: error"),
         "every survivor exits 0; {ctx}"
     );
     let survivors = 4 - run.killed.len();
     let last_gen = run.killed.len();
-    let recovered = run
-        .stderr
-        .lines()
-        .filter(|l| l.contains(&format!("recovered on generation {last_gen} ")))
-        .count();
+    let recovered =
+        jac2d::count_lines(&run.stderr, &format!("recovered on generation {last_gen} "));
     assert!(
         recoveries == 0 || recovered == survivors,
         "every survivor recovered on generation {last_gen}; {ctx}"
@@ -204,19 +172,11 @@ fn jac2d_ft_recovers_from_one_killed_rank_on_every_backend() {
         let (reference, took) = undisturbed(&ferry, &ex[0], backend);
         // Rank 0 on the first backend, a random rank on the others.
         let victim = if i == 0 { 0 } else { rng.below(4) as usize };
-        let mut span = took.as_millis() as u64;
-        let mut tries = 0;
-        let run = loop {
+        let landed = |run: &KillRun| run.killed == vec![victim];
+        let run = jac2d::with_earlier_kills(took, landed, |span| {
             let at = Duration::from_millis(span / 10 + rng.below(span * 4 / 10));
-            let run = run_with_kills(&ferry, &ex[0], backend, ARGS, &[victim], &[When::After(at)]);
-            tries += 1;
-            if run.killed == vec![victim] || tries == 4 {
-                break run;
-            }
-            // The job ended before the kill (this run was faster than the undisturbed one on
-            // a machine whose load changes): kill earlier.
-            span /= 2;
-        };
+            run_with_kills(&ferry, &ex[0], backend, ARGS, &[victim], &[When::After(at)])
+        });
         assert_eq!(run.killed, vec![victim], "{backend}: the victim ran");
         judge(backend, &reference, &run, 1);
     }
@@ -233,26 +193,19 @@ fn jac2d_ft_recovers_from_two_ranks_killed_one_after_the_other() {
     let pairs = [[0, 2], [3, 1], [2, 0]];
     for (backend, victims) in BACKENDS.iter().zip(pairs) {
         let (reference, took) = undisturbed(&ferry, &ex[0], backend);
-        let mut span = took.as_millis() as u64;
-        let mut tries = 0;
-        let run = loop {
+        let landed = |run: &KillRun| run.killed == victims.to_vec();
+        let run = jac2d::with_earlier_kills(took, landed, |span| {
             let first = Duration::from_millis(span / 10 + rng.below(span / 4));
             let second = Duration::from_millis(rng.below(span / 5));
-            let run = run_with_kills(
+            run_with_kills(
                 &ferry,
                 &ex[0],
                 backend,
                 ARGS,
                 &victims,
                 &[When::After(first), When::AfterRecovery(second)],
-            );
-            tries += 1;
-            if run.killed == victims.to_vec() || tries == 4 {
-                break run;
-            }
-            // The job ended before a kill (faster than the undisturbed run): kill earlier.
-            span /= 2;
-        };
+            )
+        });
         assert_eq!(run.killed, victims.to_vec(), "{backend}: both victims ran");
         judge(backend, &reference, &run, 2);
     }

@@ -13,37 +13,17 @@
 
 mod support;
 
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
-use support::{run_limited, target_dir};
+use support::procs::{built_tool, two_nodes_if_hybrid};
+use support::run_limited;
 
 /// Backends the liveness cases run on; `hybrid` puts ranks 0-1 and 2-3 on two "nodes", so a
 /// death is seen through shared memory by a node mate and through TCP by the other node.
 const BACKENDS: &[&str] = &["tcp", "shm", "hybrid"];
 
-/// The launcher and an example, or `None` after saying why the test skips (a failure in CI).
-fn tools(example: &str) -> Option<(PathBuf, PathBuf)> {
-    let ferry = target_dir().join("ferry");
-    let ex = target_dir().join("examples").join(example);
-    for p in [&ferry, &ex] {
-        if !p.exists() {
-            let why = format!(
-                "{} not built (run `cargo build --bins --examples` first)",
-                p.display()
-            );
-            if std::env::var_os("CI").is_some() {
-                panic!("{why}");
-            }
-            eprintln!("skipping: {why}");
-            return None;
-        }
-    }
-    Some((ferry, ex))
-}
-
 fn liveness_run(backend: &str, mode: &str, ms: u64) -> Option<(std::process::Output, Duration)> {
-    let (ferry, ex) = tools("t_liveness")?;
+    let (ferry, ex) = built_tool("liveness", "t_liveness")?;
     let mut cmd = Command::new(ferry);
     cmd.env("FERRY_GENERAL_FAILURE_TIMEOUT_MS", "2000").args([
         "run",
@@ -53,14 +33,7 @@ fn liveness_run(backend: &str, mode: &str, ms: u64) -> Option<(std::process::Out
         "--backend",
         backend,
     ]);
-    if backend == "hybrid" {
-        cmd.args([
-            "--",
-            "sh",
-            "-c",
-            r#"FERRY_NODE=n$((FERRY_RANK / 2)) exec "$0" "$@""#,
-        ]);
-    }
+    two_nodes_if_hybrid(&mut cmd, backend, 4);
     cmd.arg(ex).args(["1", mode, &ms.to_string()]);
     Some(run_limited(&mut cmd, Duration::from_secs(60)))
 }
@@ -124,7 +97,7 @@ fn every_survivor_names_a_killed_rank_within_a_second() {
 
 #[test]
 fn sixteen_ranks_under_an_open_file_limit_of_16_finish_or_name_the_limit() {
-    let Some((ferry, ex)) = tools("t_alltoall") else {
+    let Some((ferry, ex)) = built_tool("liveness", "t_alltoall") else {
         return;
     };
     let script = format!(

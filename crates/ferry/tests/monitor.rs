@@ -25,31 +25,10 @@ use std::time::Duration;
 
 use ferry::monitor::format::{self, Dir, Event, Header, Record};
 use ferry::{MsgKey, MsgKind};
-use support::{run_limited, skip_or_fail, target_dir};
+use support::procs::{built_tools, two_nodes_if_hybrid};
+use support::run_limited;
 
 const LIMIT: Duration = Duration::from_secs(180);
-
-/// The launcher and the named examples, or `None` after saying why the test skips.
-fn tools(test: &str, examples: &[&str]) -> Option<(PathBuf, Vec<PathBuf>)> {
-    let ferry = target_dir().join("ferry");
-    let ex: Vec<PathBuf> = examples
-        .iter()
-        .map(|e| target_dir().join("examples").join(e))
-        .collect();
-    for p in std::iter::once(&ferry).chain(&ex) {
-        if !p.exists() {
-            skip_or_fail(
-                test,
-                &format!(
-                    "{} not built (run `cargo build --bins --examples` first)",
-                    p.display()
-                ),
-            );
-            return None;
-        }
-    }
-    Some((ferry, ex))
-}
 
 /// A fresh scratch directory for one test.
 fn scratch(test: &str) -> PathBuf {
@@ -75,14 +54,7 @@ fn run_job(
     for (k, v) in env {
         cmd.env(k, v);
     }
-    if backend == "hybrid" {
-        cmd.args([
-            "--",
-            "sh",
-            "-c",
-            r#"FERRY_NODE=n$((FERRY_RANK / 2)) exec "$0" "$@""#,
-        ]);
-    }
+    two_nodes_if_hybrid(&mut cmd, backend, 4);
     cmd.arg(program).args(args);
     run_limited(&mut cmd, LIMIT).0
 }
@@ -130,7 +102,7 @@ fn a_second_run_gives_no_deviation_on_every_backend_and_across_backends() {
         ("spmv2", &["10", "2000"]),
     ];
     let names: Vec<&str> = cases.iter().map(|c| c.0).collect();
-    let Some((ferry, ex)) = tools("monitor_repeat", &names) else {
+    let Some((ferry, ex)) = built_tools("monitor_repeat", &names) else {
         return;
     };
     let dir = scratch("repeat");
@@ -203,7 +175,7 @@ fn shape(e: &Event) -> (Dir, u32, u32, u8, u32, u64) {
 
 #[test]
 fn a_shorter_jac2d_misses_exactly_the_ten_iterations_at_their_place() {
-    let Some((ferry, ex)) = tools("monitor_shorter", &["jac2d"]) else {
+    let Some((ferry, ex)) = built_tools("monitor_shorter", &["jac2d"]) else {
         return;
     };
     let dir = scratch("shorter");
@@ -304,7 +276,7 @@ fn a_shorter_jac2d_misses_exactly_the_ten_iterations_at_their_place() {
 
 #[test]
 fn one_inserted_message_is_one_insertion_and_abort_fails_the_rank() {
-    let Some((ferry, ex)) = tools("monitor_insert", &["t_monitor_insert"]) else {
+    let Some((ferry, ex)) = built_tools("monitor_insert", &["t_monitor_insert"]) else {
         return;
     };
     let dir = scratch("insert");
@@ -379,7 +351,7 @@ fn stats_totals(stderr: &str) -> Vec<(u64, u64, u64, u64)> {
 
 #[test]
 fn diff_format_and_exit_status_and_export_totals_equal_ferry_stats() {
-    let Some((ferry, ex)) = tools("monitor_export", &["jac2d"]) else {
+    let Some((ferry, ex)) = built_tools("monitor_export", &["jac2d"]) else {
         return;
     };
     let dir = scratch("export");
@@ -576,7 +548,7 @@ fn png_colours(path: &Path) -> usize {
 
 #[test]
 fn plot_writes_an_svg_and_a_png_that_are_not_uniform_at_4_and_64_ranks() {
-    let Some((ferry, ex)) = tools("monitor_plot", &["t_monitor_insert"]) else {
+    let Some((ferry, ex)) = built_tools("monitor_plot", &["t_monitor_insert"]) else {
         return;
     };
     let dir = scratch("plot");
@@ -632,7 +604,7 @@ fn plot_writes_an_svg_and_a_png_that_are_not_uniform_at_4_and_64_ranks() {
 
 #[test]
 fn collectives_compare_as_calls_where_backends_pick_other_algorithms() {
-    let Some((ferry, ex)) = tools("monitor_algorithms", &["osu_allreduce"]) else {
+    let Some((ferry, ex)) = built_tools("monitor_algorithms", &["osu_allreduce"]) else {
         return;
     };
     let dir = scratch("algorithms");

@@ -11,24 +11,8 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use support::{run_limited, skip_or_fail, target_dir};
-
-fn tools(example: &str) -> Option<(PathBuf, PathBuf)> {
-    let f = target_dir().join("ferry");
-    let e = target_dir().join("examples").join(example);
-    if !f.exists() || !e.exists() {
-        skip_or_fail(
-            "shared_containers",
-            &format!(
-                "{} or {} not built (run `cargo build --bins --examples` first)",
-                f.display(),
-                e.display()
-            ),
-        );
-        return None;
-    }
-    Some((f, e))
-}
+use support::procs::built_tool;
+use support::run_limited;
 
 fn run(ferry: &PathBuf, n: usize, shared: bool, prog: &PathBuf, args: &[&str]) -> String {
     let mut cmd = Command::new(ferry);
@@ -53,7 +37,7 @@ fn run(ferry: &PathBuf, n: usize, shared: bool, prog: &PathBuf, args: &[&str]) -
 
 #[test]
 fn shared_switches_give_the_values_of_the_message_path() {
-    let Some((ferry, bench)) = tools("transition_bench") else {
+    let Some((ferry, bench)) = built_tool("shared_containers", "transition_bench") else {
         return;
     };
     for n in [2, 3, 4] {
@@ -88,7 +72,7 @@ fn data_examples_print_the_same_with_shared_containers() {
         ("spmv2", &["3", "400"]),
     ];
     for (example, args) in cases {
-        let Some((ferry, prog)) = tools(example) else {
+        let Some((ferry, prog)) = built_tool("shared_containers", example) else {
             return;
         };
         for n in [3, 4] {

@@ -22,12 +22,10 @@ mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use support::cases::{run_group, translate_env, Case};
-use support::verdict::{judge, load_cases, workspace_root, Outcome};
+use support::verdict::{judge, load_cases, run_parallel, workspace_root, Outcome};
 use support::{in_ci, skip_or_fail, target_dir};
 
 /// Writes to the process's stderr directly: unlike `eprintln!`, this is not captured by the
@@ -206,54 +204,25 @@ fn conformance_cases_through_srun() {
         }
     }
 
-    let next = AtomicUsize::new(0);
-    let done = Mutex::new(Vec::new());
-    // A backend that said "not built" once is not tried again.
-    let unavailable = Mutex::new(std::collections::BTreeSet::<String>::new());
-    std::thread::scope(|s| {
-        for _ in 0..PARALLEL {
-            s.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::SeqCst);
-                let Some((case, backend)) = work.get(i) else {
-                    break;
-                };
-                let outcome = if unavailable.lock().unwrap().contains(backend) {
+    results.extend(run_parallel(
+        "slurm",
+        &work,
+        PARALLEL,
+        not_built,
+        |case, backend| {
+            let prog = examples.join(&case.example);
+            if !prog.exists() {
+                return Outcome::Fail(format!("example program {} not built", prog.display()));
+            }
+            match run_group(srun_command(&srun, case, backend, &prog), timeout) {
+                Err(e) => Outcome::Fail(format!("cannot start srun: {e}")),
+                Ok(r) if r.stderr.contains("is not available in this build") => {
                     Outcome::Skip(not_built(backend))
-                } else {
-                    let t = Instant::now();
-                    let prog = examples.join(&case.example);
-                    let o = if !prog.exists() {
-                        Outcome::Fail(format!("example program {} not built", prog.display()))
-                    } else {
-                        match run_group(srun_command(&srun, case, backend, &prog), timeout) {
-                            Err(e) => Outcome::Fail(format!("cannot start srun: {e}")),
-                            Ok(r) if r.stderr.contains("is not available in this build") => {
-                                unavailable.lock().unwrap().insert(backend.clone());
-                                Outcome::Skip(not_built(backend))
-                            }
-                            Ok(r) => judge(case, &r, timeout),
-                        }
-                    };
-                    eprintln!(
-                        "slurm: {:<28} {:<6} {:>6.2}s {}",
-                        case.id,
-                        backend,
-                        t.elapsed().as_secs_f64(),
-                        match &o {
-                            Outcome::Pass => "ok".to_string(),
-                            Outcome::Fail(w) => format!("FAIL {w}"),
-                            Outcome::Skip(w) => format!("skip {w}"),
-                        }
-                    );
-                    o
-                };
-                done.lock()
-                    .unwrap()
-                    .push((case.clone(), backend.clone(), outcome));
-            });
-        }
-    });
-    results.extend(done.into_inner().unwrap());
+                }
+                Ok(r) => judge(case, &r, timeout),
+            }
+        },
+    ));
 
     let mut failures = Vec::new();
     let mut skips = std::collections::BTreeSet::new();

@@ -12,12 +12,12 @@
 //! checkpoint's partitioning travels from the first holder to the others (one broadcast): a
 //! new process cannot know how the container was partitioned when the checkpoint was taken.
 
-use ferry_coll::{Group, ReduceOp};
+use ferry_coll::Group;
 use ferry_core::{Element, Error, ErrorKind, Result};
 use ferry_data::{Container, DataFlow, Partitioning, Range, Space, TaskRange};
 
 use super::{switch, Checkpoints, Saved};
-use crate::recover::rebuild::{refill, Copies};
+use crate::buddy::{self, refill, Copies};
 use crate::Communicator;
 
 /// Tags of a member's own part coming back from its buddy: this base plus its rank.
@@ -51,54 +51,22 @@ impl<T: Element> Checkpoints<T> {
                     )));
             }
         }
-        // Per member: 1 + the epoch of its checkpoint, 0 without one.
-        let mut held = vec![0u64; n];
-        held[i] = self.saved.as_ref().map_or(0, |s| s.epoch.saturating_add(1));
-        comm.allreduce(&mut held, &ReduceOp::Max)?;
-        let Some(root) = held.iter().position(|&h| h != 0) else {
+        let what = format!("checkpoints of `{}`", self.name);
+        let mine = self.saved.as_ref().map(|s| s.epoch);
+        let Some(h) = buddy::holders(comm, mine, &what)? else {
             // No checkpoint was ever committed (or nobody kept one): the program starts over.
             self.saved = None;
             c.assume(to, None)?;
             return Ok(None);
         };
-        let epoch = held[root] - 1;
-        if let Some(j) = held.iter().position(|&h| h != 0 && h != held[root]) {
-            return Err(Error::new(ErrorKind::Protocol, "restore")
-                .on_rank(me)
-                .with_peer(members[j])
-                .with_detail(format!(
-                    "checkpoints of `{}`: members hold different checkpoints (epoch {} at world \
-                     rank {}, {} at world rank {})",
-                    self.name,
-                    epoch,
-                    members[root],
-                    held[j] - 1,
-                    members[j]
-                )));
-        }
-        let fresh = |j: usize| held[j] == 0;
-        let lost: Vec<usize> = (0..n)
-            .filter(|&j| fresh(j) && (n == 1 || fresh((j + 1) % n)))
-            .map(|j| members[j])
-            .collect();
-        if !lost.is_empty() {
-            return Err(Error::new(ErrorKind::Unsupported, "restore")
-                .on_rank(me)
-                .with_peer(lost[0])
-                .with_detail(format!(
-                    "checkpoints of `{}`: the checkpointed parts of world ranks {lost:?} are \
-                     lost: each rank and its buddy (the next member) were replaced before a \
-                     checkpoint re-established the copies",
-                    self.name
-                )));
-        }
+        let (root, epoch) = (h.root, h.epoch);
+        let fresh = |j: usize| h.fresh(j);
         let mut head = match (&self.saved, i == root) {
             (Some(s), true) => encode_ranges(&s.part),
             _ => Vec::new(),
         };
         comm.broadcast(root, &mut head)?;
         let tags = (TAG_OWN_BACK, TAG_BUDDY_BACK);
-        let what = format!("checkpoints of `{}`", self.name);
         if !fresh(i) {
             let Some(s) = &self.saved else {
                 return Err(Error::new(ErrorKind::Protocol, "restore")

@@ -6,11 +6,10 @@
 //! interrupted: the members find out who holds one (an allreduce) and serve every member
 //! without one alike.
 
-use ferry_coll::ReduceOp;
-use ferry_core::element::{as_bytes, copy_from_bytes};
 use ferry_core::{Element, Error, ErrorKind, Result};
 
 use super::{block_range, Checkpoint, Recoverable, Restored, TAG_RESTORE};
+use crate::buddy::{self, refill, Copies};
 use crate::Communicator;
 
 /// Tags of the buddy copies a replacement gets back: this base plus its predecessor's rank.
@@ -36,13 +35,9 @@ impl<T: Element> Recoverable<T> {
                     )));
             }
         }
-        // Who holds the checkpoint is found out rather than taken from `replaced()`: a
-        // replacement whose own restore a later failure interrupted holds none either.
-        // Per member: 1 + the epoch of its checkpoint, 0 without one.
-        let mut held = vec![0u64; n];
-        held[i] = self.ckpt.as_ref().map_or(0, |c| c.epoch.saturating_add(1));
-        comm.allreduce(&mut held, &ReduceOp::Max)?;
-        let Some(root) = held.iter().position(|&h| h != 0) else {
+        let what = format!("recoverable `{}`", self.name);
+        let mine = self.ckpt.as_ref().map(|c| c.epoch);
+        let Some(h) = buddy::holders(comm, mine, &what)? else {
             // No checkpoint was ever completed (or nobody kept one): everybody starts again.
             self.ckpt = None;
             return Ok(Restored {
@@ -51,36 +46,8 @@ impl<T: Element> Recoverable<T> {
                 data: vec![T::default(); range.len() * u],
             });
         };
-        let epoch = held[root] - 1;
-        if let Some(j) = held.iter().position(|&h| h != 0 && h != held[root]) {
-            return Err(Error::new(ErrorKind::Protocol, "restore")
-                .on_rank(me)
-                .with_peer(members[j])
-                .with_detail(format!(
-                    "recoverable `{}`: members hold different checkpoints (epoch {epoch} at \
-                     world rank {}, {} at world rank {})",
-                    self.name,
-                    members[root],
-                    held[j] - 1,
-                    members[j]
-                )));
-        }
-        let fresh = |j: usize| held[j] == 0;
-        let lost: Vec<usize> = (0..n)
-            .filter(|&j| fresh(j) && (n == 1 || fresh((j + 1) % n)))
-            .map(|j| members[j])
-            .collect();
-        if !lost.is_empty() {
-            return Err(Error::new(ErrorKind::Unsupported, "restore")
-                .on_rank(me)
-                .with_peer(lost[0])
-                .with_detail(format!(
-                    "recoverable `{}`: the checkpointed parts of world ranks {lost:?} are lost: \
-                     each rank and its buddy (the next member) were replaced before a \
-                     checkpoint re-established the copies",
-                    self.name
-                )));
-        }
+        let (root, epoch) = (h.root, h.epoch);
+        let fresh = |j: usize| h.fresh(j);
         let prev = (i + n - 1) % n;
         if !fresh(i) {
             let Some(ck) = &self.ckpt else {
@@ -93,7 +60,6 @@ impl<T: Element> Recoverable<T> {
                     )));
             };
             let tags = (TAG_RESTORE, TAG_BUDDY_BACK);
-            let what = format!("recoverable `{}`", self.name);
             refill(comm, &fresh, Copies::Held(&ck.own, &ck.buddy), tags, &what)?;
             return Ok(Restored {
                 epoch: Some(epoch),
@@ -102,7 +68,6 @@ impl<T: Element> Recoverable<T> {
             });
         }
         let tags = (TAG_RESTORE, TAG_BUDDY_BACK);
-        let what = format!("recoverable `{}`", self.name);
         let lens = (part_len(i), part_len(prev));
         let Some((own, buddy)) = refill(comm, &fresh, Copies::Wanted(lens), tags, &what)? else {
             return Err(Error::new(ErrorKind::Protocol, "restore").on_rank(me));
@@ -119,70 +84,6 @@ impl<T: Element> Recoverable<T> {
             data: own,
         })
     }
-}
-
-/// What a member brings to [`refill`]: the checkpoint's copies it holds (its own part, its
-/// predecessor's part), or the lengths of those it wants back.
-pub(crate) enum Copies<'a, T> {
-    Held(&'a [T], &'a [T]),
-    Wanted((usize, usize)),
-}
-
-/// After a REBUILD, gives every member that holds no checkpoint copies (`fresh`, by
-/// communicator rank) its own part from its buddy (the next member) and, from its predecessor,
-/// the predecessor's part that it held as buddy; a holder sends what its fresh neighbours
-/// need. Tags: `tags.0` plus the receiver's rank for the own part, `tags.1` plus the
-/// sender's rank for the buddy copy. Returns the received (own, buddy) copies in a fresh
-/// member, `None` in a holder. `what` names the data in errors. The caller has checked that
-/// no two neighbours are both fresh (their parts would be lost).
-pub(crate) fn refill<T: Element>(
-    comm: &Communicator,
-    fresh: &dyn Fn(usize) -> bool,
-    mine: Copies<'_, T>,
-    tags: (u32, u32),
-    what: &str,
-) -> Result<Option<(Vec<T>, Vec<T>)>> {
-    let (n, i) = (comm.size(), comm.rank());
-    let (next, prev) = ((i + 1) % n, (i + n - 1) % n);
-    let (own_len, buddy_len) = match mine {
-        Copies::Held(own, buddy) => {
-            let mut sends: Vec<(usize, u32, &[u8])> = Vec::new();
-            if fresh(prev) {
-                sends.push((prev, tags.0 + prev as u32, as_bytes(buddy)));
-            }
-            if fresh(next) {
-                sends.push((next, tags.1 + i as u32, as_bytes(own)));
-            }
-            if !sends.is_empty() {
-                comm.sendrecv(&sends, &mut [])?;
-            }
-            return Ok(None);
-        }
-        Copies::Wanted(lens) => lens,
-    };
-    let (mut own_buf, mut buddy_buf) = (Vec::new(), Vec::new());
-    comm.sendrecv(
-        &[],
-        &mut [
-            (next, tags.0 + i as u32, &mut own_buf),
-            (prev, tags.1 + prev as u32, &mut buddy_buf),
-        ],
-    )?;
-    let mut own = vec![T::default(); own_len];
-    let mut buddy = vec![T::default(); buddy_len];
-    for (dst, buf, from) in [(&mut own, &own_buf, next), (&mut buddy, &buddy_buf, prev)] {
-        if !copy_from_bytes(dst, buf) {
-            return Err(Error::new(ErrorKind::Protocol, "restore")
-                .on_rank(comm.world_rank())
-                .with_peer(comm.members()[from])
-                .with_detail(format!(
-                    "{what}: {} bytes of a checkpoint copy, expected {}",
-                    buf.len(),
-                    std::mem::size_of_val(dst.as_slice())
-                )));
-        }
-    }
-    Ok(Some((own, buddy)))
 }
 
 #[cfg(test)]

@@ -277,3 +277,21 @@ pub fn neighbour_partitioner(
         Ok(())
     })
 }
+
+/// Ends this process by a real SIGKILL (through the `kill` utility), as a crashed rank ends:
+/// no exit handlers, no goodbye to the peers. Flushes stdout first so that the lines printed
+/// so far reach the launcher. Exits with 99 should the signal not come within a minute.
+pub fn die_by_sigkill() -> ! {
+    let _ = std::io::stdout().flush();
+    let _ = std::process::Command::new("kill")
+        .args(["-KILL", &std::process::id().to_string()])
+        .status();
+    std::thread::sleep(std::time::Duration::from_secs(60));
+    std::process::exit(99)
+}
+
+/// Prints `line` on stdout at once (not at exit): a rank that dies later keeps its lines.
+pub fn say(line: String) {
+    println!("{line}");
+    let _ = std::io::stdout().flush();
+}

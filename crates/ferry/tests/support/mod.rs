@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod cases;
+pub mod jac2d;
 pub mod procs;
 
 use std::io::Read;

@@ -30,6 +30,12 @@ pub fn built_tools(test: &str, examples: &[&str]) -> Option<(PathBuf, Vec<PathBu
     Some((ferry, ex))
 }
 
+/// The launcher and one example, as [`built_tools`] finds them.
+pub fn built_tool(test: &str, example: &str) -> Option<(PathBuf, PathBuf)> {
+    let (ferry, mut ex) = built_tools(test, &[example])?;
+    Some((ferry, ex.pop()?))
+}
+
 /// Output bytes as text.
 pub fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
@@ -49,6 +55,14 @@ pub fn job(
     if keep_going {
         cmd.arg("--keep-going");
     }
+    two_nodes_if_hybrid(&mut cmd, backend, n);
+    cmd.arg(ex).args(args);
+    cmd
+}
+
+/// On the hybrid backend, wraps the program of a `ferry run` of `n` ranks so that the first
+/// half of the ranks runs on node `n0` and the rest on `n1` (`FERRY_NODE`), as on two hosts.
+pub fn two_nodes_if_hybrid(cmd: &mut Command, backend: &str, n: usize) {
     if backend == "hybrid" {
         let half = (n / 2).max(1);
         cmd.args([
@@ -58,8 +72,6 @@ pub fn job(
             &format!(r#"FERRY_NODE=n$((FERRY_RANK / {half})) exec "$0" "$@""#),
         ]);
     }
-    cmd.arg(ex).args(args);
-    cmd
 }
 
 /// World rank -> pid of the launcher's children (from their FERRY_RANK).

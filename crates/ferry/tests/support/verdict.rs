@@ -2,8 +2,11 @@
 //! that start the cases through different launchers (`conformance.rs`: `ferry run` and
 //! `mpirun`; `slurm.rs`: `srun`). The expected outputs are read at run time, never copied.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use super::cases::{compare, first_difference, parse_cases, split_lines, Case, RunResult};
 
@@ -99,4 +102,54 @@ pub fn judge(case: &Case, r: &RunResult, timeout: Duration) -> Outcome {
         ));
     }
     Outcome::Pass
+}
+
+/// Runs every (case, backend) of `work` through `run` on `parallel` threads, printing one
+/// line per run (`{label}: id backend seconds outcome`). A backend whose run was skipped as
+/// "not built" is not tried again: its later cases are skipped with `not_built(backend)`.
+pub fn run_parallel(
+    label: &str,
+    work: &[(Case, String)],
+    parallel: usize,
+    not_built: impl Fn(&str) -> String + Sync,
+    run: impl Fn(&Case, &str) -> Outcome + Sync,
+) -> Vec<(Case, String, Outcome)> {
+    let next = AtomicUsize::new(0);
+    let done = Mutex::new(Vec::new());
+    let unavailable = Mutex::new(BTreeSet::<String>::new());
+    std::thread::scope(|s| {
+        for _ in 0..parallel {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::SeqCst);
+                let Some((case, backend)) = work.get(i) else {
+                    break;
+                };
+                let outcome = if unavailable.lock().unwrap().contains(backend) {
+                    Outcome::Skip(not_built(backend))
+                } else {
+                    let t = Instant::now();
+                    let o = run(case, backend);
+                    eprintln!(
+                        "{label}: {:<28} {:<8} {:>6.2}s {}",
+                        case.id,
+                        backend,
+                        t.elapsed().as_secs_f64(),
+                        match &o {
+                            Outcome::Pass => "ok".to_string(),
+                            Outcome::Fail(w) => format!("FAIL {w}"),
+                            Outcome::Skip(w) => format!("skip {w}"),
+                        }
+                    );
+                    if matches!(&o, Outcome::Skip(w) if w.contains("not built")) {
+                        unavailable.lock().unwrap().insert(backend.clone());
+                    }
+                    o
+                };
+                done.lock()
+                    .unwrap()
+                    .push((case.clone(), backend.clone(), outcome));
+            });
+        }
+    });
+    done.into_inner().unwrap()
 }
