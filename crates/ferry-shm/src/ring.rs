@@ -4,7 +4,8 @@
 //! writes header and payload, then stores `position + 1` into the slot's sequence word with
 //! release ordering; the consumer polls that word of the slot at its head. An entry may span
 //! several consecutive slots (a chunk of a pipelined large message, see [`Producer::push_span`]):
-//! its payload then runs on over the following slots' headers, and the consumer clears those
+//! its payload starts on the slot's second cache line and is whole lines long
+//! ([`CHUNK_HEADER`]), runs on over the following slots' headers, and the consumer clears those
 //! slots' sequence words before handing the slots back, so that payload bytes left there can
 //! never pass for a published entry on a later lap. So a small message
 //! costs the consumer one cache line (header and up to 24 payload bytes share it) and nobody
@@ -25,6 +26,11 @@ use crate::segment::{ACK_WINDOW, RING_CTRL};
 
 /// Bytes of the slot header; payload follows.
 pub(crate) const SLOT_HEADER: usize = 40;
+/// Where the payload of a chunk (a [`Producer::push_span`] entry) starts: the header keeps a
+/// cache line of its own, so that chunk payloads start on a line boundary in the ring and
+/// (their capacities being whole lines) at the same line offset of the message as of the ring.
+/// Both copies of a pipelined message then move whole, equally aligned lines.
+pub(crate) const CHUNK_HEADER: usize = 64;
 
 const R_HEAD: usize = 64;
 /// Offset in the slot header of the entry's span (u16): how many consecutive slots it covers.
@@ -124,6 +130,13 @@ impl RingRef {
     pub(crate) fn payload_cap(&self) -> usize {
         self.slot_bytes - SLOT_HEADER
     }
+
+    /// Payload bytes of a chunk covering `span` slots: whole cache lines after the chunk's
+    /// header line (slots are at least two lines, so a chunk carries at least one line).
+    #[inline]
+    pub(crate) fn chunk_cap(&self, span: usize) -> usize {
+        (span * self.slot_bytes - CHUNK_HEADER) & !63
+    }
 }
 
 /// The sending end of a ring.
@@ -210,14 +223,14 @@ impl Producer {
     /// Payload bytes an entry of `span` slots carries.
     #[inline]
     pub(crate) fn span_cap(&self, span: usize) -> usize {
-        span * self.ring.slot_bytes - SLOT_HEADER
+        self.ring.chunk_cap(span)
     }
 
     /// Appends one entry covering as many consecutive slots as `payload` needs (at most
     /// [`MAX_SPAN`] and [`Producer::free_run`]): one header, then the payload in one piece.
     /// Returns false, writing nothing, when those slots are not free.
     pub(crate) fn push_span(&mut self, e: &Entry, payload: &[u8]) -> bool {
-        let span = (payload.len() + SLOT_HEADER)
+        let span = (payload.len() + CHUNK_HEADER)
             .div_ceil(self.ring.slot_bytes)
             .max(1);
         if span > MAX_SPAN || span > self.free_run() {
@@ -235,7 +248,7 @@ impl Producer {
             slot.add(32).write(e.typ);
             slot.add(33).write(e.key.kind.0);
             (slot.add(H_SPAN) as *mut u16).write(span as u16);
-            std::ptr::copy_nonoverlapping(payload.as_ptr(), slot.add(SLOT_HEADER), payload.len());
+            std::ptr::copy_nonoverlapping(payload.as_ptr(), slot.add(CHUNK_HEADER), payload.len());
         }
         let first = self.tail;
         self.tail += span as u64;
@@ -304,25 +317,32 @@ impl Consumer {
         span.clamp(1, to_end)
     }
 
-    /// Payload bytes the head entry can carry (its span's).
+    /// Payload bytes the head entry can carry if it is a chunk (its span's).
     #[inline]
     pub(crate) fn head_cap(&self) -> usize {
-        self.span() * self.ring.slot_bytes - SLOT_HEADER
+        self.ring.chunk_cap(self.span())
     }
 
-    /// Copies `dst.len()` payload bytes of the head entry (at most its span's capacity).
+    /// Copies `dst.len()` payload bytes of the head entry, a chunk pushed with
+    /// [`Producer::push_span`] (at most its span's capacity).
     #[inline]
-    pub(crate) fn read_payload(&self, dst: &mut [u8]) {
-        let cap = if dst.len() <= self.ring.payload_cap() {
-            dst.len()
-        } else {
-            self.head_cap()
-        };
-        debug_assert!(dst.len() <= cap);
-        let n = dst.len().min(cap);
+    pub(crate) fn read_chunk(&self, dst: &mut [u8]) {
+        let n = dst.len().min(self.head_cap());
         let slot = self.ring.slot(self.head);
         // SAFETY: the head entry is published (peek succeeded) and stays ours until pop();
-        // n is within its span's payload area, which ends inside the ring (`span`).
+        // CHUNK_HEADER + n is within its span (`chunk_cap`), which ends inside the ring (`span`).
+        unsafe { std::ptr::copy_nonoverlapping(slot.add(CHUNK_HEADER), dst.as_mut_ptr(), n) }
+    }
+
+    /// Copies `dst.len()` payload bytes of the head entry, a single-slot entry pushed with
+    /// [`Producer::push`] (at most a slot's payload).
+    #[inline]
+    pub(crate) fn read_payload(&self, dst: &mut [u8]) {
+        debug_assert!(dst.len() <= self.ring.payload_cap());
+        let n = dst.len().min(self.ring.payload_cap());
+        let slot = self.ring.slot(self.head);
+        // SAFETY: the head entry is published (peek succeeded) and stays ours until pop();
+        // n is within the slot's payload area.
         unsafe { std::ptr::copy_nonoverlapping(slot.add(SLOT_HEADER), dst.as_mut_ptr(), n) }
     }
 
@@ -605,7 +625,7 @@ mod tests {
         for k in 1..slots {
             // Slot k's sequence word; on the next lap that slot holds position slots + k,
             // published as slots + k + 1.
-            let off = k * sb - SLOT_HEADER;
+            let off = k * sb - CHUNK_HEADER;
             payload[off..off + 8].copy_from_slice(&((slots + k + 1) as u64).to_le_bytes());
         }
         assert!(p.push_span(&entry(0, cap), &payload));
@@ -614,7 +634,7 @@ mod tests {
         assert_eq!(c.peek(), Some(entry(0, cap)));
         assert_eq!(c.span(), slots);
         let mut got = vec![0u8; cap];
-        c.read_payload(&mut got);
+        c.read_chunk(&mut got);
         assert_eq!(got, payload);
         c.pop();
         assert!(c.peek().is_none());
@@ -655,10 +675,40 @@ mod tests {
         );
         assert_eq!(c.span(), 2);
         let mut got = vec![0u8; two];
-        c.read_payload(&mut got);
+        c.read_chunk(&mut got);
         assert_eq!(got, vec![6u8; two]);
         c.pop();
         assert!(c.peek().is_none());
+    }
+
+    /// A chunk's payload starts on a cache line of the ring and every chunk capacity is whole
+    /// lines, so consecutive chunks of one message keep the message's line offsets (both
+    /// copies of a pipelined message move whole, equally aligned lines).
+    #[test]
+    fn chunk_payloads_start_on_a_cache_line() {
+        let (slots, sb) = (8, 8256);
+        let mut h = HeapRing::new(slots, sb);
+        let r = h.ring(slots, sb);
+        let mut p = Producer::new(r);
+        let mut c = Consumer::new(r);
+        for span in 1..=slots {
+            assert_eq!(p.span_cap(span) % 64, 0, "span {span}");
+            assert!(p.span_cap(span) + CHUNK_HEADER <= span * sb);
+        }
+        let cap = p.span_cap(3);
+        let payload: Vec<u8> = (0..cap).map(|i| (i % 251) as u8 + 1).collect();
+        assert!(p.push_span(&entry(0, cap), &payload));
+        // The payload's first byte sits at the start of the slot's second cache line.
+        let first = r.slot(0);
+        assert_eq!(first as usize % 64, 0);
+        // SAFETY: the span is published and lies inside the ring's memory.
+        let at = unsafe { std::slice::from_raw_parts(first.add(CHUNK_HEADER), 4) };
+        assert_eq!(at, &payload[..4]);
+        assert_eq!(c.head_cap(), cap);
+        let mut got = vec![0u8; cap];
+        c.read_chunk(&mut got);
+        assert_eq!(got, payload);
+        c.pop();
     }
 
     #[test]

@@ -32,7 +32,8 @@ use memmap2::MmapRaw;
 use crate::sys;
 
 pub(crate) const MAGIC: u64 = 0x6d68_7379_7272_6566; // "ferryshm", little-endian
-pub(crate) const VERSION: u64 = 2;
+/// Layout version: ranks of a job agree on it (3: chunk payloads start on their own cache line).
+pub(crate) const VERSION: u64 = 3;
 pub(crate) const HEADER_BYTES: usize = 4096;
 pub(crate) const BLOCK_BYTES: usize = 256;
 /// Bytes before the first slot of a ring (control lines and the CMA completion window).

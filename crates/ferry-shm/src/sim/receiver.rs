@@ -111,7 +111,7 @@ impl Sim {
         let chunk = self.consumer.head_cap().min(total - p.received);
         if p.target != Target::Discard {
             self.consumer
-                .read_payload(&mut p.buf[p.received..p.received + chunk]);
+                .read_chunk(&mut p.buf[p.received..p.received + chunk]);
         }
         self.consumer.pop();
         self.popped += 1;

@@ -257,10 +257,10 @@ impl ShmTransport {
                     let mut len_err = None;
                     match &mut p.target {
                         Target::Op(i) => match ex.recvs[*i].buf.prepare(total) {
-                            Ok(dst) => rx.read_payload(&mut dst[p.received..p.received + chunk]),
+                            Ok(dst) => rx.read_chunk(&mut dst[p.received..p.received + chunk]),
                             Err(want) => len_err = Some(want),
                         },
-                        Target::Buf(v) => rx.read_payload(&mut v[p.received..p.received + chunk]),
+                        Target::Buf(v) => rx.read_chunk(&mut v[p.received..p.received + chunk]),
                         Target::Discard => {}
                     }
                     rx.pop();
