@@ -8,92 +8,16 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
-
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
-use support::{run_limited, skip_or_fail, target_dir};
-
-fn ferry_bin() -> Option<PathBuf> {
-    let p = target_dir().join("ferry");
-    p.exists().then_some(p)
-}
-
-fn example(name: &str) -> Option<PathBuf> {
-    let p = target_dir().join("examples").join(name);
-    p.exists().then_some(p)
-}
-
-/// The launcher and the named examples, or `None` after printing why the test skips.
-fn tools(examples: &[&str]) -> Option<(PathBuf, Vec<PathBuf>)> {
-    let Some(f) = ferry_bin() else {
-        skip_or_fail(
-            "launcher",
-            &format!(
-                "{}/ferry not built (run `cargo build --bins --examples` first)",
-                target_dir().display()
-            ),
-        );
-        return None;
-    };
-    let mut ex = Vec::new();
-    for name in examples {
-        match example(name) {
-            Some(p) => ex.push(p),
-            None => {
-                skip_or_fail(
-                    "launcher",
-                    &format!("example {name} not built (run `cargo build --examples`)"),
-                );
-                return None;
-            }
-        }
-    }
-    Some((f, ex))
-}
-
-/// Whether process `pid` is dead: gone, or a zombie waiting for a parent that does not reap
-/// (pid 1 in a container).
-fn is_dead(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => {
-            // The state follows the parenthesised command name.
-            let state = stat.rsplit_once(')').map(|(_, r)| r.trim_start());
-            matches!(state.and_then(|s| s.chars().next()), Some('Z') | Some('X'))
-        }
-    }
-}
-
-fn wait_dead(pids: &[u32], limit: Duration) -> Vec<u32> {
-    let start = Instant::now();
-    loop {
-        let alive: Vec<u32> = pids.iter().copied().filter(|&p| !is_dead(p)).collect();
-        if alive.is_empty() || start.elapsed() > limit {
-            return alive;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn pids_in(stdout: &str) -> Vec<u32> {
-    stdout
-        .lines()
-        .filter_map(|l| {
-            l.split_once(" pid ")
-                .and_then(|(_, p)| p.trim().parse().ok())
-        })
-        .collect()
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+use std::process::Command;
+use std::time::Duration;
+use support::pids::{pids_in, wait_dead};
+use support::procs::{built_tools, text};
+use support::{run_limited, skip_or_fail};
 
 /// Failure propagation with one failing rank: exit status, message, time, no survivors.
 fn check_failure(mode: &str, expect_msg: &str, expect_code: i32) {
-    let Some((ferry, ex)) = tools(&["t_fail"]) else {
+    let Some((ferry, ex)) = built_tools("launcher", &["t_fail"]) else {
         return;
     };
     // Long enough for every rank to print its pid first, even on a loaded machine.
@@ -138,7 +62,7 @@ fn rank_killed_by_signal_ends_the_job() {
 
 #[test]
 fn output_lines_stay_whole() {
-    let Some((ferry, ex)) = tools(&["t_print_lines"]) else {
+    let Some((ferry, ex)) = built_tools("launcher", &["t_print_lines"]) else {
         return;
     };
     let (ranks, lines) = (8usize, 10_000usize);
@@ -179,66 +103,8 @@ fn output_lines_stay_whole() {
 }
 
 #[test]
-fn sigint_ends_every_rank() {
-    let Some((ferry, ex)) = tools(&["t_fail"]) else {
-        return;
-    };
-    let ranks = 4;
-    let mut child: Child = Command::new(&ferry)
-        .args(["run", "-n", &ranks.to_string()])
-        .arg(&ex[0])
-        .args(["0", "none"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut reader = BufReader::new(child.stdout.take().unwrap());
-    let mut pids = Vec::new();
-    let mut line = String::new();
-    while pids.len() < ranks {
-        line.clear();
-        assert!(
-            reader.read_line(&mut line).unwrap() > 0,
-            "launcher ended early"
-        );
-        pids.extend(pids_in(&line));
-    }
-    let status = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let start = Instant::now();
-    let exit = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if start.elapsed() > Duration::from_secs(20) {
-            let _ = child.kill();
-            panic!("ferry run did not end after SIGINT");
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    };
-    let mut stderr = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .unwrap();
-    assert_eq!(exit.code(), Some(130), "stderr: {stderr}");
-    assert!(stderr.contains("received SIGINT"), "stderr: {stderr}");
-    assert_eq!(
-        wait_dead(&pids, Duration::from_secs(2)),
-        Vec::<u32>::new(),
-        "orphaned ranks"
-    );
-}
-
-#[test]
 fn ranks_get_their_environment_and_jobs_never_collide() {
-    let Some((ferry, _)) = tools(&[]) else {
+    let Some((ferry, _)) = built_tools("launcher", &[]) else {
         return;
     };
     let script = "echo $FERRY_RANK $FERRY_SIZE $FERRY_JOB_ID $FERRY_RENDEZVOUS $FERRY_SECRET ${FERRY_BACKEND:-unset} $FERRY_LOCAL_SIZE";
@@ -285,7 +151,7 @@ fn ranks_get_their_environment_and_jobs_never_collide() {
 
 #[test]
 fn missing_program_is_reported() {
-    let Some((ferry, _)) = tools(&[]) else {
+    let Some((ferry, _)) = built_tools("launcher", &[]) else {
         return;
     };
     // (Elastic runs with --spares are tested in tests/elastic.rs.)
@@ -302,7 +168,7 @@ fn missing_program_is_reported() {
 /// backend comes from `--backend` or from an inherited `FERRY_BACKEND`.
 #[test]
 fn single_backend_with_several_processes_is_refused() {
-    let Some((ferry, _)) = tools(&[]) else {
+    let Some((ferry, _)) = built_tools("launcher", &[]) else {
         return;
     };
     let cases: [(&[&str], Option<&str>); 3] = [
@@ -338,7 +204,7 @@ fn single_backend_with_several_processes_is_refused() {
 /// vsum prints what it prints on tcp.
 #[test]
 fn mpi_backend_is_handed_to_mpirun() {
-    let Some((ferry, ex)) = tools(&["vsum"]) else {
+    let Some((ferry, ex)) = built_tools("launcher", &["vsum"]) else {
         return;
     };
     let dir = std::env::temp_dir().join(format!("ferry-mpirun-test-{}", std::process::id()));
@@ -431,7 +297,7 @@ fn mpi_backend_is_handed_to_mpirun() {
 /// unchanged by it.
 #[test]
 fn rank_logs_are_plain_text_on_stderr() {
-    let Some((ferry, ex)) = tools(&["vsum"]) else {
+    let Some((ferry, ex)) = built_tools("launcher", &["vsum"]) else {
         return;
     };
     let run = |log: Option<&str>| {
@@ -461,7 +327,7 @@ fn rank_logs_are_plain_text_on_stderr() {
 
 #[test]
 fn config_errors_name_the_key() {
-    let Some((ferry, ex)) = tools(&["t_alltoall"]) else {
+    let Some((ferry, ex)) = built_tools("launcher", &["t_alltoall"]) else {
         return;
     };
     let dir = std::env::temp_dir().join(format!("ferry-launcher-test-{}", std::process::id()));
@@ -523,7 +389,7 @@ fn available_backends(ferry: &PathBuf, alltoall: &PathBuf) -> Vec<&'static str> 
 
 #[test]
 fn alltoall_over_every_backend_with_few_file_descriptors() {
-    let Some((ferry, ex)) = tools(&["t_alltoall"]) else {
+    let Some((ferry, ex)) = built_tools("launcher", &["t_alltoall"]) else {
         return;
     };
     for b in available_backends(&ferry, &ex[0]) {
@@ -587,7 +453,7 @@ fn names_rank(line: &str, k: usize) -> bool {
 
 #[test]
 fn killed_rank_is_named_by_the_others() {
-    let Some((ferry, ex)) = tools(&["t_alltoall"]) else {
+    let Some((ferry, ex)) = built_tools("launcher", &["t_alltoall"]) else {
         return;
     };
     let timeout_ms = 3000u64;
@@ -624,7 +490,7 @@ fn killed_rank_is_named_by_the_others() {
 
 #[test]
 fn hosts_are_reached_through_the_remote_command() {
-    let Some((ferry, _)) = tools(&[]) else {
+    let Some((ferry, _)) = built_tools("launcher", &[]) else {
         return;
     };
     // A "remote" command that runs the rank locally through a second shell, as ssh would:
@@ -665,189 +531,4 @@ fn hosts_are_reached_through_the_remote_command() {
     assert_eq!(lines, want(["nodeA", "nodeB", "nodeA", "nodeB"]));
     let (_, lines) = run(&["--block"]);
     assert_eq!(lines, want(["nodeA", "nodeA", "nodeB", "nodeB"]));
-}
-
-#[test]
-fn named_job_status_through_ctl() {
-    let Some((ferry, ex)) = tools(&["t_fail"]) else {
-        return;
-    };
-    let name = format!("launcher-test-{}", std::process::id());
-    let mut child: Child = Command::new(&ferry)
-        .args(["run", "-n", "2", "--job-name", &name])
-        .arg(&ex[0])
-        .args(["0", "none"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut reader = BufReader::new(child.stdout.take().unwrap());
-    let mut pids = Vec::new();
-    let mut line = String::new();
-    while pids.len() < 2 {
-        line.clear();
-        assert!(
-            reader.read_line(&mut line).unwrap() > 0,
-            "launcher ended early"
-        );
-        pids.extend(pids_in(&line));
-    }
-    let (out, _) = run_limited(
-        Command::new(&ferry).args(["ctl", &name, "status"]),
-        Duration::from_secs(20),
-    );
-    let status = text(&out.stdout);
-    let _ = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status();
-    let exit = child.wait().unwrap();
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    for (r, pid) in pids_sorted_by_rank(&status).iter().enumerate() {
-        assert!(pids.contains(pid), "rank {r}: pid {pid} unknown: {status}");
-    }
-    assert_eq!(status.lines().count(), 2, "{status}");
-    assert!(status.lines().all(|l| l.ends_with("running")), "{status}");
-    assert_eq!(exit.code(), Some(143));
-    let (out, _) = run_limited(
-        Command::new(&ferry).args(["ctl", &name, "status"]),
-        Duration::from_secs(20),
-    );
-    assert!(!out.status.success(), "status of a finished job");
-}
-
-/// Pids from `ferry ctl status` lines `L<id>:<host>:<pid> rank <r> <state>`, in line order.
-fn pids_sorted_by_rank(status: &str) -> Vec<u32> {
-    status
-        .lines()
-        .filter_map(|l| {
-            let loc = l.split(' ').next()?;
-            loc.rsplit(':').next()?.parse().ok()
-        })
-        .collect()
-}
-
-#[test]
-fn ranks_die_with_a_sigkilled_launcher() {
-    let Some((ferry, ex)) = tools(&["t_fail"]) else {
-        return;
-    };
-    let ranks = 3;
-    let mut child: Child = Command::new(&ferry)
-        .args(["run", "-n", &ranks.to_string()])
-        .arg(&ex[0])
-        .args(["0", "none"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut reader = BufReader::new(child.stdout.take().unwrap());
-    let mut pids = Vec::new();
-    let mut line = String::new();
-    while pids.len() < ranks {
-        line.clear();
-        assert!(
-            reader.read_line(&mut line).unwrap() > 0,
-            "launcher ended early"
-        );
-        pids.extend(pids_in(&line));
-    }
-    // No chance to clean up: the ranks' parent-death signal must end them.
-    child.kill().unwrap();
-    child.wait().unwrap();
-    assert_eq!(
-        wait_dead(&pids, Duration::from_secs(5)),
-        Vec::<u32>::new(),
-        "ranks outlived a SIGKILLed launcher"
-    );
-}
-
-/// The state letter of process `pid` (`R`, `S`, `T`, `Z`, ...), if it exists.
-fn proc_state(pid: u32) -> Option<char> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit_once(')')?.1.trim_start().chars().next()
-}
-
-fn wait_state(pids: &[u32], want: impl Fn(char) -> bool, limit: Duration) -> bool {
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        if pids.iter().all(|&p| proc_state(p).is_some_and(&want)) {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    false
-}
-
-#[test]
-fn ctrl_z_stops_and_fg_continues_the_ranks() {
-    let Some((ferry, ex)) = tools(&["t_fail"]) else {
-        return;
-    };
-    let mut child: Child = Command::new(&ferry)
-        .args(["run", "-n", "2"])
-        .arg(&ex[0])
-        .args(["0", "none"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut reader = BufReader::new(child.stdout.take().unwrap());
-    let mut pids = Vec::new();
-    let mut line = String::new();
-    while pids.len() < 2 {
-        line.clear();
-        assert!(
-            reader.read_line(&mut line).unwrap() > 0,
-            "launcher ended early"
-        );
-        pids.extend(pids_in(&line));
-    }
-    let launcher = child.id().to_string();
-    let signal = |sig: &str| {
-        assert!(Command::new("kill")
-            .args([sig, &launcher])
-            .status()
-            .unwrap()
-            .success())
-    };
-    signal("-TSTP");
-    let stopped = wait_state(&pids, |c| c == 'T', Duration::from_secs(10));
-    let launcher_stopped = wait_state(&[child.id()], |c| c == 'T', Duration::from_secs(10));
-    signal("-CONT");
-    let continued = wait_state(&pids, |c| c != 'T', Duration::from_secs(10));
-    signal("-TERM");
-    let exit = child.wait().unwrap();
-    assert!(stopped, "ranks not stopped by Ctrl-Z");
-    assert!(launcher_stopped, "launcher did not stop itself");
-    assert!(continued, "ranks not continued");
-    assert_eq!(exit.code(), Some(143));
-}
-
-#[test]
-fn remaining_ranks_get_sigterm_before_sigkill() {
-    let Some((ferry, _)) = tools(&[]) else {
-        return;
-    };
-    // Rank 0 fails once rank 1 is ready; rank 1 reports the SIGTERM it is sent (a rank that
-    // cannot see SIGTERM, e.g. with an inherited signal mask, is only SIGKILLed).
-    let script = r#"
-        flag="${TMPDIR:-/tmp}/ferry-test-$FERRY_JOB_ID.ready"
-        if [ "$FERRY_RANK" = 1 ]; then
-            trap 'echo "rank 1 got SIGTERM"; rm -f "$flag"; exit 0' TERM
-            echo ready; : > "$flag"
-            while :; do sleep 0.05; done
-        fi
-        i=0; while [ ! -e "$flag" ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done
-        exit 7"#;
-    let (out, _) = run_limited(
-        Command::new(&ferry).args(["run", "-n", "2", "sh", "-c", script]),
-        Duration::from_secs(30),
-    );
-    let stdout = text(&out.stdout);
-    assert_eq!(out.status.code(), Some(7), "{}", text(&out.stderr));
-    assert!(stdout.contains("ready"), "{stdout}");
-    assert!(stdout.contains("rank 1 got SIGTERM"), "{stdout}");
 }

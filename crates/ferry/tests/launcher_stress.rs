@@ -10,6 +10,7 @@ use std::path::PathBuf;
 
 use std::process::Command;
 use std::time::{Duration, Instant};
+use support::pids::is_dead;
 use support::{run_limited, target_dir};
 
 /// A built binary; these tests run only when asked for, so a missing one is a failure.
@@ -21,16 +22,6 @@ fn tool(rel: &str) -> PathBuf {
         p.display()
     );
     p
-}
-
-fn is_dead(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .and_then(|(_, r)| r.trim_start().chars().next())
-            .is_some_and(|c| c == 'Z' || c == 'X'),
-    }
 }
 
 /// A small deterministic generator, so a failing iteration can be replayed from its number.

@@ -4,6 +4,7 @@
 
 pub mod cases;
 pub mod jac2d;
+pub mod pids;
 pub mod procs;
 
 use std::io::Read;
