@@ -486,6 +486,47 @@ fn laik_containers_of_registered_types_switch_across_ranks() {
     }
 }
 
+/// Ranks that hold no state: our markov (`laik_pull.c`, also with `-i`) and markov2
+/// (`laik_chain.c`) on 8 ranks over 5 states, where the block partitioner leaves ranks without
+/// elements. Such a rank has no local index to translate (`laik_local2global_1d` is fatal
+/// there, as LAIK asserts), so the programs must not ask; their output must equal that of one
+/// rank.
+#[test]
+fn laik_programs_run_with_more_ranks_than_states() {
+    let Some((ferry, libdir)) = tools("laik_programs_run_with_more_ranks_than_states") else {
+        return;
+    };
+    let runs = [
+        ("laik_pull", vec!["5", "2"]),
+        ("laik_pull", vec!["-i", "5", "2"]),
+        ("laik_chain", vec!["5", "2"]),
+    ];
+    for (name, args) in runs {
+        let prog = compile(name, &libdir);
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        let one = launch(&ferry, &libdir, "tcp", 1, &[], &prog, &args);
+        assert_eq!(
+            one.status,
+            Some(0),
+            "{name} {args:?} on 1 rank; stderr:\n{}",
+            one.stderr
+        );
+        for b in BACKENDS {
+            let r = launch(&ferry, &libdir, b, 8, &[], &prog, &args);
+            assert_eq!(
+                r.status,
+                Some(0),
+                "{name} {args:?} on 8 ranks, {b}; stderr:\n{}",
+                r.stderr
+            );
+            assert_eq!(
+                r.stdout, one.stdout,
+                "{name} {args:?} on 8 ranks, {b}: output differs from 1 rank"
+            );
+        }
+    }
+}
+
 /// LAIK's range algebra, partitioning predicates, ranges per mapping and group queries
 /// (`tests/c/laik_queries.c` checks each and exits 1 if one is wrong).
 #[test]
