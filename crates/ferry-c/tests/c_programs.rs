@@ -30,7 +30,7 @@
 //!   They run those examples' cases of `../shared/conformance` (plain launches) and are judged
 //!   like the Rust examples (`crates/ferry/tests/support/verdict.rs`, expected outputs read at
 //!   run time); jac2d also with `-r -a` and spmv2 also with `-i`, which must not change the
-//!   output.
+//!   output; markov and markov2 also on more ranks than states, where ranks hold nothing.
 //!
 //! Needs `cc` and the launcher of this profile (`cargo build --release --workspace`); the
 //! library is (re)built by the test itself. Without them the tests fail under `CI=true` and say
