@@ -486,6 +486,54 @@ fn laik_containers_of_registered_types_switch_across_ranks() {
     }
 }
 
+/// `LAIK_PF_Compact` on more than one rank: markov's read partitioning (`laik_pull.c -c`,
+/// merged ranges of the sources of a rank's states, several disjoint ranges per rank with
+/// `-f`) keeps all of a rank's ranges in mapping 0, so offsets from `laik_local2global_1d` /
+/// `laik_global2local_1d` index the memory the program reads (with one mapping per range they
+/// pointed into another range's memory and the sums came out wrong). The results must equal
+/// those of the plain run on tcp, shm and hybrid.
+#[test]
+fn laik_compact_mappings_index_like_plain_ones_across_ranks() {
+    let Some((ferry, libdir)) = tools("laik_compact_mappings_index_like_plain_ones_across_ranks")
+    else {
+        return;
+    };
+    let prog = compile("laik_pull", &libdir);
+    let args = |extra: &[&str]| -> Vec<String> {
+        extra
+            .iter()
+            .chain(["-f", "60", "4", "5"].iter())
+            .map(|s| s.to_string())
+            .collect()
+    };
+    let results = |out: &str| -> Vec<String> {
+        out.lines()
+            .filter(|l| l.contains("result probs"))
+            .map(str::to_string)
+            .collect()
+    };
+    for b in BACKENDS {
+        let plain = launch(&ferry, &libdir, b, 4, &[], &prog, &args(&[]));
+        let compact = launch(&ferry, &libdir, b, 4, &[], &prog, &args(&["-c"]));
+        for (what, r) in [("plain", &plain), ("-c", &compact)] {
+            assert_eq!(r.status, Some(0), "{b}: {what} run; stderr:\n{}", r.stderr);
+        }
+        assert!(
+            compact
+                .stdout
+                .contains(" Using compact mapping. Using indirection.\n"),
+            "{b}: {}",
+            compact.stdout
+        );
+        assert_eq!(results(&plain.stdout).len(), 3, "{b}: {}", plain.stdout);
+        assert_eq!(
+            results(&compact.stdout),
+            results(&plain.stdout),
+            "{b}: results differ with a compact read mapping"
+        );
+    }
+}
+
 /// Ranks that hold no state: our markov (`laik_pull.c`, also with `-i`) and markov2
 /// (`laik_chain.c`) on 8 ranks over 5 states, where the block partitioner leaves ranks without
 /// elements. Such a rank has no local index to translate (`laik_local2global_1d` is fatal
