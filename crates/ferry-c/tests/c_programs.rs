@@ -16,6 +16,9 @@
 //! * `tests/c/laik_newer.c`: calls of LAIK's newer headers that its examples do not make
 //!   (multi-dimensional block partitioning, `laik_set_master`, range lists and filters,
 //!   partitionings computed on demand), each checked by the program;
+//! * `tests/c/laik_subset_sum.c`: values held by some processes only (overlapping ranges of an
+//!   application partitioner) summed at the master and sent back, as LAIK's current ping_pong
+//!   sums its pairs' times;
 //! * `tests/c/laik_provided.c`, `laik_kvs_watch.c`: calls of LAIK's newer sources and headers
 //!   (provided memory, container ranges, 2d index translation, migrated partitionings, phase
 //!   and iteration queries, profile text, key-value store callbacks), checked by the programs;
@@ -483,6 +486,43 @@ fn laik_containers_of_registered_types_switch_across_ranks() {
             plain.stdout,
             "{b}: results differ with the offsets carried by a registered-type container"
         );
+    }
+}
+
+/// Values held by some processes only, summed at the master and sent back, as LAIK's current
+/// ping_pong sums its pairs' times (`tests/c/laik_subset_sum.c`: an application partitioner
+/// gives the whole space to the first process of every pair, close or spread; the program
+/// checks which processes get memory from `laik_get_map_1d`, the sum at the master and the
+/// values back at the holders, and exits 1 on a mismatch), with odd process counts where the
+/// last process is in no pair.
+#[test]
+fn laik_values_held_by_some_processes_sum_at_the_master() {
+    let Some((ferry, libdir)) = tools("laik_values_held_by_some_processes_sum_at_the_master")
+    else {
+        return;
+    };
+    let prog = compile("laik_subset_sum", &libdir);
+    for b in BACKENDS {
+        for (n, spread, holders) in [(2, false, 1), (5, false, 2), (4, true, 2), (5, true, 2)] {
+            let args: Vec<String> = if spread { vec!["-s".into()] } else { vec![] };
+            let r = launch(&ferry, &libdir, b, n, &[], &prog, &args);
+            let what = if spread { "spread" } else { "close" };
+            assert_eq!(
+                r.status,
+                Some(0),
+                "{b}, {n} processes, {what}: stdout:\n{}stderr:\n{}",
+                r.stdout,
+                r.stderr
+            );
+            assert_eq!(
+                r.stdout,
+                format!(
+                    "{what} pairs of {n} processes: {holders} holders summed at the master \
+                     and back: ok\n"
+                ),
+                "{b}"
+            );
+        }
     }
 }
 
