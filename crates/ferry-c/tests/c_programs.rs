@@ -16,6 +16,8 @@
 //! * `tests/c/laik_newer.c`: calls of LAIK's newer headers that its examples do not make
 //!   (multi-dimensional block partitioning, `laik_set_master`, range lists and filters,
 //!   partitionings computed on demand), each checked by the program;
+//! * `tests/c/laik_any_copy.c`: halo switches with `LAIK_RO_Any` and a collection with
+//!   `LAIK_RO_Single`, checked value by value;
 //! * `tests/c/laik_subset_sum.c`: values held by some processes only (overlapping ranges of an
 //!   application partitioner) summed at the master and sent back, as LAIK's current ping_pong
 //!   sums its pairs' times;
@@ -486,6 +488,37 @@ fn laik_containers_of_registered_types_switch_across_ranks() {
             plain.stdout,
             "{b}: results differ with the offsets carried by a registered-type container"
         );
+    }
+}
+
+/// `LAIK_RO_Any` and `LAIK_RO_Single` (LAIK's own test programs switch halos with
+/// `LAIK_RO_Any`; ferry rejected both as unsupported): `tests/c/laik_any_copy.c` switches a
+/// block partitioning to its corner halo and the halo to itself with Any, sums every copy at
+/// the master and collects with Single, checking each value (exit 1 on a mismatch), on 1, 3
+/// and 4 processes on tcp, shm and hybrid.
+#[test]
+fn laik_any_and_single_reductions_copy_one_of_equal_copies() {
+    let Some((ferry, libdir)) = tools("laik_any_and_single_reductions_copy_one_of_equal_copies")
+    else {
+        return;
+    };
+    let prog = compile("laik_any_copy", &libdir);
+    for b in BACKENDS {
+        for n in [1, 3, 4] {
+            let r = launch(&ferry, &libdir, b, n, &[], &prog, &[]);
+            assert_eq!(
+                r.status,
+                Some(0),
+                "{b}, {n} processes: stdout:\n{}stderr:\n{}",
+                r.stdout,
+                r.stderr
+            );
+            assert_eq!(
+                r.stdout,
+                format!("Any and Single on {n} processes: ok\n"),
+                "{b}"
+            );
+        }
     }
 }
 
