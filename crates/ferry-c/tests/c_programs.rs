@@ -16,11 +16,6 @@
 //! * `tests/c/laik_newer.c`: calls of LAIK's newer headers that its examples do not make
 //!   (multi-dimensional block partitioning, `laik_set_master`, range lists and filters,
 //!   partitionings computed on demand), each checked by the program;
-//! * `tests/c/laik_any_copy.c`: halo switches with `LAIK_RO_Any` and a collection with
-//!   `LAIK_RO_Single`, checked value by value;
-//! * `tests/c/laik_subset_sum.c`: values held by some processes only (overlapping ranges of an
-//!   application partitioner) summed at the master and sent back, as LAIK's current ping_pong
-//!   sums its pairs' times;
 //! * `tests/c/laik_provided.c`, `laik_kvs_watch.c`: calls of LAIK's newer sources and headers
 //!   (provided memory, container ranges, 2d index translation, migrated partitionings, phase
 //!   and iteration queries, profile text, key-value store callbacks), checked by the programs;
@@ -35,115 +30,24 @@
 //!   They run those examples' cases of `../shared/conformance` (plain launches) and are judged
 //!   like the Rust examples (`crates/ferry/tests/support/verdict.rs`, expected outputs read at
 //!   run time); jac2d also with `-r -a` and spmv2 also with `-i`, which must not change the
-//!   output; markov and markov2 also on more ranks than states, where ranks hold nothing.
+//!   output.
 //!
 //! Needs `cc` and the launcher of this profile (`cargo build --release --workspace`); the
 //! library is (re)built by the test itself. Without them the tests fail under `CI=true` and say
-//! why they skip otherwise.
+//! why they skip otherwise. Programs for what LAIK's current sources use beyond these are run
+//! by `tests/laik_current.rs`; both share `tests/c_support/`.
 
 #[path = "../../ferry/tests/support/mod.rs"]
 mod support;
 
-use std::path::{Path, PathBuf};
+mod c_support;
+
 use std::process::Command;
-use std::time::Duration;
 
-use support::cases::{run_group, RunResult};
+use c_support::{compile, launch, tools, BACKENDS, LIMIT};
+use support::cases::run_group;
+use support::skip_or_fail;
 use support::verdict::{judge, load_cases, workspace_root, Outcome};
-use support::{skip_or_fail, target_dir};
-
-const BACKENDS: [&str; 3] = ["tcp", "shm", "hybrid"];
-const LIMIT: Duration = Duration::from_secs(120);
-
-/// Builds `libferry` of this profile: `cargo test` builds no cdylib for an integration test,
-/// so without this the programs would link whatever library an earlier build left.
-fn build_library() {
-    let dir = target_dir();
-    let mut c = Command::new(env!("CARGO"));
-    c.args(["build", "-p", "ferry-c"]);
-    if dir.file_name().is_some_and(|n| n == "release") {
-        c.arg("--release");
-    }
-    if let Some(root) = dir.parent() {
-        c.env("CARGO_TARGET_DIR", root);
-    }
-    let out = c.output().expect("run cargo build -p ferry-c");
-    assert!(
-        out.status.success(),
-        "cargo build -p ferry-c failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// The launcher and the library directory, if both are built.
-fn tools(test: &str) -> Option<(PathBuf, PathBuf)> {
-    static BUILD: std::sync::Once = std::sync::Once::new();
-    BUILD.call_once(build_library);
-    let dir = target_dir();
-    let ferry = dir.join("ferry");
-    let lib = dir.join("libferry.so");
-    for p in [&ferry, &lib] {
-        if !p.exists() {
-            skip_or_fail(
-                test,
-                &format!(
-                    "{} not built (cargo build --release --workspace)",
-                    p.display()
-                ),
-            );
-            return None;
-        }
-    }
-    if Command::new("cc").arg("--version").output().is_err() {
-        skip_or_fail(test, "no C compiler `cc` on PATH");
-        return None;
-    }
-    Some((ferry, dir))
-}
-
-/// Compiles `tests/c/NAME.c` into a fresh directory; panics with the compiler's output if it
-/// does not compile (warnings are errors).
-fn compile(name: &str, libdir: &Path) -> PathBuf {
-    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let out_dir = std::env::temp_dir().join(format!("ferry-c-tests-{}", std::process::id()));
-    std::fs::create_dir_all(&out_dir).expect("temp dir");
-    let exe = out_dir.join(name);
-    let out = Command::new("cc")
-        .args(["-std=gnu11", "-Wall", "-Wextra", "-Werror", "-I"])
-        .arg(here.join("include"))
-        .arg(here.join("tests/c").join(format!("{name}.c")))
-        .arg("-L")
-        .arg(libdir)
-        .args(["-lferry", "-lm", "-o"])
-        .arg(&exe)
-        .output()
-        .expect("run cc");
-    assert!(
-        out.status.success(),
-        "cc {name}.c failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    exe
-}
-
-fn launch(
-    ferry: &Path,
-    libdir: &Path,
-    backend: &str,
-    n: usize,
-    extra: &[&str],
-    prog: &Path,
-    args: &[String],
-) -> RunResult {
-    let mut c = Command::new(ferry);
-    c.arg("run").arg("-n").arg(n.to_string());
-    c.args(extra)
-        .args(["--backend", backend])
-        .arg(prog)
-        .args(args);
-    c.env("LD_LIBRARY_PATH", libdir);
-    run_group(c, LIMIT).expect("start ferry run")
-}
 
 #[test]
 fn c_api_point_to_point_collectives_data_and_errors() {
@@ -488,163 +392,6 @@ fn laik_containers_of_registered_types_switch_across_ranks() {
             plain.stdout,
             "{b}: results differ with the offsets carried by a registered-type container"
         );
-    }
-}
-
-/// `LAIK_RO_Any` and `LAIK_RO_Single` (LAIK's own test programs switch halos with
-/// `LAIK_RO_Any`; ferry rejected both as unsupported): `tests/c/laik_any_copy.c` switches a
-/// block partitioning to its corner halo and the halo to itself with Any, sums every copy at
-/// the master and collects with Single, checking each value (exit 1 on a mismatch), on 1, 3
-/// and 4 processes on tcp, shm and hybrid.
-#[test]
-fn laik_any_and_single_reductions_copy_one_of_equal_copies() {
-    let Some((ferry, libdir)) = tools("laik_any_and_single_reductions_copy_one_of_equal_copies")
-    else {
-        return;
-    };
-    let prog = compile("laik_any_copy", &libdir);
-    for b in BACKENDS {
-        for n in [1, 3, 4] {
-            let r = launch(&ferry, &libdir, b, n, &[], &prog, &[]);
-            assert_eq!(
-                r.status,
-                Some(0),
-                "{b}, {n} processes: stdout:\n{}stderr:\n{}",
-                r.stdout,
-                r.stderr
-            );
-            assert_eq!(
-                r.stdout,
-                format!("Any and Single on {n} processes: ok\n"),
-                "{b}"
-            );
-        }
-    }
-}
-
-/// Values held by some processes only, summed at the master and sent back, as LAIK's current
-/// ping_pong sums its pairs' times (`tests/c/laik_subset_sum.c`: an application partitioner
-/// gives the whole space to the first process of every pair, close or spread; the program
-/// checks which processes get memory from `laik_get_map_1d`, the sum at the master and the
-/// values back at the holders, and exits 1 on a mismatch), with odd process counts where the
-/// last process is in no pair.
-#[test]
-fn laik_values_held_by_some_processes_sum_at_the_master() {
-    let Some((ferry, libdir)) = tools("laik_values_held_by_some_processes_sum_at_the_master")
-    else {
-        return;
-    };
-    let prog = compile("laik_subset_sum", &libdir);
-    for b in BACKENDS {
-        for (n, spread, holders) in [(2, false, 1), (5, false, 2), (4, true, 2), (5, true, 2)] {
-            let args: Vec<String> = if spread { vec!["-s".into()] } else { vec![] };
-            let r = launch(&ferry, &libdir, b, n, &[], &prog, &args);
-            let what = if spread { "spread" } else { "close" };
-            assert_eq!(
-                r.status,
-                Some(0),
-                "{b}, {n} processes, {what}: stdout:\n{}stderr:\n{}",
-                r.stdout,
-                r.stderr
-            );
-            assert_eq!(
-                r.stdout,
-                format!(
-                    "{what} pairs of {n} processes: {holders} holders summed at the master \
-                     and back: ok\n"
-                ),
-                "{b}"
-            );
-        }
-    }
-}
-
-/// `LAIK_PF_Compact` on more than one rank: markov's read partitioning (`laik_pull.c -c`,
-/// merged ranges of the sources of a rank's states, several disjoint ranges per rank with
-/// `-f`) keeps all of a rank's ranges in mapping 0, so offsets from `laik_local2global_1d` /
-/// `laik_global2local_1d` index the memory the program reads (with one mapping per range they
-/// pointed into another range's memory and the sums came out wrong). The results must equal
-/// those of the plain run on tcp, shm and hybrid.
-#[test]
-fn laik_compact_mappings_index_like_plain_ones_across_ranks() {
-    let Some((ferry, libdir)) = tools("laik_compact_mappings_index_like_plain_ones_across_ranks")
-    else {
-        return;
-    };
-    let prog = compile("laik_pull", &libdir);
-    let args = |extra: &[&str]| -> Vec<String> {
-        extra
-            .iter()
-            .chain(["-f", "60", "4", "5"].iter())
-            .map(|s| s.to_string())
-            .collect()
-    };
-    let results = |out: &str| -> Vec<String> {
-        out.lines()
-            .filter(|l| l.contains("result probs"))
-            .map(str::to_string)
-            .collect()
-    };
-    for b in BACKENDS {
-        let plain = launch(&ferry, &libdir, b, 4, &[], &prog, &args(&[]));
-        let compact = launch(&ferry, &libdir, b, 4, &[], &prog, &args(&["-c"]));
-        for (what, r) in [("plain", &plain), ("-c", &compact)] {
-            assert_eq!(r.status, Some(0), "{b}: {what} run; stderr:\n{}", r.stderr);
-        }
-        assert!(
-            compact
-                .stdout
-                .contains(" Using compact mapping. Using indirection.\n"),
-            "{b}: {}",
-            compact.stdout
-        );
-        assert_eq!(results(&plain.stdout).len(), 3, "{b}: {}", plain.stdout);
-        assert_eq!(
-            results(&compact.stdout),
-            results(&plain.stdout),
-            "{b}: results differ with a compact read mapping"
-        );
-    }
-}
-
-/// Ranks that hold no state: our markov (`laik_pull.c`, also with `-i`) and markov2
-/// (`laik_chain.c`) on 8 ranks over 5 states, where the block partitioner leaves ranks without
-/// elements. Such a rank has no local index to translate (`laik_local2global_1d` is fatal
-/// there, as LAIK asserts), so the programs must not ask; their output must equal that of one
-/// rank.
-#[test]
-fn laik_programs_run_with_more_ranks_than_states() {
-    let Some((ferry, libdir)) = tools("laik_programs_run_with_more_ranks_than_states") else {
-        return;
-    };
-    let runs = [
-        ("laik_pull", vec!["5", "2"]),
-        ("laik_pull", vec!["-i", "5", "2"]),
-        ("laik_chain", vec!["5", "2"]),
-    ];
-    for (name, args) in runs {
-        let prog = compile(name, &libdir);
-        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-        let one = launch(&ferry, &libdir, "tcp", 1, &[], &prog, &args);
-        assert_eq!(
-            one.status,
-            Some(0),
-            "{name} {args:?} on 1 rank; stderr:\n{}",
-            one.stderr
-        );
-        for b in BACKENDS {
-            let r = launch(&ferry, &libdir, b, 8, &[], &prog, &args);
-            assert_eq!(
-                r.status,
-                Some(0),
-                "{name} {args:?} on 8 ranks, {b}; stderr:\n{}",
-                r.stderr
-            );
-            assert_eq!(
-                r.stdout, one.stdout,
-                "{name} {args:?} on 8 ranks, {b}: output differs from 1 rank"
-            );
-        }
     }
 }
 
