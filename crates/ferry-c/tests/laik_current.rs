@@ -12,7 +12,8 @@
 //!   sums its pairs' times;
 //! * `tests/c/laik_pull.c -c`: a compact mapping on several ranks (markov's `-c`);
 //! * `tests/c/laik_pull.c`, `laik_chain.c` on more ranks than states, where ranks hold
-//!   nothing.
+//!   nothing, and `tests/c/laik_no_local.c`, the fatal error of asking such a rank for a
+//!   global index.
 //!
 //! Needs `cc` and the launcher of this profile (`cargo build --release --workspace`); the
 //! library is (re)built by the test itself. Without them the tests fail under `CI=true` and say
@@ -207,6 +208,42 @@ fn laik_programs_run_with_more_ranks_than_states() {
             assert_eq!(
                 r.stdout, one.stdout,
                 "{name} {args:?} on 8 ranks, {b}: output differs from 1 rank"
+            );
+        }
+    }
+}
+
+/// A process that holds nothing asking for the global index of its local index 0 (what
+/// `laik_chain.c` / `laik_pull.c` did on 8 ranks): fatal as in LAIK, and the message names
+/// the rank, the call the program made (`laik_local2global_1d`, not an inner one) and why.
+/// `tests/c/laik_no_local.c` on 4 processes over 2 elements, where ranks 0 and 2 hold nothing
+/// (each report must name one of them).
+#[test]
+fn laik_index_translation_without_elements_names_the_call_and_rank() {
+    let Some((ferry, libdir)) =
+        tools("laik_index_translation_without_elements_names_the_call_and_rank")
+    else {
+        return;
+    };
+    let prog = compile("laik_no_local", &libdir);
+    for b in BACKENDS {
+        let r = launch(&ferry, &libdir, b, 4, &[], &prog, &[]);
+        assert_eq!(r.status, Some(1), "{b}: stderr:\n{}", r.stderr);
+        // The first process to fail ends the job, so the other one may not get to report.
+        let tail = ": laik_local2global_1d: laik_local2global_1d: invalid argument: no mapping \
+                    0 on this process (it holds no element)";
+        let reports: Vec<&str> = r
+            .stderr
+            .lines()
+            .filter(|l| l.contains("laik_local2global_1d"))
+            .collect();
+        assert!(!reports.is_empty(), "{b}: no report in:\n{}", r.stderr);
+        for l in reports {
+            assert!(
+                [0, 2]
+                    .iter()
+                    .any(|rank| l == format!("LAIK error: rank {rank}{tail}")),
+                "{b}: `{l}`"
             );
         }
     }
