@@ -1,7 +1,8 @@
 /*
  * laik-internal.h: the parts of LAIK's internal interface that LAIK's test programs use
- * (the space store and the readable fields of a space), over ferry. Only the fields below
- * are part of this interface; a space has more state after them.
+ * (the space store, the readable fields of a space and of a group, the exchange of location
+ * strings), over ferry. Only the fields below are part of this interface; spaces and groups
+ * have more state after them, and the fields are read-only.
  */
 #ifndef FERRY_LAIK_INTERNAL_H
 #define FERRY_LAIK_INTERNAL_H
@@ -24,6 +25,16 @@ struct _Laik_Space {
     Laik_Instance* inst;
     Laik_Space* nextSpaceForInstance;
 };
+
+struct _Laik_Group {
+    Laik_Instance* inst;
+    int gid;
+    int size;
+    int myid;
+};
+
+void laik_sync_location(Laik_Instance* inst);
+void laik_location_synchronize_data(Laik_Instance* inst, Laik_Group* g);
 
 void laik_spacestore_set(Laik_Space* s);
 Laik_Space* laik_spacestore_get(Laik_Instance* i, char* name);

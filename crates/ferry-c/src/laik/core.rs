@@ -35,6 +35,11 @@ pub struct LaikInstance {
     pub(crate) switch_secs: f64,
     /// `laik_mylocation`'s string, made on first use.
     location: Option<std::ffi::CString>,
+    /// The world's location strings by location id once `laik_sync_location` ran (a
+    /// key-value store of this instance), null before.
+    pub(crate) locations: *mut super::kvs::LaikKvs,
+    /// Group handles made so far (a handle's `gid` is its number).
+    groups_made: c_int,
     /// The space store and the handles registered under its names (see `spaces.rs`).
     pub(crate) space_store: ferry_data::space_store::SpaceStore,
     pub(crate) named_spaces: Vec<(String, *mut super::part::LaikSpace)>,
@@ -44,11 +49,16 @@ pub struct LaikInstance {
     profile: Option<Profile>,
 }
 
-/// A group of processes.
+/// A group of processes. `repr(C)` with LAIK's leading fields (`inst`, `gid`, `size`,
+/// `myid`): `laik-internal.h` declares them, and LAIK's test programs read `g->myid` and
+/// `g->size` directly. A group never changes after it is made, so the fields stay true.
+#[repr(C)]
 pub struct LaikGroup {
     pub(crate) inst: *mut LaikInstance,
-    pub(crate) group: Group,
+    gid: c_int,
+    size: c_int,
     pub(crate) myid: c_int,
+    pub(crate) group: Group,
     pub(crate) parent: *mut LaikGroup,
     /// The member `laik_Master` assigns to and `laik_get_master` names (`laik_set_master`).
     pub(crate) master: c_int,
@@ -83,10 +93,13 @@ impl LaikInstance {
     /// A new group handle of this instance.
     pub(crate) fn new_group(&mut self, group: Group, parent: *mut LaikGroup) -> *mut LaikGroup {
         let myid = group.index_of(self.rank).map_or(-1, |i| i as c_int);
+        self.groups_made += 1;
         Box::into_raw(Box::new(LaikGroup {
             inst: self,
-            group,
+            gid: self.groups_made,
+            size: group.size() as c_int,
             myid,
+            group,
             parent,
             master: 0,
         }))
@@ -126,6 +139,8 @@ fn init() -> Result<*mut LaikInstance> {
         last_group: None,
         switch_secs: 0.0,
         location: None,
+        locations: null_mut(),
+        groups_made: 0,
         space_store: ferry_data::space_store::SpaceStore::new(),
         named_spaces: Vec::new(),
         log_level: log_level_from_env(),

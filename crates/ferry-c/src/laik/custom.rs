@@ -16,7 +16,6 @@ pub type RunFn = extern "C" fn(*mut LaikRangeReceiver, *mut LaikPartitionerParam
 
 /// `Laik_PartitionerFlag` bits this layer acts on.
 const PF_GROUP_BY_TAG: c_int = 1;
-const PF_COMPACT: c_int = 2;
 const PF_MERGE: c_int = 8;
 
 /// `Laik_PartitionerParams` of laik.h (fields read by application partitioners).
@@ -167,8 +166,10 @@ impl CustomRule {
     }
 
     /// Hands the appended ranges to the data layer. With `LAIK_PF_Merge`, a task's 1d ranges
-    /// are sorted and overlapping or touching ones merged; they then share one mapping unless
-    /// `LAIK_PF_Compact` asks for one mapping per range. Otherwise ranges with the same
+    /// are sorted and overlapping or touching ones merged; they then share one mapping, also
+    /// with `LAIK_PF_Compact`: LAIK packs such a mapping, ferry keeps its holes, and either
+    /// way a program's offsets from `laik_global2local_1d` index mapping 0 (one mapping per
+    /// range would make them index another mapping's memory). Otherwise ranges with the same
     /// positive tag share a mapping and tag 0 gets a mapping of its own.
     fn emit(
         &self,
@@ -188,7 +189,8 @@ impl CustomRule {
             }
             return Ok(());
         }
-        let shared = if self.flags & PF_COMPACT != 0 { 0 } else { 1 };
+        // the mapping group all of a task's merged ranges share
+        let shared = 1;
         items.sort_by_key(|(t, r, _)| (*t, r.from()[0]));
         let mut cur: Option<(usize, i64, i64)> = None;
         for (task, r, _) in items {

@@ -151,12 +151,27 @@ pub struct LaikData {
     part: Option<Partitioning>,
 }
 
+/// `LAIK_RO_Any`: the copies of an index are equal, any one of them serves.
+const RO_ANY: c_int = 7;
+/// `LAIK_RO_Single`: an index has one copy only.
+const RO_SINGLE: c_int = 8;
+
+/// The operation a switch runs for LAIK's `redop`: `LAIK_RO_Any` and `LAIK_RO_Single` combine
+/// nothing (one copy is taken, as without an operation), so they run as `LAIK_RO_None`.
+fn combining(redop: c_int) -> c_int {
+    match redop {
+        RO_ANY | RO_SINGLE => 0,
+        r => r,
+    }
+}
+
 /// `Laik_DataFlow` and `Laik_ReductionOperation` to the data layer's flow and operation.
 pub(crate) fn flow_of(
     flow: c_int,
     redop: c_int,
     op: &'static str,
 ) -> Result<(DataFlow, Option<Op>)> {
+    let redop = combining(redop);
     let f = match flow {
         0 => DataFlow::None,
         1 => DataFlow::Preserve,
@@ -245,6 +260,7 @@ impl LaikData {
         redop: c_int,
         op: &'static str,
     ) -> Result<()> {
+        let redop = combining(redop);
         let (steps, init) = match &self.registered {
             Some((_, size)) if flow != 0 && redop != 0 => super::reduce::steps(
                 self.ty,

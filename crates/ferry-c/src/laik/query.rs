@@ -1,13 +1,13 @@
 //! Questions a program asks about spaces, partitionings and groups (LAIK's `space.h` and
 //! `core.h` queries beyond the ones its examples need most).
 
-use std::ffi::{c_char, c_int};
+use std::ffi::{c_char, c_int, CString};
 use std::ptr::null_mut;
 
 use ferry_core::Error;
 use ferry_data::{LayoutOrder, Range};
 
-use super::core::LaikGroup;
+use super::core::{LaikGroup, LaikInstance};
 use super::custom::LaikTaskRange;
 use super::part::{range_n, LaikPartitioning, LaikRange, LaikSpace};
 use super::{obj, run};
@@ -137,18 +137,58 @@ pub extern "C" fn laik_clone_group(g: *mut LaikGroup) -> *mut LaikGroup {
     })
 }
 
-/// The location string of member `id` of `g`: only this process's own is known here (LAIK
-/// returns NULL for locations not synchronized).
+/// The location string of member `id` of `g`: this process's own always, the others' once
+/// `laik_sync_location` exchanged them (NULL before, as in LAIK).
 #[no_mangle]
 pub extern "C" fn laik_group_location(g: *mut LaikGroup, id: c_int) -> *mut c_char {
-    run("laik_group_location", || {
+    // Fields read first: the calls below borrow the instance again.
+    let (inst, own, locations, loc_id) = run("laik_group_location", || {
         let grp = obj(g, "laik_group_location", "group")?;
-        if id == grp.myid {
-            Ok(super::core::laik_mylocation(grp.inst))
-        } else {
-            Ok(null_mut())
+        let loc_id = usize::try_from(id)
+            .ok()
+            .filter(|&k| k < grp.group.size())
+            .map(|k| grp.group.member(k));
+        let i = obj(grp.inst, "laik_group_location", "instance")?;
+        Ok((grp.inst, id == grp.myid, i.locations, loc_id))
+    });
+    if own {
+        return super::core::laik_mylocation(inst);
+    }
+    match (locations.is_null(), loc_id) {
+        (false, Some(l)) => {
+            let key = CString::new(l.to_string()).unwrap_or_default();
+            super::kvs::laik_kvs_get(locations, key.as_ptr(), null_mut())
         }
-    })
+        _ => null_mut(),
+    }
+}
+
+/// Exchanges the location strings of the current world's processes (collective over the
+/// world, through a key-value store of the instance keyed by location id), after which
+/// `laik_group_location` names every member of a group.
+#[no_mangle]
+pub extern "C" fn laik_sync_location(inst: *mut LaikInstance) {
+    let (rank, mut store) = run("laik_sync_location", || {
+        let i = obj(inst, "laik_sync_location", "instance")?;
+        Ok((i.rank, i.locations))
+    });
+    if store.is_null() {
+        // a failure here is fatal inside laik_kvs_new, so the store is valid below
+        store = super::kvs::laik_kvs_new(c"ferry-locations".as_ptr(), inst);
+        // SAFETY: `inst` was checked by the run above; no other borrow of it is live here.
+        unsafe { (*inst).locations = store };
+    }
+    let mine = super::core::laik_mylocation(inst);
+    let key = CString::new(rank.to_string()).unwrap_or_default();
+    super::kvs::laik_kvs_sets(store, key.as_ptr(), mine);
+    super::kvs::laik_kvs_sync(store);
+}
+
+/// LAIK's older name of [`laik_sync_location`]; the exchange is over the current world
+/// whatever `g` is, so every process of the world makes the call.
+#[no_mangle]
+pub extern "C" fn laik_location_synchronize_data(inst: *mut LaikInstance, _g: *mut LaikGroup) {
+    laik_sync_location(inst);
 }
 
 /// The union of `g1` and `g2` (as LAIK: ordered by location id, here the world rank; `g1`

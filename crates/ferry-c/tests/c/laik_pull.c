@@ -55,7 +55,10 @@ static Laik_Data* offsets(Laik_Space* sp, Laik_Data* probe, Laik_Partitioning* p
     Laik_Type* t = laik_type_register("l-indexes", w * sizeof(int));
     Laik_Data* idx = laik_new_data(sp, t);
     laik_switchto_partitioning(probe, pr, LAIK_DF_None, LAIK_RO_None);
-    int64_t base = laik_local2global_1d(probe, 0), lo, hi;
+    uint64_t held;
+    laik_get_map_1d(probe, 0, 0, &held);
+    /* no local index 0 to translate on a rank that reads nothing (more ranks than states) */
+    int64_t base = held ? laik_local2global_1d(probe, 0) : 0, lo, hi;
     laik_switchto_partitioning(idx, pw, LAIK_DF_None, LAIK_RO_None);
     int* o;
     uint64_t cnt;
@@ -101,8 +104,8 @@ static void run(Laik_Data* d[2], Laik_Partitioning* pw, Laik_Partitioning* pr,
         laik_switchto_partitioning(cur, pr, LAIK_DF_Preserve, LAIK_RO_None);
         laik_switchto_partitioning(next, pw, LAIK_DF_None, LAIK_RO_None);
         laik_get_map_1d(cur, 0, (void**) &src, &cnt);
+        int64_t base = cnt ? laik_local2global_1d(cur, 0) : 0;
         laik_get_map_1d(next, 0, (void**) &v, &cnt);
-        int64_t base = laik_local2global_1d(cur, 0);
         laik_my_range_1d(pw, 0, &lo, &hi);
         for (int64_t i = lo; i < hi; i++) {
             const int* f = g->from + i * (g->in + 1);

@@ -102,20 +102,32 @@ pub extern "C" fn laik_global2maplocal_1d(
     })
 }
 
-#[no_mangle]
-pub extern "C" fn laik_maplocal2global_1d(d: *mut LaikData, map_no: c_int, li: u64) -> i64 {
-    run("laik_maplocal2global_1d", || {
-        let data = obj(d, "laik_maplocal2global_1d", "data")?;
+/// Global index of local index `li` of mapping `map_no`, for the call named `op`. A process
+/// without that mapping (one that holds nothing) has no local index to translate: fatal, as
+/// LAIK asserts.
+fn maplocal2global(op: &'static str, d: *mut LaikData, map_no: c_int, li: u64) -> i64 {
+    run(op, || {
+        let data = obj(d, op, "data")?;
         let m = data.mapping(map_no)?.ok_or_else(|| {
-            Error::invalid("laik_maplocal2global_1d", format!("no mapping {map_no}"))
+            let why = if map_no == 0 {
+                " (it holds no element)"
+            } else {
+                ""
+            };
+            Error::invalid(op, format!("no mapping {map_no} on this process{why}"))
         })?;
         Ok(m.raw.from[0] + li as i64)
     })
 }
 
 #[no_mangle]
+pub extern "C" fn laik_maplocal2global_1d(d: *mut LaikData, map_no: c_int, li: u64) -> i64 {
+    maplocal2global("laik_maplocal2global_1d", d, map_no, li)
+}
+
+#[no_mangle]
 pub extern "C" fn laik_local2global_1d(d: *mut LaikData, off: u64) -> i64 {
-    laik_maplocal2global_1d(d, 0, off)
+    maplocal2global("laik_local2global_1d", d, 0, off)
 }
 
 /// The mapping holding global 2d index (`gx`, `gy`) and the index's local coordinates there
