@@ -55,6 +55,7 @@ fn exchanges_under_mpirun() {
             "ok ring",
             "ok flow-order",
             "ok hashed-reorder",
+            "ok hashed-reprobe",
             "ok self",
             "ok length-mismatch",
             "ok split",

@@ -564,6 +564,8 @@ impl MpiTransport {
                     } else {
                         self.put_early(op.peer, key, msg)?;
                         op.state = OpState::New;
+                        // Back to a probe: the next pass must walk the receives again.
+                        self.unsettled = true;
                         self.blocked.push((flow, false));
                     }
                 }
