@@ -35,6 +35,8 @@ pub(super) struct Scratch {
     statuses: Vec<ffi::MPI_Status>,
     /// Indices of completed copied sends, to remove from the back.
     copied_done: Vec<usize>,
+    /// Requests the last batched test covered.
+    pub(super) tested: usize,
 }
 
 impl RecvSlot {
@@ -64,6 +66,7 @@ impl MpiTransport {
     pub(super) fn poll_all(&mut self) -> Result<usize> {
         // Nothing in MPI's hands (every slot is free): the common first pass of an exchange.
         if !self.in_flight() {
+            self.poll.tested = 0;
             return Ok(0);
         }
         let mut scratch = std::mem::take(&mut self.poll);
@@ -109,6 +112,7 @@ impl MpiTransport {
             }
         }
         let n = s.reqs.len();
+        s.tested = n;
         if n == 0 {
             return Ok(0);
         }

@@ -37,7 +37,9 @@ impl MpiTransport {
         self.ensure_open("exchange")?;
         self.passes += 1;
         let done = self.poll_all()?;
-        if self.settled && done == 0 {
+        // A batch that tested nothing cannot have moved anything either: walk the
+        // operations then (a safety net; a settled exchange always has a request in it).
+        if self.settled && done == 0 && self.poll.tested > 0 {
             return Ok(false);
         }
         self.full_passes += 1;
