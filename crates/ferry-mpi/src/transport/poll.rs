@@ -5,7 +5,8 @@
 //! tested its requests one by one ran the engine once per request (64 times per pass for a
 //! window of 64 sends), where `MPI_Testsome` over all of them runs it once, as `MPI_Waitall`
 //! does. The answers are kept with each request ([`Polled`]) and read by the pass's steps,
-//! which test directly only requests started after the batch.
+//! which test directly only receives started after the batch; the sends a pass starts get
+//! one more batched test of their own ([`MpiTransport::poll_borrowed_from`]).
 
 use std::ffi::c_int;
 
