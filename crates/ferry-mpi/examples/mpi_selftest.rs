@@ -116,6 +116,60 @@ fn check(t: &mut MpiTransport) -> Result<(), String> {
     }
     println!("ok hashed-reorder {ka:?} {kb:?}");
 
+    // The same inside an exchange that also waits for a late message: after the probe found
+    // the other key's message (kept aside), the next pass must probe again at once, not wait
+    // for a completion or for the draining of unasked-for messages (which would take ka).
+    if size >= 2 && rank <= 1 {
+        let drained = |t: &MpiTransport| {
+            t.stats()
+                .extra
+                .iter()
+                .find(|(n, _)| *n == "mpi_drained_total")
+                .map_or(u64::MAX, |e| e.1)
+        };
+        let (a, b, late) = (vec![0xa1; 10], vec![0xb1; 20], [7u8; 8]);
+        if rank == 0 {
+            t.send(1, kb, &b).map_err(e)?;
+            t.send(1, ka, &a).map_err(e)?;
+            // After kb and ka (MPI keeps their order): both are in rank 1's queue by the
+            // time it has this one.
+            t.send(1, MsgKey::user(80), b"go").map_err(e)?;
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            t.send(1, MsgKey::user(81), &late).map_err(e)?;
+            // Nothing else goes to rank 1 until its exchange is over (it would be drained).
+            let mut done = Vec::new();
+            t.recv(1, MsgKey::user(82), &mut done).map_err(e)?;
+            println!("ok hashed-reprobe: sent");
+        } else {
+            let mut go = Vec::new();
+            t.recv(0, MsgKey::user(80), &mut go).map_err(e)?;
+            let before = drained(t);
+            let (mut ra, mut got_late) = (Vec::new(), [0u8; 8]);
+            {
+                let mut ex = Exchange::new();
+                ex.recv(0, ka, &mut ra);
+                ex.recv_into(0, MsgKey::user(81), &mut got_late);
+                t.exchange(&mut ex).map_err(e)?;
+            }
+            let took = drained(t) - before;
+            t.send(0, MsgKey::user(82), b"done").map_err(e)?;
+            let mut rb = Vec::new();
+            t.recv(0, kb, &mut rb).map_err(e)?;
+            if ra != a || rb != b || got_late != late {
+                return Err("hashed-reprobe: data differs".into());
+            }
+            if took != 0 {
+                return Err(format!(
+                    "hashed-reprobe: {took} messages drained: ka was not probed again after \
+                     kb was kept aside"
+                ));
+            }
+            println!("ok hashed-reprobe: received");
+        }
+    } else {
+        println!("ok hashed-reprobe: not run on this rank");
+    }
+
     // Message to self.
     {
         let mut got = Vec::new();
@@ -315,7 +369,7 @@ fn check(t: &mut MpiTransport) -> Result<(), String> {
     // waits for its messages (16 flows) makes about one test call per pass, not 16. Rank 0
     // sends its 16 messages 200 ms after rank 1 is ready; the others receive theirs before
     // sending on.
-    let (passes, tests, _) = chain(t, |j| MsgKey::user(36 + j as u32))?;
+    let (passes, tests, _, full) = chain(t, |j| MsgKey::user(36 + j as u32))?;
     // One batched test per pass, plus direct tests of the receives the first pass posted
     // (and some slack), never one per waiting receive and pass. Rank 1 waited for rank 0's
     // pause, so its exchange certainly made many passes.
@@ -326,9 +380,23 @@ fn check(t: &mut MpiTransport) -> Result<(), String> {
     }
     println!("ok batched-tests: {tests} tests in {passes} passes");
 
+    // While every receive of that exchange waited on a posted first part, a pass whose
+    // batched test found nothing complete ended there: only passes after a completion (and
+    // the first) walked the 16 receives, at most two per message.
+    if full > 2 * CHAIN as u64 + 2 {
+        return Err(format!(
+            "{full} of {passes} progress passes walked the {CHAIN} waiting receives"
+        ));
+    }
+    println!("ok quiet-passes: {full} of {passes} passes walked the receives");
+
+    // A window of sends that MPI cannot complete at once (64 KiB: a rendezvous) is tested
+    // with one call after it is started, not one MPI_Test per send.
+    window(t)?;
+
     // The same on one flow: the receives behind the first post their first parts before
     // their messages arrive (so MPI matches them in place), and still get them in order.
-    let (_, _, ahead) = chain(t, |_| MsgKey::user(52))?;
+    let (_, _, ahead, _) = chain(t, |_| MsgKey::user(52))?;
     if rank == 1 && ahead < CHAIN as u64 - 1 {
         return Err(format!(
             "only {ahead} of {} receives behind the first of their flow were posted early",
@@ -356,7 +424,10 @@ const CHAIN: usize = 16;
 /// rank 0 sends 200 ms after rank 1 is ready to receive, every other rank receives its batch
 /// in one exchange before sending on. Returns the receiving exchange's progress passes, request tests and first
 /// parts posted ahead (differences of the transport's counters).
-fn chain(t: &mut MpiTransport, key: impl Fn(usize) -> MsgKey) -> Result<(u64, u64, u64), String> {
+fn chain(
+    t: &mut MpiTransport,
+    key: impl Fn(usize) -> MsgKey,
+) -> Result<(u64, u64, u64, u64), String> {
     let (rank, size) = (t.rank(), t.size());
     let right = (rank + 1) % size;
     let left = (rank + size - 1) % size;
@@ -395,6 +466,7 @@ fn chain(t: &mut MpiTransport, key: impl Fn(usize) -> MsgKey) -> Result<(u64, u6
         "mpi_progress_passes",
         "mpi_request_tests",
         "mpi_posted_ahead",
+        "mpi_full_passes",
     ];
     let before: Vec<u64> = names.iter().map(|n| counter(t, n)).collect();
     let mut got = [[0u8; 8]; CHAIN];
@@ -418,7 +490,71 @@ fn chain(t: &mut MpiTransport, key: impl Fn(usize) -> MsgKey) -> Result<(u64, u6
     if rank != 0 {
         send_batch(t)?;
     }
-    Ok((d[0], d[1], d[2]))
+    Ok((d[0], d[1], d[2], d[3]))
+}
+
+/// Rank 0 sends [`CHAIN`] messages of 64 KiB to rank 1 in one exchange, which rank 1 receives
+/// only ~200 ms later (it says when it starts waiting, then sleeps outside ferry), so none of
+/// the sends completes at once: rank 0's exchange must test them with one call per pass
+/// (and one right after starting them), never one `MPI_Test` per send.
+fn window(t: &mut MpiTransport) -> Result<(), String> {
+    let (rank, size) = (t.rank(), t.size());
+    if size < 2 || rank > 1 {
+        println!("ok batched-sends: not run on this rank");
+        return Ok(());
+    }
+    let e = |e: ferry_core::Error| e.to_string();
+    let counter = |t: &MpiTransport, name: &str| {
+        t.stats()
+            .extra
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map_or(0, |e| e.1)
+    };
+    const LEN: usize = 64 << 10;
+    let key = |j: usize| MsgKey::user(70 + j as u32);
+    if rank == 1 {
+        t.send(0, MsgKey::user(69), b"r").map_err(e)?;
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let mut got = vec![vec![0u8; LEN]; CHAIN];
+        let mut ex = Exchange::new();
+        for (j, g) in got.iter_mut().enumerate() {
+            ex.recv_into(0, key(j), g);
+        }
+        t.exchange(&mut ex).map_err(e)?;
+        drop(ex);
+        for (j, g) in got.iter().enumerate() {
+            if *g != pattern(0, 1, LEN, j as u8) {
+                return Err(format!("window message {j} differs"));
+            }
+        }
+        println!("ok batched-sends: received");
+        return Ok(());
+    }
+    let mut ready = Vec::new();
+    t.recv(1, MsgKey::user(69), &mut ready).map_err(e)?;
+    let out: Vec<Vec<u8>> = (0..CHAIN).map(|j| pattern(0, 1, LEN, j as u8)).collect();
+    let (passes, tests) = (
+        counter(t, "mpi_progress_passes"),
+        counter(t, "mpi_request_tests"),
+    );
+    let mut ex = Exchange::new();
+    for (j, o) in out.iter().enumerate() {
+        ex.send(1, key(j), o);
+    }
+    t.exchange(&mut ex).map_err(e)?;
+    drop(ex);
+    let passes = counter(t, "mpi_progress_passes") - passes;
+    let tests = counter(t, "mpi_request_tests") - tests;
+    // One batched test per pass plus the one after starting the sends (slack for the
+    // drain's own tests: none expected, nothing else is sent to rank 0 meanwhile).
+    if tests > passes + 4 {
+        return Err(format!(
+            "{tests} request tests in {passes} progress passes over {CHAIN} unfinished sends"
+        ));
+    }
+    println!("ok batched-sends: {tests} tests in {passes} passes");
+    Ok(())
 }
 
 /// The messages still to be received on one flow (source, key index), in order.

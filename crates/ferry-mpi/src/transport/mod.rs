@@ -268,6 +268,15 @@ pub struct MpiTransport {
     posted_ahead: u64,
     /// Sends made with one blocking `MPI_Send` (see `send_short`).
     short_sends: u64,
+    /// Driver passes that walked the exchange's operations (the others only tested the
+    /// requests in MPI's hands, see `drive_pass`).
+    full_passes: u64,
+    /// The last full driver pass left every unfinished operation waiting on a request in
+    /// MPI's hands, so only a completion can move the exchange (see `drive_pass`).
+    settled: bool,
+    /// Set during a pass by a step that needs the next pass to walk the operations again
+    /// even without a completion (a probe that found nothing, first parts left unposted).
+    unsettled: bool,
     /// Operations completed so far; the exchange driver drains only once this stops moving.
     completions: u64,
     universe: Option<Universe>,
@@ -367,6 +376,9 @@ impl MpiTransport {
             request_tests: 0,
             posted_ahead: 0,
             short_sends: 0,
+            full_passes: 0,
+            settled: false,
+            unsettled: false,
             completions: 0,
             universe,
             any_thread: provided >= Threading::Serialized,
@@ -710,6 +722,7 @@ impl Transport for MpiTransport {
         s.extra.push(("mpi_request_tests", self.request_tests));
         s.extra.push(("mpi_posted_ahead", self.posted_ahead));
         s.extra.push(("mpi_short_sends", self.short_sends));
+        s.extra.push(("mpi_full_passes", self.full_passes));
         s
     }
 

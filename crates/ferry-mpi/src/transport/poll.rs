@@ -5,7 +5,8 @@
 //! tested its requests one by one ran the engine once per request (64 times per pass for a
 //! window of 64 sends), where `MPI_Testsome` over all of them runs it once, as `MPI_Waitall`
 //! does. The answers are kept with each request ([`Polled`]) and read by the pass's steps,
-//! which test directly only requests started after the batch.
+//! which test directly only receives started after the batch; the sends a pass starts get
+//! one more batched test of their own ([`MpiTransport::poll_borrowed_from`]).
 
 use std::ffi::c_int;
 
@@ -35,6 +36,8 @@ pub(super) struct Scratch {
     statuses: Vec<ffi::MPI_Status>,
     /// Indices of completed copied sends, to remove from the back.
     copied_done: Vec<usize>,
+    /// Requests the last batched test covered.
+    pub(super) tested: usize,
 }
 
 impl RecvSlot {
@@ -50,46 +53,69 @@ impl RecvSlot {
 }
 
 impl MpiTransport {
+    /// Whether any request is in MPI's hands (a copied send, a request on the caller's
+    /// memory, or a receive into a backend buffer).
+    pub(super) fn in_flight(&self) -> bool {
+        !(self.send_reqs.is_empty()
+            && self.borrowed.is_empty()
+            && self.free_slots.len() == self.slots.len())
+    }
+
     /// Tests every request the transport has in MPI's hands with one `MPI_Testsome`, keeps
     /// each answer with its request, and releases the buffers of completed copied sends.
-    pub(super) fn poll_all(&mut self) -> Result<()> {
+    /// Returns how many requests completed.
+    pub(super) fn poll_all(&mut self) -> Result<usize> {
         // Nothing in MPI's hands (every slot is free): the common first pass of an exchange.
-        if self.send_reqs.is_empty()
-            && self.borrowed.is_empty()
-            && self.free_slots.len() == self.slots.len()
-        {
-            return Ok(());
+        if !self.in_flight() {
+            self.poll.tested = 0;
+            return Ok(0);
         }
         let mut scratch = std::mem::take(&mut self.poll);
-        let result = self.poll_with(&mut scratch);
+        let result = self.poll_with(&mut scratch, 0, true);
         self.poll = scratch;
         result
     }
 
-    fn poll_with(&mut self, s: &mut Scratch) -> Result<()> {
+    /// Tests the requests on the caller's memory from `borrowed[from]` on (sends just
+    /// started) with one `MPI_Testsome`, as [`MpiTransport::poll_all`] tests all: a window of
+    /// sends costs one run of MPI's progress engine, not one per send.
+    pub(super) fn poll_borrowed_from(&mut self, from: usize) -> Result<usize> {
+        let mut scratch = std::mem::take(&mut self.poll);
+        let result = self.poll_with(&mut scratch, from, false);
+        self.poll = scratch;
+        result
+    }
+
+    /// The batched test of `borrowed[from..]`, and with `all` of every other request too.
+    fn poll_with(&mut self, s: &mut Scratch, from: usize, all: bool) -> Result<usize> {
         s.reqs.clear();
         s.origins.clear();
-        for (i, &req) in self.send_reqs.iter().enumerate() {
-            s.reqs.push(req);
-            s.origins.push(Origin::Copied(i));
+        if all {
+            for (i, &req) in self.send_reqs.iter().enumerate() {
+                s.reqs.push(req);
+                s.origins.push(Origin::Copied(i));
+            }
         }
-        for (i, b) in self.borrowed.iter().enumerate() {
+        for (i, b) in self.borrowed.iter().enumerate().skip(from) {
             if !matches!(b.polled, Polled::Done(_)) {
                 s.reqs.push(b.req);
                 s.origins.push(Origin::Borrowed(i));
             }
         }
-        for (i, slot) in self.slots.iter().enumerate() {
-            if let Some(slot) = slot {
-                if !matches!(slot.polled, Polled::Done(_)) {
-                    s.reqs.push(slot.req);
-                    s.origins.push(Origin::Slot(i));
+        if all {
+            for (i, slot) in self.slots.iter().enumerate() {
+                if let Some(slot) = slot {
+                    if !matches!(slot.polled, Polled::Done(_)) {
+                        s.reqs.push(slot.req);
+                        s.origins.push(Origin::Slot(i));
+                    }
                 }
             }
         }
         let n = s.reqs.len();
+        s.tested = n;
         if n == 0 {
-            return Ok(());
+            return Ok(0);
         }
         s.indices.resize(n, 0);
         // SAFETY: MPI_Status is a plain C struct; zeroed is a valid value to be overwritten.
@@ -182,7 +208,7 @@ impl MpiTransport {
         }
         match send_error {
             Some(code) => Err(mpi_error(self.rank, "send (MPI_Testsome)", code)),
-            None => Ok(()),
+            None => Ok(done),
         }
     }
 }

@@ -24,8 +24,46 @@ impl MpiTransport {
         self.passes += 1;
         // One test of everything in MPI's hands; the steps below read its answers.
         self.poll_all()?;
+        self.progress_ops(ex, zero_copy)
+    }
+
+    /// One pass of the exchange driver ([`MpiTransport::drive`]): the batched test, and the
+    /// walk over the exchange's operations only when it can change something. Once a full
+    /// pass left every unfinished operation waiting on a request in MPI's hands (`settled`),
+    /// nothing but a completion can move the exchange, so a pass whose batched test found
+    /// none ends there: a window of 16 receives waiting for its messages costs one
+    /// `MPI_Testsome` per pass instead of that plus a walk over the 16 operations.
+    pub(super) fn drive_pass(&mut self, ex: &mut Exchange<'_>) -> Result<bool> {
+        self.ensure_open("exchange")?;
+        self.passes += 1;
+        let done = self.poll_all()?;
+        // A batch that tested nothing cannot have moved anything either: walk the
+        // operations then (a safety net; a settled exchange always has a request in it).
+        if self.settled && done == 0 && self.poll.tested > 0 {
+            return Ok(false);
+        }
+        self.full_passes += 1;
+        self.settled = false;
+        self.unsettled = false;
+        let before = self.completions;
+        let finished = self.progress_ops(ex, true)?;
+        // Settled unless the walk changed something (a completion may unblock the next
+        // receive of its flow), left work that needs polling rather than a completion (a
+        // probe, first parts not yet posted ahead), or messages taken off MPI's queue are
+        // being handled.
+        self.settled = !finished
+            && !self.unsettled
+            && self.completions == before
+            && self.drained.is_empty()
+            && self.discards.is_empty()
+            && self.in_flight();
+        Ok(finished)
+    }
+
+    /// The steps of a progress pass after its batched test.
+    fn progress_ops(&mut self, ex: &mut Exchange<'_>, zero_copy: bool) -> Result<bool> {
         if !self.borrowed.is_empty() {
-            self.progress_borrowed(ex)?;
+            self.progress_borrowed(ex, 0)?;
         }
         if !self.drained.is_empty() {
             self.progress_drained()?;
@@ -34,6 +72,8 @@ impl MpiTransport {
             self.progress_discards()?;
         }
         let mut sends_done = true;
+        // Sends started below on the caller's memory are tested together after the loop.
+        let started_from = self.borrowed.len();
         for i in 0..ex.sends.len() {
             match ex.sends[i].state {
                 OpState::Done => continue,
@@ -50,25 +90,16 @@ impl MpiTransport {
             {
                 // SAFETY: `data` is borrowed by the exchange, which `exchange` does not release
                 // before this request completed (`settle_borrowed`).
-                let mut req = unsafe { self.isend_exact(peer, wire.tag, data)? };
-                match call::test(&mut req) {
-                    Ok(true) => ex.sends[i].state = OpState::Done,
-                    Ok(false) => {
-                        self.borrowed.push(BorrowedReq {
-                            req,
-                            op: Borrowed::Send { op: i },
-                            polled: Polled::Unknown,
-                        });
-                        ex.sends[i].state = OpState::Active {
-                            serial: BORROWED,
-                            progress: 0,
-                        };
-                        sends_done = false;
-                    }
-                    Err(rc) => {
-                        return Err(mpi_error(self.rank, "send (MPI_Test)", rc).with_peer(peer))
-                    }
-                }
+                let req = unsafe { self.isend_exact(peer, wire.tag, data)? };
+                self.borrowed.push(BorrowedReq {
+                    req,
+                    op: Borrowed::Send { op: i },
+                    polled: Polled::Unknown,
+                });
+                ex.sends[i].state = OpState::Active {
+                    serial: BORROWED,
+                    progress: 0,
+                };
                 continue;
             }
             if self.start_send(peer, key, data)? {
@@ -77,6 +108,13 @@ impl MpiTransport {
                 sends_done = false;
                 break;
             }
+        }
+        if self.borrowed.len() > started_from {
+            // One test for all sends just started (short ones are complete already, and
+            // testing them costs no progress-engine run), then their completions.
+            self.poll_borrowed_from(started_from)?;
+            self.progress_borrowed(ex, started_from)?;
+            sends_done &= ex.sends.iter().all(|o| o.state == OpState::Done);
         }
         let recvs_done = self.progress_recvs(ex, zero_copy)?;
         Ok(recvs_done && sends_done)
@@ -222,9 +260,10 @@ impl MpiTransport {
     /// Applies the completions of requests on caller memory to their operations. A request
     /// that failed is complete too (MPI no longer touches its buffer); the first error is
     /// returned after all completions were applied.
-    pub(super) fn progress_borrowed(&mut self, ex: &mut Exchange<'_>) -> Result<()> {
+    /// Only `borrowed[from..]` is looked at (`swap_remove` keeps the earlier entries in place).
+    pub(super) fn progress_borrowed(&mut self, ex: &mut Exchange<'_>, from: usize) -> Result<()> {
         let mut first_err = None;
-        let mut i = 0;
+        let mut i = from;
         while i < self.borrowed.len() {
             let op = self.borrowed[i].op;
             let polled = std::mem::take(&mut self.borrowed[i].polled);

@@ -487,6 +487,8 @@ impl MpiTransport {
                         || (self.early_messages > 0 && self.early.contains_key(&(op.peer, op.key)));
                     if older || ahead >= MAX_POSTED_AHEAD {
                         self.blocked[b].1 = false;
+                        // The next pass may post it (the cap is per pass).
+                        self.unsettled = true;
                     } else {
                         let slot = self.post_first(op.peer, wire.tag)?;
                         op.state = OpState::Active {
@@ -523,6 +525,8 @@ impl MpiTransport {
                         let Some(mut m) =
                             call::improbe(self.comm, self.rank, op.peer as c_int, wire.tag)?
                         else {
+                            // Only probing again finds the message.
+                            self.unsettled = true;
                             self.blocked.push((flow, false));
                             continue;
                         };
@@ -560,6 +564,8 @@ impl MpiTransport {
                     } else {
                         self.put_early(op.peer, key, msg)?;
                         op.state = OpState::New;
+                        // Back to a probe: the next pass must walk the receives again.
+                        self.unsettled = true;
                         self.blocked.push((flow, false));
                     }
                 }

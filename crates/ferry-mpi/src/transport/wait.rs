@@ -26,8 +26,10 @@ impl MpiTransport {
     /// drains messages nobody asked for yet (see [`MpiTransport::drain`]).
     pub(super) fn drive(&mut self, ex: &mut Exchange<'_>) -> Result<()> {
         self.stats.calls += 1;
+        // A new exchange: its first pass walks all its operations.
+        self.settled = false;
         // Most small exchanges complete on the first pass: no clock read for them.
-        if self.progress(ex, true)? {
+        if self.drive_pass(ex)? {
             return Ok(());
         }
         let start = Instant::now();
@@ -36,7 +38,7 @@ impl MpiTransport {
         // When an operation last completed: the exchange stalls only once that stops.
         let (mut seen, mut moved_at) = (self.completions, Duration::ZERO);
         loop {
-            if self.progress(ex, true)? {
+            if self.drive_pass(ex)? {
                 return Ok(());
             }
             polls = polls.wrapping_add(1);
@@ -62,7 +64,12 @@ impl MpiTransport {
             // matched receive under way (it finishes without any other rank's help; a posted
             // one may wait for anything, so it does not stop the draining).
             if !self.receiving(ex) && elapsed - moved_at >= self.policy.spin {
+                let drained = self.drained_total;
                 self.drain()?;
+                if self.drained_total != drained {
+                    // Drained messages may belong to this exchange's receives.
+                    self.settled = false;
+                }
             }
             if elapsed < self.policy.spin + YIELD_FOR {
                 std::thread::yield_now();
@@ -281,7 +288,7 @@ impl MpiTransport {
         let start = Instant::now();
         let mut warned = false;
         while !self.borrowed.is_empty() {
-            if let Err(e) = self.progress_borrowed(ex) {
+            if let Err(e) = self.progress_borrowed(ex, 0) {
                 tracing::warn!("{e}");
             }
             if !warned && start.elapsed() > self.policy.timeout.unwrap_or(SETTLE_WARN_AFTER) {
