@@ -158,7 +158,18 @@ impl ShmTransport {
             let peer = self.global_of[l];
             let len = sp.desc.len as usize;
             let half = sp.offer.len as usize;
-            let r = &mut ex.recvs[sp.recv];
+            let Some(r) = ex.recvs.get_mut(sp.recv).filter(|r| {
+                r.peer == peer
+                    && matches!(r.state, OpState::Active { progress, .. } if progress & SPLIT_PENDING != 0)
+            }) else {
+                // Not this exchange's (a caller drove another one meanwhile): nothing to
+                // deliver to; the sender gets its buffer back.
+                if let Some(rx) = self.rx[l].as_ref() {
+                    ring::complete(rx.ring().ack(sp.desc.seq), sp.desc.seq);
+                }
+                self.wake(l);
+                continue;
+            };
             let result = if read_myself {
                 match r.buf.prepare(len) {
                     Ok(dst) => sys::cma_read(self.pids[l], sp.desc.addr, &mut dst[..half])
