@@ -21,6 +21,12 @@
 //!   prints `heap ok COPIES` with the number of messages it copied from a mapping of rank 0's
 //!   shared heap.
 //!
+//! - `split ROUNDS`: ranks 0 and 1 move messages of 64 KiB - 4 MiB (odd sizes too) with new
+//!   contents each round: rank 0 to rank 1 with `send`, then both ways at once in one exchange
+//!   each; every byte is checked, and each rank prints `split ok COPIES WRITES` with the
+//!   number of messages it received by split single copy and of halves it wrote into its
+//!   peer's buffer.
+//!
 //! With `SHM_WORKER_SHARED_HEAP=1`, large allocations come from [`ferry_shm::SharedHeap`].
 //!
 //! With `FERRY_TEST_SLEEP_RANK=R FERRY_TEST_SLEEP_MS=T`, rank R prints `sleeping pid P` and
@@ -86,6 +92,7 @@ fn run(args: &[String]) -> ferry_core::Result<()> {
         Some("pingpong") => pingpong(t, arg(args, 1, 4 << 20)),
         Some("abandon") => abandon(t, arg(args, 1, 1 << 20)),
         Some("heap") => heap(t, arg(args, 1, 1 << 20), arg(args, 2, 30)),
+        Some("split") => split(t, arg(args, 1, 3)),
         other => Err(ferry_core::Error::invalid(
             "shm_worker",
             format!("unknown mode {other:?} (allreduce, alltoall, pingpong)"),
@@ -147,6 +154,66 @@ fn abandon(t: &mut dyn Transport, bytes: usize) -> ferry_core::Result<()> {
         }
         _ => Ok(()),
     }
+}
+
+fn split(t: &mut dyn Transport, rounds: usize) -> ferry_core::Result<()> {
+    let me = t.rank();
+    if me > 1 {
+        return Ok(());
+    }
+    let other = 1 - me;
+    let fill = |from: usize, round: usize, len: usize| -> Vec<u8> {
+        (0..len)
+            .map(|j| (from * 101 + round * 7 + j % 251) as u8)
+            .collect()
+    };
+    let wrong = |what: String| {
+        ferry_core::Error::new(ferry_core::ErrorKind::Protocol, "split")
+            .on_rank(me)
+            .with_detail(what)
+    };
+    let sizes = [64 << 10, (64 << 10) + 1, 1 << 20, (1 << 20) + 4095, 4 << 20];
+    for round in 0..rounds {
+        for (k, &len) in sizes.iter().enumerate() {
+            let r = round * sizes.len() + k;
+            if me == 0 {
+                t.send(1, MsgKey::user(11), &fill(0, r, len))?;
+            } else {
+                let mut got = Vec::new();
+                t.recv(0, MsgKey::user(11), &mut got)?;
+                if got != fill(0, r, len) {
+                    return Err(wrong(format!("send of {len} B, round {r}: wrong bytes")));
+                }
+            }
+            // Both directions at once: each rank serves the other's offer while it waits for
+            // its own copy.
+            let out = fill(me, r, len);
+            let mut got = vec![0u8; len];
+            let mut ex = Exchange::new();
+            ex.send(other, MsgKey::user(12), &out);
+            ex.recv_into(other, MsgKey::user(12), &mut got);
+            t.exchange(&mut ex)?;
+            drop(ex);
+            if got != fill(other, r, len) {
+                return Err(wrong(format!(
+                    "exchange of {len} B, round {r}: wrong bytes"
+                )));
+            }
+        }
+    }
+    let stat = |name: &str| {
+        t.stats()
+            .extra
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map_or(0, |(_, v)| *v)
+    };
+    println!(
+        "split ok {} {}",
+        stat("shm split copies"),
+        stat("shm split writes")
+    );
+    Ok(())
 }
 
 fn heap(t: &mut dyn Transport, bytes: usize, iters: usize) -> ferry_core::Result<()> {

@@ -16,7 +16,8 @@
 //! The ring also carries the completion window of single-copy transfers: descriptor `s` is
 //! acknowledged by the consumer storing `s + 1` into slot `s % ACK_WINDOW` of the window.
 //! Before reading, the consumer claims the word by compare-and-swap; the producer may withdraw
-//! an unclaimed descriptor by compare-and-swap too, so exactly one of them wins.
+//! an unclaimed descriptor by compare-and-swap too, so exactly one of them wins. A receiver's
+//! write offer ([`WriteOffer`], split single copy) is such a descriptor in the other direction.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -46,6 +47,9 @@ pub(crate) const T_CMA: u8 = 3;
 /// The sender gave up a message it had started to send as fragments or had withdrawn from
 /// single copy (its operation failed): no more of it follows.
 pub(crate) const T_ABORT: u8 = 4;
+/// The receiver of a single-copy descriptor offers part of its receive buffer for the sender
+/// to write ([`WriteOffer`]): each side then copies half of the message at the same time.
+pub(crate) const T_WRITE: u8 = 5;
 
 /// Completion-word state bit: the receiver took descriptor `seq` and is reading it (the word
 /// holds `(seq + 1) | ACK_CLAIMED`; `seq + 1` alone means done).
@@ -422,6 +426,55 @@ pub(crate) fn complete(word: &AtomicU64, seq: u64) {
     word.swap(seq + 1, Ordering::SeqCst);
 }
 
+/// Gives back claimed descriptor `seq` unserved: the claimer could not copy (a write offer
+/// whose write failed), so the offering side copies that part itself, as if it had been
+/// withdrawn before the claim.
+pub(crate) fn unclaim(word: &AtomicU64, seq: u64) {
+    word.swap((seq + 1) | ACK_CANCELLED, Ordering::SeqCst);
+}
+
+/// Bytes of a write offer: the sender's descriptor it answers, the receive buffer's address
+/// and length of the part offered, and the offer's own descriptor sequence (its completion word
+/// in the receiver's ring to the sender).
+pub(crate) const WRITE_OFFER: usize = 32;
+
+/// A receiver's offer to let the sender of descriptor `desc` write the first `len` bytes of the
+/// message straight to `addr` in the receiver (its receive buffer). The offer is a descriptor
+/// of the receiver's own (sequence `seq` in its ring to the sender): the sender claims it
+/// before writing and completes it after, the receiver may withdraw it while it is unclaimed,
+/// exactly as for single-copy reads in the other direction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct WriteOffer {
+    pub desc: u64,
+    pub addr: u64,
+    pub len: u64,
+    pub seq: u64,
+}
+
+/// Encodes a write offer.
+pub(crate) fn encode_write(w: &WriteOffer) -> [u8; WRITE_OFFER] {
+    let mut d = [0u8; WRITE_OFFER];
+    for (i, x) in [w.desc, w.addr, w.len, w.seq].iter().enumerate() {
+        d[i * 8..i * 8 + 8].copy_from_slice(&x.to_le_bytes());
+    }
+    d
+}
+
+/// Decodes a write offer.
+pub(crate) fn decode_write(d: &[u8; WRITE_OFFER]) -> WriteOffer {
+    let w = |i: usize| {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&d[i * 8..i * 8 + 8]);
+        u64::from_le_bytes(b)
+    };
+    WriteOffer {
+        desc: w(0),
+        addr: w(1),
+        len: w(2),
+        seq: w(3),
+    }
+}
+
 /// The sender's view of descriptor `seq`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Offer {
@@ -732,6 +785,23 @@ mod tests {
             ..d
         };
         assert_eq!(decode_cma(&encode_desc(&h)), h);
+    }
+
+    #[test]
+    fn write_offer_round_trip_and_unclaim() {
+        let w = WriteOffer {
+            desc: 7,
+            addr: 0x7f00_dead_b000,
+            len: 2 << 20,
+            seq: 1 << 40,
+        };
+        assert_eq!(decode_write(&encode_write(&w)), w);
+        // A claimed offer given back unserved reads as withdrawn to the side that offered it.
+        let word = AtomicU64::new(0);
+        assert_eq!(claim(&word, 0), Claim::Got);
+        assert_eq!(offer_state(&word, 0), Offer::Claimed);
+        unclaim(&word, 0);
+        assert_eq!(offer_state(&word, 0), Offer::Withdrawn);
     }
 
     /// Claim and withdraw race for real on many descriptors at once (two threads): exactly

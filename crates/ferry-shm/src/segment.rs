@@ -32,8 +32,10 @@ use memmap2::MmapRaw;
 use crate::sys;
 
 pub(crate) const MAGIC: u64 = 0x6d68_7379_7272_6566; // "ferryshm", little-endian
-/// Layout version: ranks of a job agree on it (3: chunk payloads start on their own cache line).
-pub(crate) const VERSION: u64 = 3;
+/// Layout version: ranks of a job agree on it (3: chunk payloads start on their own cache line;
+/// 4: rings carry receivers' write offers for split single copy, an entry type older ranks
+/// would reject mid-job).
+pub(crate) const VERSION: u64 = 4;
 pub(crate) const HEADER_BYTES: usize = 4096;
 pub(crate) const BLOCK_BYTES: usize = 256;
 /// Bytes before the first slot of a ring (control lines and the CMA completion window).

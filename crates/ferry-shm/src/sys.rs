@@ -1,9 +1,9 @@
 //! The operating-system calls the backend needs, through `rustix` and `memmap2`: futex wait and
 //! wake on a word of the shared segment, process liveness through pidfds, POSIX shm names and
-//! memfds, mappings, and cross-memory attach (`process_vm_readv`).
+//! memfds, mappings, and cross-memory attach (`process_vm_readv`, `process_vm_writev`).
 //!
-//! `process_vm_readv` is the one call made through `libc`: rustix does not wrap it. It lives in
-//! [`cma_read`] and nowhere else.
+//! `process_vm_readv` and `process_vm_writev` are the calls made through `libc`: rustix does
+//! not wrap them. They live in [`cma_read`] and [`cma_write`] and nowhere else.
 //!
 //! Every wrapper returns `std::io::Error` values or a plain answer; none panics.
 
@@ -67,6 +67,43 @@ pub(crate) fn cma_read(pid: u32, remote: u64, dst: &mut [u8]) -> io::Result<()> 
             return Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
                 "process_vm_readv read nothing",
+            ));
+        }
+        done += n as usize;
+    }
+    Ok(())
+}
+
+/// Copies `src` to address `remote` of process `pid` with one `process_vm_writev` per piece:
+/// the sender's half of a split single copy, written straight into the receive buffer the
+/// receiver offered (see `transport.rs`).
+pub(crate) fn cma_write(pid: u32, remote: u64, src: &[u8]) -> io::Result<()> {
+    let mut done = 0usize;
+    while done < src.len() {
+        let local = libc::iovec {
+            iov_base: src[done..].as_ptr() as *mut libc::c_void,
+            iov_len: src.len() - done,
+        };
+        let far = libc::iovec {
+            iov_base: (remote as usize).wrapping_add(done) as *mut libc::c_void,
+            iov_len: src.len() - done,
+        };
+        // SAFETY: `local` describes memory we may read (a shared slice) for the whole call; the
+        // kernel only reads it (the iovec type is mutable for both directions). The remote
+        // iovec is interpreted by the kernel in the other address space, which validates it
+        // (EFAULT, not undefined behaviour, for a bad address).
+        let n = unsafe { libc::process_vm_writev(pid as libc::pid_t, &local, 1, &far, 1, 0) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "process_vm_writev wrote nothing",
             ));
         }
         done += n as usize;

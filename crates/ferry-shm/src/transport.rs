@@ -12,7 +12,9 @@
 //! moved with one copy: the sender posts a descriptor (pid, address, length) and the receiver
 //! reads the sender's buffer with `process_vm_readv` straight into its receive buffer, then
 //! completes the descriptor (001 §3.2.2, with cross-memory attach instead of SysV segments).
-//! Everything else goes as chunks too.
+//! Under `auto` with a core per rank, messages of at least `split::SPLIT_MIN` bytes go by
+//! descriptor too, and the receiver lets the sender write half of them (`split.rs`): both
+//! sides copy once, at the same time. Everything else goes as chunks too.
 //!
 //! A pipelined message never exposes the caller's memory to a peer (each side copies its own
 //! buffer), so a failed exchange only has to tell the receiver that the rest of a cut-off
@@ -46,7 +48,7 @@ use crate::heap_map::HeapMaps;
 
 use crate::ring::{
     self, decode_cma, encode_desc, window_free, Claim, CmaDesc, Consumer, Entry, Offer, Producer,
-    RingRef, CMA_DESC, T_ABORT, T_CMA, T_FRAG, T_INLINE,
+    RingRef, CMA_DESC, T_ABORT, T_CMA, T_FRAG, T_INLINE, T_WRITE,
 };
 use crate::segment::{
     segment_name, Layout, Segment, ACK_WINDOW, STATE_ATTACHED, STATE_EMPTY, STATE_FINISHED,
@@ -77,6 +79,7 @@ mod failure;
 mod recv;
 mod rings;
 mod send;
+mod split;
 mod startup;
 
 pub use startup::StartupWatch;
@@ -176,6 +179,11 @@ pub struct ShmTransport {
     given_up: std::collections::HashSet<Arrival>,
     /// Single-copy reads claimed during a drain, performed after it: (recv index, desc).
     to_read: Vec<(usize, CmaDesc)>,
+    /// Split single copies waiting for the sender's half (`split.rs`).
+    splits: Vec<split::Split>,
+    /// Whether large messages are split between both sides (`split.rs`): the default path
+    /// (`shm.pipeline = auto`) on a host with a core per rank.
+    split: bool,
     /// Mappings of peers' shared-heap regions, for descriptors that name one (`heap_map.rs`).
     heap_maps: HeapMaps,
     /// Operation vectors reused by the single-message paths.
@@ -240,9 +248,12 @@ impl ShmTransport {
     fn by_single_copy(&self, data: &[u8]) -> bool {
         // A buffer in the shared heap goes by descriptor even where large messages are
         // pipelined: the receiver copies it with one memcpy from its mapping of the region.
+        // So does a message of at least SPLIT_MIN bytes where both sides copy half of it.
         self.single_copy
             && data.len() >= self.threshold
-            && (!self.pipelined || crate::heap::find(data).is_some())
+            && (!self.pipelined
+                || (self.split && data.len() >= split::SPLIT_MIN)
+                || crate::heap::find(data).is_some())
     }
 
     /// Number of ranks sharing this segment (the node's ranks in a hybrid job).

@@ -341,6 +341,9 @@ impl ShmTransport {
             abandoned: std::collections::HashSet::new(),
             given_up: std::collections::HashSet::new(),
             to_read: Vec::new(),
+            splits: Vec::new(),
+            split: config.shm.pipeline == Pipeline::Auto
+                && n <= ferry_core::config::available_cores(),
             heap_maps: HeapMaps::default(),
             spare_sends: Vec::new(),
             spare_recvs: Vec::new(),

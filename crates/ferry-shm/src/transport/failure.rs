@@ -194,6 +194,10 @@ impl ShmTransport {
     /// Public for transports that drive the shm part of an exchange themselves (hybrid): call
     /// it with the exchange and error whenever such an exchange fails.
     pub fn settle_failed(&mut self, ex: &mut Exchange<'_>, err: &Error) {
+        // Receive buffers offered to senders (split single copy) are exposed too.
+        if !self.splits.is_empty() {
+            self.settle_splits();
+        }
         for i in 0..ex.sends.len() {
             let s = &mut ex.sends[i];
             let OpState::Active { serial, progress } = s.state else {
@@ -372,6 +376,11 @@ impl ShmTransport {
                 serial,
                 progress: progress | SETTLED,
             };
+            if progress & split::SPLIT_PENDING != 0 {
+                // Its descriptor was claimed and is completed (`settle_splits`): nothing of
+                // the message is left to come.
+                continue;
+            }
             let arrival = Arrival {
                 source: r.peer,
                 key: r.key,

@@ -55,18 +55,8 @@ impl ShmTransport {
                 if mapped {
                     Ok(())
                 } else {
-                    sys::cma_read(self.pids[l], d.addr, dst).map_err(|e| {
-                        let kind = if sys::is_no_such_process(&e) {
-                            ErrorKind::PeerFailed
-                        } else {
-                            ErrorKind::Io
-                        };
-                        Error::new(kind, "recv")
-                            .on_rank(self.rank)
-                            .with_peer(peer)
-                            .with_detail(format!("single-copy read of {len} bytes"))
-                            .with_source(e)
-                    })
+                    sys::cma_read(self.pids[l], d.addr, dst)
+                        .map_err(|e| self.cma_error(peer, len, e))
                 }
             }
             Err(want) => Err(self.len_error(peer, len, want)),
@@ -112,13 +102,29 @@ impl ShmTransport {
         // earlier ones are read); read them now. Claimed ones are always completed.
         let mut reads = std::mem::take(&mut self.to_read);
         for (i, d) in reads.drain(..) {
-            let r = &mut ex.recvs[i];
-            match self.cma_into(l, peer, d, &mut r.buf) {
-                Ok(()) => r.state = OpState::Done,
-                Err(e) => {
-                    if result.is_ok() {
-                        result = Err(e);
+            let r = match self.try_split(l, peer, d, i, ex) {
+                Ok(true) => Ok(()),
+                Ok(false) => {
+                    let r = &mut ex.recvs[i];
+                    let read = self.cma_into(l, peer, d, &mut r.buf);
+                    if read.is_ok() {
+                        r.state = OpState::Done;
                     }
+                    read
+                }
+                Err(e) => {
+                    // Claimed ones are always completed (a started split by `settle_splits`).
+                    if !self.splits.iter().any(|s| s.desc.seq == d.seq && s.l == l) {
+                        if let Some(rx) = self.rx[l].as_ref() {
+                            ring::complete(rx.ring().ack(d.seq), d.seq);
+                        }
+                    }
+                    Err(e)
+                }
+            };
+            if let Err(e) = r {
+                if result.is_ok() {
+                    result = Err(e);
                 }
             }
         }
@@ -138,6 +144,13 @@ impl ShmTransport {
             let Some(e) = self.rx[l].as_ref().and_then(|c| c.peek()) else {
                 return Ok(());
             };
+            if e.typ == T_WRITE {
+                // Not a message: the peer offers part of its receive buffer for one of this
+                // rank's sends (`split.rs`).
+                self.serve_write(l, peer, ex);
+                *popped += 1;
+                continue;
+            }
             let arrival = Arrival {
                 source: peer,
                 key: e.key,
@@ -496,8 +509,22 @@ impl ShmTransport {
                         .map_err(|e| e.with_key(arrival.key))?
                     {
                         let peer = r.peer;
-                        self.cma_into(l, peer, d, &mut r.buf)?;
-                        r.state = OpState::Done;
+                        match self.try_split(l, peer, d, i, ex) {
+                            Ok(true) => {}
+                            Ok(false) => {
+                                let r = &mut ex.recvs[i];
+                                self.cma_into(l, peer, d, &mut r.buf)?;
+                                r.state = OpState::Done;
+                            }
+                            Err(e) => {
+                                if !self.splits.iter().any(|s| s.desc.seq == d.seq && s.l == l) {
+                                    if let Some(rx) = self.rx[l].as_ref() {
+                                        ring::complete(rx.ring().ack(d.seq), d.seq);
+                                    }
+                                }
+                                return Err(e);
+                            }
+                        }
                     }
                 }
             }
@@ -513,6 +540,9 @@ impl ShmTransport {
             if self.rx[l].as_ref().is_some_and(|c| c.has_data()) {
                 self.drain(l, ex)?;
             }
+        }
+        if !self.splits.is_empty() {
+            self.progress_splits(ex)?;
         }
         for r in ex.recvs.iter() {
             if r.state != OpState::Done {

@@ -1,0 +1,151 @@
+//! Split single copy (the default path for large messages on a host with a core per rank):
+//! the receiver reads half of each message while the sender writes the other half straight
+//! into the receive buffer. Real processes, so both halves cross address spaces.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{text, unique, wait_output, worker_cmd};
+
+/// Messages of 64 KiB - 4 MiB (odd lengths too), one way and both ways at once in one
+/// exchange (each rank serves its peer's offer while it waits for its own copy): every byte
+/// arrives, and both halves were really copied by split single copy.
+#[test]
+fn split_copies_move_large_messages_both_ways() {
+    assert!(
+        ferry_core::config::available_cores() >= 2,
+        "split single copy needs a core per rank: this check needs 2 cores"
+    );
+    let job = unique("split");
+    let env = vec![("FERRY_JOB_ID", job.clone())];
+    let kids: Vec<_> = (0..2)
+        .map(|r| {
+            worker_cmd(&env, Some(r), 2, &["split", "3"])
+                .spawn()
+                .expect("spawn worker")
+        })
+        .collect();
+    let outs: Vec<_> = kids
+        .into_iter()
+        .map(|k| wait_output(k, Duration::from_secs(60)))
+        .collect();
+    let mut totals = [0u64; 2];
+    for (r, o) in outs.iter().enumerate() {
+        let s = text(&o.stdout);
+        assert!(o.status.success(), "rank {r}: {s} {}", text(&o.stderr));
+        let counts: Vec<u64> = s
+            .lines()
+            .find_map(|l| l.strip_prefix("split ok "))
+            .unwrap_or_else(|| panic!("rank {r}: {s}"))
+            .split_whitespace()
+            .map(|v| v.parse().expect("count"))
+            .collect();
+        totals[0] += counts[0];
+        totals[1] += counts[1];
+    }
+    // 45 messages in all. An offer the peer has not taken within `eager_wait` is read whole
+    // by the receiver instead (a loaded machine), so only "some" is certain; without split
+    // single copy both counts are 0.
+    assert!(
+        totals[0] > 0 && totals[1] > 0,
+        "no message went by split single copy: received {}, halves written {}",
+        totals[0],
+        totals[1]
+    );
+    assert!(common::leftovers(&job).is_empty());
+}
+
+/// A sender that does not take the receiver's write offer (it is not progressing) costs the
+/// receiver `eager_wait`, after which it withdraws the offer and reads the whole message
+/// itself; when the sender progresses again it finds the offer withdrawn and writes nothing,
+/// so the buffer the receiver got back is never written behind its back. Ranks are threads
+/// here, so the sender's stall is exact (it stops driving its exchange). A sender descheduled
+/// for `eager_wait` right after offering its descriptor withdraws it and streams the message
+/// through the ring instead (or, racing the receiver, serves the offer in its first pass):
+/// such an attempt does not set the scene and is repeated.
+#[test]
+fn an_offer_not_taken_is_withdrawn_and_never_written_late() {
+    use std::sync::mpsc::channel;
+    use std::sync::Mutex;
+
+    use ferry_core::config::SingleCopy;
+    use ferry_core::{Config, Exchange, MsgKey, Transport};
+    use ferry_shm::ShmTransport;
+
+    assert!(
+        ferry_core::config::available_cores() >= 2,
+        "split single copy needs a core per rank: this check needs 2 cores"
+    );
+    let mut cfg = Config::default();
+    cfg.shm.single_copy = SingleCopy::Cma;
+    cfg.general.operation_timeout_ms = 20_000;
+    let len = 1 << 20;
+    let key = MsgKey::user(5);
+    let limit = Duration::from_secs(30);
+    let stat = |t: &ShmTransport, name: &str| {
+        t.stats()
+            .extra
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map_or(0, |(_, v)| *v)
+    };
+    for attempt in 0..20 {
+        let (back_tx, back_rx) = channel::<()>();
+        let (done_tx, done_rx) = channel::<()>();
+        let (back_tx, done_rx) = (Mutex::new(Some(back_tx)), Mutex::new(Some(done_rx)));
+        let (back_rx, done_tx) = (Mutex::new(Some(back_rx)), Mutex::new(Some(done_tx)));
+        let out = ShmTransport::run_threads(2, &cfg, |mut t| -> Result<u64, String> {
+            if t.rank() == 0 {
+                let data = vec![0xa5u8; len];
+                let mut ex = Exchange::new();
+                ex.send(1, key, &data);
+                // One pass offers the descriptor; then this rank stops progressing.
+                t.progress_exchange(&mut ex).map_err(|e| e.to_string())?;
+                let staged = stat(&t, "shm single copies withdrawn") == 0
+                    && stat(&t, "shm split writes") == 0;
+                let back = back_rx.lock().unwrap().take().unwrap();
+                if staged {
+                    back.recv_timeout(limit).map_err(|e| e.to_string())?;
+                }
+                t.exchange(&mut ex).map_err(|e| e.to_string())?;
+                drop(ex);
+                done_tx.lock().unwrap().take().unwrap().send(()).unwrap();
+                if !staged {
+                    return Ok(u64::MAX);
+                }
+                Ok(stat(&t, "shm split writes"))
+            } else {
+                let mut got = Vec::new();
+                let r = t.recv(0, key, &mut got).map_err(|e| e.to_string());
+                let tx = back_tx.lock().unwrap().take().unwrap();
+                r?;
+                if got != vec![0xa5u8; len] {
+                    return Err("wrong bytes".into());
+                }
+                // The buffer is the caller's again: reuse it, then let the sender go on.
+                got.fill(0xee);
+                tx.send(()).unwrap();
+                let done = done_rx.lock().unwrap().take().unwrap();
+                done.recv_timeout(limit).map_err(|e| e.to_string())?;
+                if got.iter().any(|&b| b != 0xee) {
+                    return Err(
+                        "the sender wrote into the buffer after the receive returned".into(),
+                    );
+                }
+                Ok(stat(&t, "shm split offers withdrawn"))
+            }
+        })
+        .expect("threads");
+        let (writes, withdrawn) = match (&out[0], &out[1]) {
+            (Ok(w), Ok(n)) => (*w, *n),
+            _ => panic!("attempt {attempt}: {out:?}"),
+        };
+        if writes == u64::MAX {
+            continue;
+        }
+        assert_eq!((writes, withdrawn), (0, 1), "attempt {attempt}");
+        return;
+    }
+    panic!("in 20 attempts the sender never stalled with its descriptor offered");
+}
