@@ -38,48 +38,32 @@ pub(crate) fn futex_wake(word: &AtomicU32) {
 }
 
 /// Copies `dst.len()` bytes from address `remote` of process `pid` into `dst` with one
-/// `process_vm_readv` per piece (the kernel may return short counts). This is the single copy
-/// of 001 §3.2.2, done by the receiver straight into its receive buffer.
+/// `process_vm_readv` per piece. This is the single copy of 001 §3.2.2, done by the receiver
+/// straight into its receive buffer.
 pub(crate) fn cma_read(pid: u32, remote: u64, dst: &mut [u8]) -> io::Result<()> {
-    let mut done = 0usize;
-    while done < dst.len() {
+    let len = dst.len();
+    until_moved(len, "process_vm_readv", |done| {
         let local = libc::iovec {
             iov_base: dst[done..].as_mut_ptr().cast(),
-            iov_len: dst.len() - done,
+            iov_len: len - done,
         };
         let far = libc::iovec {
             iov_base: (remote as usize).wrapping_add(done) as *mut libc::c_void,
-            iov_len: dst.len() - done,
+            iov_len: len - done,
         };
-        // SAFETY: rustix has no wrapper for process_vm_readv, so this is the crate's one libc
-        // call. `local` describes memory we own exclusively (a &mut slice) for the whole call;
-        // the remote iovec is only interpreted by the kernel in the other address space, which
-        // validates it (EFAULT, not undefined behaviour, for a bad address).
-        let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &far, 1, 0) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        if n == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "process_vm_readv read nothing",
-            ));
-        }
-        done += n as usize;
-    }
-    Ok(())
+        // SAFETY: rustix has no wrapper for process_vm_readv. `local` describes memory we own
+        // exclusively (a &mut slice) for the whole call; the remote iovec is only interpreted
+        // by the kernel in the other address space, which validates it (EFAULT, not undefined
+        // behaviour, for a bad address).
+        unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &far, 1, 0) }
+    })
 }
 
 /// Copies `src` to address `remote` of process `pid` with one `process_vm_writev` per piece:
 /// the sender's half of a split single copy, written straight into the receive buffer the
 /// receiver offered (see `transport.rs`).
 pub(crate) fn cma_write(pid: u32, remote: u64, src: &[u8]) -> io::Result<()> {
-    let mut done = 0usize;
-    while done < src.len() {
+    until_moved(src.len(), "process_vm_writev", |done| {
         let local = libc::iovec {
             iov_base: src[done..].as_ptr() as *mut libc::c_void,
             iov_len: src.len() - done,
@@ -88,11 +72,21 @@ pub(crate) fn cma_write(pid: u32, remote: u64, src: &[u8]) -> io::Result<()> {
             iov_base: (remote as usize).wrapping_add(done) as *mut libc::c_void,
             iov_len: src.len() - done,
         };
-        // SAFETY: `local` describes memory we may read (a shared slice) for the whole call; the
-        // kernel only reads it (the iovec type is mutable for both directions). The remote
-        // iovec is interpreted by the kernel in the other address space, which validates it
-        // (EFAULT, not undefined behaviour, for a bad address).
-        let n = unsafe { libc::process_vm_writev(pid as libc::pid_t, &local, 1, &far, 1, 0) };
+        // SAFETY: rustix has no wrapper for process_vm_writev. `local` describes memory we may
+        // read (a shared slice) for the whole call; the kernel only reads it (the iovec type is
+        // mutable for both directions). The remote iovec is interpreted by the kernel in the
+        // other address space, which validates it (EFAULT, not undefined behaviour).
+        unsafe { libc::process_vm_writev(pid as libc::pid_t, &local, 1, &far, 1, 0) }
+    })
+}
+
+/// Repeats one cross-memory-attach call (`once(bytes done so far)`, returning the bytes it
+/// moved or -1) until `len` bytes are moved: the kernel may return short counts, and a signal
+/// may interrupt the call.
+fn until_moved(len: usize, call: &str, mut once: impl FnMut(usize) -> isize) -> io::Result<()> {
+    let mut done = 0usize;
+    while done < len {
+        let n = once(done);
         if n < 0 {
             let e = io::Error::last_os_error();
             if e.kind() == io::ErrorKind::Interrupted {
@@ -103,7 +97,7 @@ pub(crate) fn cma_write(pid: u32, remote: u64, src: &[u8]) -> io::Result<()> {
         if n == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
-                "process_vm_writev wrote nothing",
+                format!("{call} moved nothing"),
             ));
         }
         done += n as usize;
