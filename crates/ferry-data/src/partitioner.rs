@@ -44,6 +44,9 @@ pub struct Block {
     pub index_weight: Option<IndexWeight>,
     /// Relative weight of each task (equal if `None`).
     pub task_weight: Option<TaskWeight>,
+    /// The dimension cut into ranges (0 by default); every range spans the whole space in the
+    /// other dimensions, and the index weight is called with the coordinate along this one.
+    pub dim: usize,
 }
 
 impl Default for Block {
@@ -52,6 +55,7 @@ impl Default for Block {
             cycles: 1,
             index_weight: None,
             task_weight: None,
+            dim: 0,
         }
     }
 }
@@ -299,13 +303,19 @@ impl PartitionerCtx<'_> {
 }
 
 /// The block partitioner, exactly as examples.md §0.1 describes it (accumulator starting at
-/// -0.5, the crossing index opening the next range).
+/// -0.5, the crossing index opening the next range), along dimension `b.dim` of a space of any
+/// dimension (LAIK's `pdim`): a 2d space cut along dimension 0 gets the cuts of a 1d space of
+/// its first extent.
 fn block(ctx: &mut PartitionerCtx<'_>, b: &Block) -> Result<()> {
     let whole = ctx.space.range();
-    if whole.dims() != 1 {
+    if b.dim >= whole.dims() {
         return Err(Error::invalid(
             "partition",
-            "the block partitioner needs a 1d space",
+            format!(
+                "block partitioner: dimension {} of a {}d space",
+                b.dim,
+                whole.dims()
+            ),
         ));
     }
     if b.cycles == 0 {
@@ -314,7 +324,8 @@ fn block(ctx: &mut PartitionerCtx<'_>, b: &Block) -> Result<()> {
             "block partitioner with 0 cycles",
         ));
     }
-    let (start, end) = (whole.from()[0], whole.to()[0]);
+    let (start, end) = (whole.from()[b.dim], whole.to()[b.dim]);
+    let cut = |from: i64, to: i64| whole.with_dim(b.dim, from, to);
     let p = ctx.ntasks;
     let weight = |i: i64| b.index_weight.as_ref().map_or(1.0, |w| w(i));
     let total: f64 = match &b.index_weight {
@@ -355,7 +366,7 @@ fn block(ctx: &mut PartitionerCtx<'_>, b: &Block) -> Result<()> {
                 break 'walk;
             }
             if from < i {
-                ctx.append(task, Range::new1(from, i), 0)?;
+                ctx.append(task, cut(from, i), 0)?;
             }
             task += 1;
             if task == p {
@@ -366,7 +377,7 @@ fn block(ctx: &mut PartitionerCtx<'_>, b: &Block) -> Result<()> {
         }
     }
     if from < end {
-        ctx.append(p - 1, Range::new1(from, end), 0)?;
+        ctx.append(p - 1, cut(from, end), 0)?;
     }
     Ok(())
 }
@@ -448,6 +459,35 @@ mod tests {
             .filter(|t| t.task == task)
             .map(|t| (t.range.from()[0], t.range.to()[0]))
             .collect()
+    }
+
+    #[test]
+    fn block_along_another_dimension_cuts_it_like_a_1d_space() {
+        let s = Space::new2(6, 100).unwrap();
+        let along = |dim| {
+            Partitioner::Block(Block {
+                index_weight: Some(Arc::new(|i| i as f64)),
+                dim,
+                ..Block::default()
+            })
+        };
+        let v = along(1).run(&s, 4, None).unwrap();
+        let line = Partitioner::Block(Block {
+            index_weight: Some(Arc::new(|i| i as f64)),
+            ..Block::default()
+        })
+        .run(&Space::new1(100).unwrap(), 4, None)
+        .unwrap();
+        assert_eq!(v.len(), line.len());
+        for (r, l) in v.iter().zip(&line) {
+            assert_eq!(r.task, l.task);
+            assert_eq!((r.range.from()[0], r.range.to()[0]), (0, 6));
+            assert_eq!(
+                (r.range.from()[1], r.range.to()[1]),
+                (l.range.from()[0], l.range.to()[0])
+            );
+        }
+        assert!(along(2).run(&s, 4, None).is_err());
     }
 
     #[test]
@@ -564,6 +604,7 @@ mod tests {
                 task_weight: if tw.iter().take(p).any(|&w| w > 0) {
                     Some(Arc::new(move |t| tw[t] as f64))
                 } else { None },
+                dim: 0,
             };
             let v = Partitioner::Block(b).run(&s, p, None).unwrap();
             prop_assert!(count_cover(&s, &v).iter().all(|&c| c == 1));

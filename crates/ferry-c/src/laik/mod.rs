@@ -7,7 +7,6 @@
 //! Failures are fatal, as in LAIK: [`run`] prints the error (rank, operation, cause) on stderr
 //! and exits with status 1, so C never sees a half-done call, an abort or an unwinding panic.
 
-mod blocks;
 mod bytes;
 mod core;
 mod custom;

@@ -228,14 +228,12 @@ impl LaikPartitioner {
             Kind::CornerHalo(depth) => Partitioner::CornerHalo { depth },
             Kind::Halo(depth) => Partitioner::Halo { depth },
             Kind::Block => {
-                // SAFETY: a space handle from laik_new_space_*, valid until the process ends.
-                let dims = unsafe { space.as_ref() }.map_or(1, |s| s.space.dims());
-                if dims > 1 || self.pdim > 0 {
-                    return self.block_along();
-                }
+                let pdim = self.pdim;
                 let index_weight = self.index_weight.map(|(f, ud)| {
+                    // LAIK passes a full index: the cut dimension's coordinate, 0 elsewhere.
                     let w: ferry_data::partitioner::IndexWeight = Arc::new(move |i| {
-                        let mut idx = LaikIndex { i: [i, 0, 0] };
+                        let mut idx = LaikIndex { i: [0; 3] };
+                        idx.i[pdim] = i;
                         f(&mut idx, ud as *const c_void)
                     });
                     w
@@ -249,26 +247,10 @@ impl LaikPartitioner {
                     cycles: self.cycles.max(1),
                     index_weight,
                     task_weight,
+                    dim: pdim,
                 })
             }
         }
-    }
-
-    /// The block partitioner over dimension `pdim` of a space of any dimension.
-    fn block_along(&self) -> Partitioner {
-        let index_weight = self.index_weight.map(|(f, ud)| {
-            let w: super::blocks::DimWeight = Box::new(move |i| {
-                let mut idx = LaikIndex { i };
-                f(&mut idx, ud as *const c_void)
-            });
-            w
-        });
-        let task_weight = self.task_weight.map(|(f, ud)| {
-            let w: super::blocks::TaskWeight =
-                Box::new(move |t| f(t as c_int, ud as *const c_void));
-            w
-        });
-        super::blocks::along(self.pdim, self.cycles, index_weight, task_weight)
     }
 
     fn needs_base(&self) -> bool {
