@@ -151,6 +151,7 @@ impl Partitioner {
             task_weight: task_weight.map(|f| {
                 Arc::new(weight::<usize>(f, error.clone())) as fd::partitioner::TaskWeight
             }),
+            dim: 0,
         };
         Partitioner {
             inner: fd::Partitioner::Block(block),
