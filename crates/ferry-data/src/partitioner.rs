@@ -44,9 +44,10 @@ pub struct Block {
     pub index_weight: Option<IndexWeight>,
     /// Relative weight of each task (equal if `None`).
     pub task_weight: Option<TaskWeight>,
-    /// The dimension cut into ranges (0 by default); every range spans the whole space in the
-    /// other dimensions, and the index weight is called with the coordinate along this one.
-    pub dim: usize,
+    /// The dimension cut into ranges, on a space of any dimension (LAIK's `pdim`): every range
+    /// spans the whole space in the other dimensions, and the index weight is called with the
+    /// coordinate along this one. `None` (the default): a 1d space only.
+    pub dim: Option<usize>,
 }
 
 impl Default for Block {
@@ -55,7 +56,7 @@ impl Default for Block {
             cycles: 1,
             index_weight: None,
             task_weight: None,
-            dim: 0,
+            dim: None,
         }
     }
 }
@@ -308,24 +309,33 @@ impl PartitionerCtx<'_> {
 /// its first extent.
 fn block(ctx: &mut PartitionerCtx<'_>, b: &Block) -> Result<()> {
     let whole = ctx.space.range();
-    if b.dim >= whole.dims() {
-        return Err(Error::invalid(
-            "partition",
-            format!(
-                "block partitioner: dimension {} of a {}d space",
-                b.dim,
-                whole.dims()
-            ),
-        ));
-    }
+    let dim = match b.dim {
+        None if whole.dims() != 1 => {
+            return Err(Error::invalid(
+                "partition",
+                "the block partitioner needs a 1d space (or a dimension to cut)",
+            ))
+        }
+        None => 0,
+        Some(d) if d >= whole.dims() => {
+            return Err(Error::invalid(
+                "partition",
+                format!(
+                    "block partitioner: dimension {d} of a {}d space",
+                    whole.dims()
+                ),
+            ))
+        }
+        Some(d) => d,
+    };
     if b.cycles == 0 {
         return Err(Error::invalid(
             "partition",
             "block partitioner with 0 cycles",
         ));
     }
-    let (start, end) = (whole.from()[b.dim], whole.to()[b.dim]);
-    let cut = |from: i64, to: i64| whole.with_dim(b.dim, from, to);
+    let (start, end) = (whole.from()[dim], whole.to()[dim]);
+    let cut = |from: i64, to: i64| whole.with_dim(dim, from, to);
     let p = ctx.ntasks;
     let weight = |i: i64| b.index_weight.as_ref().map_or(1.0, |w| w(i));
     let total: f64 = match &b.index_weight {
@@ -467,7 +477,7 @@ mod tests {
         let along = |dim| {
             Partitioner::Block(Block {
                 index_weight: Some(Arc::new(|i| i as f64)),
-                dim,
+                dim: Some(dim),
                 ..Block::default()
             })
         };
@@ -488,6 +498,7 @@ mod tests {
             );
         }
         assert!(along(2).run(&s, 4, None).is_err());
+        assert!(Partitioner::block().run(&s, 4, None).is_err());
     }
 
     #[test]
@@ -604,7 +615,7 @@ mod tests {
                 task_weight: if tw.iter().take(p).any(|&w| w > 0) {
                     Some(Arc::new(move |t| tw[t] as f64))
                 } else { None },
-                dim: 0,
+                dim: None,
             };
             let v = Partitioner::Block(b).run(&s, p, None).unwrap();
             prop_assert!(count_cover(&s, &v).iter().all(|&c| c == 1));

@@ -151,7 +151,7 @@ impl Partitioner {
             task_weight: task_weight.map(|f| {
                 Arc::new(weight::<usize>(f, error.clone())) as fd::partitioner::TaskWeight
             }),
-            dim: 0,
+            dim: None,
         };
         Partitioner {
             inner: fd::Partitioner::Block(block),

@@ -41,7 +41,7 @@ fn cyclic(index_weight: bool, task_weight: bool) -> Partitioner {
         } else {
             None
         },
-        dim: 0,
+        dim: None,
     })
 }
 

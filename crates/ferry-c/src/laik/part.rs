@@ -247,7 +247,7 @@ impl LaikPartitioner {
                     cycles: self.cycles.max(1),
                     index_weight,
                     task_weight,
-                    dim: pdim,
+                    dim: Some(pdim),
                 })
             }
         }
