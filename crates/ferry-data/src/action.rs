@@ -384,9 +384,15 @@ impl<T: Element> ActionSeq<T> {
         for (peer, buf) in self.recv_peers.iter().zip(self.recv_bufs.iter_mut()) {
             ex.recv_into(*peer, self.key, as_bytes_mut(buf));
         }
-        let done = t
-            .progress_exchange(&mut ex)
-            .map_err(|e| e.context("switch"))?;
+        let done = match t.progress_exchange(&mut ex) {
+            Ok(done) => done,
+            Err(e) => {
+                // A backend may still hold this exchange's buffers (single-copy descriptors,
+                // sends written from them): nothing of it may outlive the failed switch.
+                t.abandon_exchange(&mut ex, &e);
+                return Err(e.context("switch"));
+            }
+        };
         overlap();
         if !done {
             t.exchange(&mut ex).map_err(|e| e.context("switch"))?;

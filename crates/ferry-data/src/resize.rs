@@ -182,18 +182,28 @@ fn wait_as_spare(t: &mut dyn Transport, source: &mut dyn ResizeSource) -> Result
     let mut ex = Exchange::new();
     ex.recv(0, DECISION, &mut buf);
     let mut last_check = Instant::now();
-    loop {
-        if t.progress_exchange(&mut ex)? {
-            break;
+    let waited = loop {
+        match t.progress_exchange(&mut ex) {
+            Ok(true) => break Ok(()),
+            Ok(false) => {}
+            Err(e) => break Err(e),
         }
-        t.wait_for_input(Duration::from_millis(20))?;
+        if let Err(e) = t.wait_for_input(Duration::from_millis(20)) {
+            break Err(e);
+        }
         if last_check.elapsed() >= SPARE_CHECK_EVERY {
             last_check = Instant::now();
-            source.check_alive().map_err(|e| {
-                e.or_rank(rank)
-                    .context("spare waiting for admission: the launcher is gone")
-            })?;
+            if let Err(e) = source.check_alive() {
+                break Err(e
+                    .or_rank(rank)
+                    .context("spare waiting for admission: the launcher is gone"));
+            }
         }
+    };
+    if let Err(e) = waited {
+        // The receive may be offered to rank 0 (a single-copy write into `buf`): withdraw it.
+        t.abandon_exchange(&mut ex, &e);
+        return Err(e);
     }
     drop(ex);
     Ok(buf)

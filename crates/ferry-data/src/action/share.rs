@@ -275,13 +275,20 @@ impl<T: Element> ActionSeq<T> {
                     ex.recv_into(peer, self.key, as_bytes_mut(buf));
                 }
             }
-            let done = t
-                .progress_exchange(&mut ex)
-                .map_err(|e| e.context("switch"))?;
+            let done = match t.progress_exchange(&mut ex) {
+                Ok(done) => done,
+                Err(e) => {
+                    // Nothing of a failed switch may still be offered to a peer.
+                    t.abandon_exchange(&mut ex, &e);
+                    return Err(e.context("switch"));
+                }
+            };
             if bufs.is_two() {
                 for c in &self.local {
                     if !bufs.local(c, generic) {
-                        return Err(out_of_layout().on_rank(rank));
+                        let e = out_of_layout().on_rank(rank);
+                        t.abandon_exchange(&mut ex, &e);
+                        return Err(e);
                     }
                 }
             }

@@ -672,6 +672,20 @@ impl Transport for MpiTransport {
         result
     }
 
+    /// Gives up on an exchange a caller drove itself with `progress_exchange` (the data
+    /// layer's first pass) as a failed `exchange` does: posted first parts are cancelled and
+    /// requests on the exchange's memory are waited out, so MPI no longer touches its buffers.
+    fn abandon_exchange(&mut self, ex: &mut Exchange<'_>, _why: &Error) {
+        if self.ensure_open("abandon").is_err() {
+            // MPI is finalized: no request of this rank can still be live.
+            return;
+        }
+        self.cancel_posted(ex);
+        if !self.borrowed.is_empty() {
+            self.settle_borrowed(ex);
+        }
+    }
+
     /// `MPI_Isend` from `data`; returns at once when MPI completes it at once (small messages),
     /// else waits as [`Transport::exchange`] does.
     fn send(&mut self, peer: usize, key: MsgKey, data: &[u8]) -> Result<()> {
