@@ -42,6 +42,7 @@ typedef struct _Laik_Task Laik_Task;
 typedef struct _Laik_AccessPhase Laik_AccessPhase;
 typedef struct _Laik_PartGroup Laik_PartGroup;
 typedef struct _Laik_SwitchStat Laik_SwitchStat;
+typedef struct _Laik_MappingList Laik_MappingList;
 
 /* An index of up to three dimensions (x, y, z). */
 typedef struct _Laik_Index {
@@ -95,6 +96,9 @@ Laik_Group* laik_new_shrinked_group(Laik_Group* g, int len, int* list);
 Laik_Group* laik_group_parent(Laik_Group* g);
 Laik_Group* laik_clone_group(Laik_Group* g);
 Laik_Group* laik_new_union_group(Laik_Group* g1, Laik_Group* g2);
+Laik_Group* laik_create_group(Laik_Instance* inst, int maxsize);
+void laik_set_world(Laik_Instance* inst, Laik_Group* newworld);
+char* laik_get_guid(Laik_Instance* inst);
 char* laik_group_location(Laik_Group* group, int id);
 void laik_release_group(Laik_Group* g);
 Laik_Group* laik_allow_world_resize(Laik_Instance* inst, int phase);
@@ -113,6 +117,7 @@ void laik_get_phase(Laik_Instance* inst, int* n, const char** name, void** data)
 void laik_set_iteration(Laik_Instance* inst, int iter);
 int laik_get_iteration(Laik_Instance* inst);
 void laik_iter_reset(Laik_Instance* inst);
+void laik_set_args(Laik_Instance* inst, int argc, char** argv);
 double laik_wtime(void);
 
 /* ---- logging (to stderr, LAIK_LOG / FERRY_LOG threshold) and profiling ---- */
@@ -318,6 +323,7 @@ Laik_Partitioner* laik_new_reassign_partitioner(Laik_Group* newg,
                                                 Laik_GetIdxWeight_t getIdxW,
                                                 const void* userData);
 void laik_free_partitioner(Laik_Partitioner* pr);
+bool laik_index_global2local(Laik_Partitioning* p, Laik_Index* global, Laik_Index* local);
 
 /* application partitioners */
 typedef enum _Laik_PartitionerFlag {
@@ -543,10 +549,65 @@ typedef void (*laik_kvs_removed_func)(Laik_KVStore*, char*);
 void laik_kvs_reg_callbacks(Laik_KVStore* kvs, laik_kvs_created_func fc,
                             laik_kvs_changed_func fu, laik_kvs_removed_func fr);
 
+/* ---- debug printers of internal objects (ferry's descriptions, see docs/C-API.md) ---- */
+
+void laik_log_RangeList(Laik_RangeList* list);
+void laik_log_Transition(Laik_Transition* t, bool showActions);
+void laik_log_ActionSeq(Laik_ActionSeq* as, bool showDetails);
+void laik_log_ActionSeqIfChanged(bool changed, Laik_ActionSeq* as, char* title);
+void laik_log_Checksum(char* buf, int count, Laik_Type* t);
+
+/* ---- allocators (recorded per container; see docs/C-API.md) ---- */
+
+typedef enum _Laik_MemoryPolicy {
+    LAIK_MP_None = 0,
+    LAIK_MP_NewAllocOnRepartition,
+    LAIK_MP_NotifyOnChange,
+    LAIK_MP_UsePool
+} Laik_MemoryPolicy;
+
+typedef void* (*Laik_malloc_t)(Laik_Data*, size_t);
+typedef void (*Laik_free_t)(Laik_Data*, void*);
+typedef void* (*Laik_realloc_t)(Laik_Data*, void*, size_t);
+
+typedef struct _Laik_Allocator Laik_Allocator;
+struct _Laik_Allocator {
+    Laik_MemoryPolicy policy;
+    Laik_malloc_t malloc;
+    Laik_free_t free;
+    Laik_realloc_t realloc;
+    void (*unmap)(Laik_Data* d, void* ptr, size_t length);
+};
+
+Laik_Allocator* laik_new_allocator(Laik_malloc_t m, Laik_free_t f, Laik_realloc_t r);
+Laik_Allocator* laik_new_allocator_def(void);
+void laik_set_allocator(Laik_Data* d, Laik_Allocator* alloc);
+Laik_Allocator* laik_get_allocator(Laik_Data* d);
+extern Laik_Allocator* laik_allocator_def;
+
+/* ---- external agents (ext.h): none can be loaded, see docs/C-API.md ---- */
+
+#define MAX_AGENTS 10
+#define MAX_UID_LENGTH 64
+#define MAX_FAILED_BUFFER 32
+
+typedef struct { char uid[MAX_UID_LENGTH]; } node_uid_t;
+typedef struct tag_laik_ext_agent Laik_Agent;
+typedef Laik_Agent* (*laik_agent_init)(int, char**);
+
+void laik_ext_load_agent_from_file(Laik_Instance* instance, char* path, int argc, char** argv);
+void laik_ext_load_agent_from_function(Laik_Instance* instance, laik_agent_init function,
+                                       int argc, char** argv);
+void laik_ext_init(Laik_Instance* inst);
+void laik_ext_cleanup(Laik_Instance* inst);
+void laik_get_failed(Laik_Instance* inst, int* nfailed, int** failed, int max);
+
 /* ---- memory layouts ---- */
 
 typedef Laik_Layout* (*laik_layout_factory_t)(int n, Laik_Range* range);
 Laik_Layout* laik_new_layout_lex(int n, Laik_Range* range);
+uint64_t laik_layout_lex_stride(Laik_Layout* l, int n, int d);
+int64_t laik_offset(Laik_Layout* l, int section, Laik_Index* idx);
 void laik_data_set_layout_factory(Laik_Data* d, laik_layout_factory_t factory);
 
 #ifdef __cplusplus

@@ -39,6 +39,10 @@ pub enum Op {
     Prod,
     Min,
     Max,
+    /// Bitwise and of integer elements (LAIK's `LAIK_RO_And`).
+    And,
+    /// Bitwise or of integer elements (LAIK's `LAIK_RO_Or`).
+    Or,
     /// A program's reduction over opaque elements (LAIK's `laik_type_set_reduce`).
     Bytes(ByteReduce),
 }
@@ -71,6 +75,23 @@ impl Op {
             Op::Prod => ReduceOp::Prod,
             Op::Min => ReduceOp::Min,
             Op::Max => ReduceOp::Max,
+            // Bitwise operations on the bytes of an integer are those on the integer: the
+            // callers admit them for integer element types only (LAIK defines them for its
+            // integer types and refuses them for float and double).
+            Op::And => ReduceOp::custom(|acc: &mut [T], x: &[T]| {
+                let (a, b) = (
+                    ferry_core::element::as_bytes_mut(acc),
+                    ferry_core::element::as_bytes(x),
+                );
+                a.iter_mut().zip(b).for_each(|(a, b)| *a &= *b);
+            }),
+            Op::Or => ReduceOp::custom(|acc: &mut [T], x: &[T]| {
+                let (a, b) = (
+                    ferry_core::element::as_bytes_mut(acc),
+                    ferry_core::element::as_bytes(x),
+                );
+                a.iter_mut().zip(b).for_each(|(a, b)| *a |= *b);
+            }),
             Op::Bytes(b) => ReduceOp::custom(move |acc: &mut [T], x: &[T]| {
                 // The data layer folds whole rows of element-aligned byte ranges (see
                 // laik::reduce), so both operands hold whole elements.
@@ -192,6 +213,17 @@ impl AnyContainer {
                 to,
                 strides: m.strides,
             })
+        })
+    }
+
+    /// Sets every byte of every mapping's memory to `byte` (the neutral element of a bitwise
+    /// reduction for the Init data flow: all bits set for and, none for or).
+    pub fn fill_bytes(&mut self, byte: u8) -> Result<()> {
+        each!(self, c => {
+            for i in 0..c.num_mappings() {
+                ferry_core::element::as_bytes_mut(c.mapping_mut(i)?.data).fill(byte);
+            }
+            Ok(())
         })
     }
 

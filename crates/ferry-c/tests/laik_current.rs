@@ -13,7 +13,14 @@
 //! * `tests/c/laik_pull.c -c`: a compact mapping on several ranks (markov's `-c`);
 //! * `tests/c/laik_pull.c`, `laik_chain.c` on more ranks than states, where ranks hold
 //!   nothing, and `tests/c/laik_no_local.c`, the fatal error of asking such a rank for a
-//!   global index.
+//!   global index;
+//! * `tests/c/laik_bitwise.c`: `LAIK_RO_And` / `LAIK_RO_Or` over LAIK's integer types;
+//! * `tests/c/laik_world_calls.c`: the world, allocator and agent calls of LAIK's headers
+//!   (`laik_set_world`, `laik_get_guid`, `laik_set_args`, `laik_index_global2local`,
+//!   allocators, `ext.h`);
+//! * `tests/c/laik_printers.c`: the debug printers of range lists, transitions, action
+//!   sequences and checksums;
+//! * `tests/c/laik_layout_lex.c`: strides and offsets of LAIK's lexicographic layout objects.
 //!
 //! Needs `cc` and the launcher of this profile (`cargo build --release --workspace`); the
 //! library is (re)built by the test itself. Without them the tests fail under `CI=true` and say
@@ -24,7 +31,7 @@ mod support;
 
 mod c_support;
 
-use c_support::{compile, launch, tools, BACKENDS};
+use c_support::{Prog, BACKENDS};
 
 /// The group fields and location exchange of `laik-internal.h` that LAIK's `locationtest`
 /// uses (`world->myid`, `world->size`, `laik_sync_location`, `laik_group_location` of other
@@ -32,26 +39,13 @@ use c_support::{compile, launch, tools, BACKENDS};
 /// on 2 and 4 processes on tcp, shm and hybrid.
 #[test]
 fn laik_group_fields_and_locations_of_the_internal_header() {
-    let Some((ferry, libdir)) = tools("laik_group_fields_and_locations_of_the_internal_header")
-    else {
+    let test = "laik_group_fields_and_locations_of_the_internal_header";
+    let Some(p) = Prog::build(test, "laik_locations") else {
         return;
     };
-    let prog = compile("laik_locations", &libdir);
     for b in BACKENDS {
         for n in [2, 4] {
-            let r = launch(&ferry, &libdir, b, n, &[], &prog, &[]);
-            assert_eq!(
-                r.status,
-                Some(0),
-                "{b}, {n} processes: stdout:\n{}stderr:\n{}",
-                r.stdout,
-                r.stderr
-            );
-            assert_eq!(
-                r.stdout,
-                format!("group fields and {n} locations: ok\n"),
-                "{b}"
-            );
+            p.expect_stdout(b, n, &[], &format!("group fields and {n} locations: ok\n"));
         }
     }
 }
@@ -63,26 +57,13 @@ fn laik_group_fields_and_locations_of_the_internal_header() {
 /// and 4 processes on tcp, shm and hybrid.
 #[test]
 fn laik_any_and_single_reductions_copy_one_of_equal_copies() {
-    let Some((ferry, libdir)) = tools("laik_any_and_single_reductions_copy_one_of_equal_copies")
-    else {
+    let test = "laik_any_and_single_reductions_copy_one_of_equal_copies";
+    let Some(p) = Prog::build(test, "laik_any_copy") else {
         return;
     };
-    let prog = compile("laik_any_copy", &libdir);
     for b in BACKENDS {
         for n in [1, 3, 4] {
-            let r = launch(&ferry, &libdir, b, n, &[], &prog, &[]);
-            assert_eq!(
-                r.status,
-                Some(0),
-                "{b}, {n} processes: stdout:\n{}stderr:\n{}",
-                r.stdout,
-                r.stderr
-            );
-            assert_eq!(
-                r.stdout,
-                format!("Any and Single on {n} processes: ok\n"),
-                "{b}"
-            );
+            p.expect_stdout(b, n, &[], &format!("Any and Single on {n} processes: ok\n"));
         }
     }
 }
@@ -95,30 +76,22 @@ fn laik_any_and_single_reductions_copy_one_of_equal_copies() {
 /// last process is in no pair.
 #[test]
 fn laik_values_held_by_some_processes_sum_at_the_master() {
-    let Some((ferry, libdir)) = tools("laik_values_held_by_some_processes_sum_at_the_master")
-    else {
+    let test = "laik_values_held_by_some_processes_sum_at_the_master";
+    let Some(p) = Prog::build(test, "laik_subset_sum") else {
         return;
     };
-    let prog = compile("laik_subset_sum", &libdir);
     for b in BACKENDS {
         for (n, spread, holders) in [(2, false, 1), (5, false, 2), (4, true, 2), (5, true, 2)] {
-            let args: Vec<String> = if spread { vec!["-s".into()] } else { vec![] };
-            let r = launch(&ferry, &libdir, b, n, &[], &prog, &args);
+            let args: &[&str] = if spread { &["-s"] } else { &[] };
             let what = if spread { "spread" } else { "close" };
-            assert_eq!(
-                r.status,
-                Some(0),
-                "{b}, {n} processes, {what}: stdout:\n{}stderr:\n{}",
-                r.stdout,
-                r.stderr
-            );
-            assert_eq!(
-                r.stdout,
-                format!(
+            p.expect_stdout(
+                b,
+                n,
+                args,
+                &format!(
                     "{what} pairs of {n} processes: {holders} holders summed at the master \
                      and back: ok\n"
                 ),
-                "{b}"
             );
         }
     }
@@ -132,17 +105,9 @@ fn laik_values_held_by_some_processes_sum_at_the_master() {
 /// those of the plain run on tcp, shm and hybrid.
 #[test]
 fn laik_compact_mappings_index_like_plain_ones_across_ranks() {
-    let Some((ferry, libdir)) = tools("laik_compact_mappings_index_like_plain_ones_across_ranks")
-    else {
+    let test = "laik_compact_mappings_index_like_plain_ones_across_ranks";
+    let Some(p) = Prog::build(test, "laik_pull") else {
         return;
-    };
-    let prog = compile("laik_pull", &libdir);
-    let args = |extra: &[&str]| -> Vec<String> {
-        extra
-            .iter()
-            .chain(["-f", "60", "4", "5"].iter())
-            .map(|s| s.to_string())
-            .collect()
     };
     let results = |out: &str| -> Vec<String> {
         out.lines()
@@ -151,11 +116,8 @@ fn laik_compact_mappings_index_like_plain_ones_across_ranks() {
             .collect()
     };
     for b in BACKENDS {
-        let plain = launch(&ferry, &libdir, b, 4, &[], &prog, &args(&[]));
-        let compact = launch(&ferry, &libdir, b, 4, &[], &prog, &args(&["-c"]));
-        for (what, r) in [("plain", &plain), ("-c", &compact)] {
-            assert_eq!(r.status, Some(0), "{b}: {what} run; stderr:\n{}", r.stderr);
-        }
+        let plain = p.expect(b, 4, &["-f", "60", "4", "5"], 0);
+        let compact = p.expect(b, 4, &["-c", "-f", "60", "4", "5"], 0);
         assert!(
             compact
                 .stdout
@@ -179,36 +141,20 @@ fn laik_compact_mappings_index_like_plain_ones_across_ranks() {
 /// rank.
 #[test]
 fn laik_programs_run_with_more_ranks_than_states() {
-    let Some((ferry, libdir)) = tools("laik_programs_run_with_more_ranks_than_states") else {
+    let test = "laik_programs_run_with_more_ranks_than_states";
+    let Some(pull) = Prog::build(test, "laik_pull") else {
         return;
     };
-    let runs = [
-        ("laik_pull", vec!["5", "2"]),
-        ("laik_pull", vec!["-i", "5", "2"]),
-        ("laik_chain", vec!["5", "2"]),
+    let chain = pull.other("laik_chain");
+    let runs: [(&Prog, &[&str]); 3] = [
+        (&pull, &["5", "2"]),
+        (&pull, &["-i", "5", "2"]),
+        (&chain, &["5", "2"]),
     ];
-    for (name, args) in runs {
-        let prog = compile(name, &libdir);
-        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-        let one = launch(&ferry, &libdir, "tcp", 1, &[], &prog, &args);
-        assert_eq!(
-            one.status,
-            Some(0),
-            "{name} {args:?} on 1 rank; stderr:\n{}",
-            one.stderr
-        );
+    for (p, args) in runs {
+        let one = p.expect("tcp", 1, args, 0);
         for b in BACKENDS {
-            let r = launch(&ferry, &libdir, b, 8, &[], &prog, &args);
-            assert_eq!(
-                r.status,
-                Some(0),
-                "{name} {args:?} on 8 ranks, {b}; stderr:\n{}",
-                r.stderr
-            );
-            assert_eq!(
-                r.stdout, one.stdout,
-                "{name} {args:?} on 8 ranks, {b}: output differs from 1 rank"
-            );
+            p.expect_stdout(b, 8, args, &one.stdout);
         }
     }
 }
@@ -220,30 +166,159 @@ fn laik_programs_run_with_more_ranks_than_states() {
 /// (each report must name one of them).
 #[test]
 fn laik_index_translation_without_elements_names_the_call_and_rank() {
-    let Some((ferry, libdir)) =
-        tools("laik_index_translation_without_elements_names_the_call_and_rank")
-    else {
+    let test = "laik_index_translation_without_elements_names_the_call_and_rank";
+    let Some(p) = Prog::build(test, "laik_no_local") else {
         return;
     };
-    let prog = compile("laik_no_local", &libdir);
     for b in BACKENDS {
-        let r = launch(&ferry, &libdir, b, 4, &[], &prog, &[]);
-        assert_eq!(r.status, Some(1), "{b}: stderr:\n{}", r.stderr);
         // The first process to fail ends the job, so the other one may not get to report.
         let tail = ": laik_local2global_1d: laik_local2global_1d: invalid argument: no mapping \
                     0 on this process (it holds no element)";
-        let reports: Vec<&str> = r
+        let r = p.expect_fatal(b, 4, &[], &[tail], "");
+        for l in r
             .stderr
             .lines()
             .filter(|l| l.contains("laik_local2global_1d"))
-            .collect();
-        assert!(!reports.is_empty(), "{b}: no report in:\n{}", r.stderr);
-        for l in reports {
+        {
             assert!(
                 [0, 2]
                     .iter()
                     .any(|rank| l == format!("LAIK error: rank {rank}{tail}")),
                 "{b}: `{l}`"
+            );
+        }
+    }
+}
+
+/// `LAIK_RO_And` and `LAIK_RO_Or`, LAIK's bitwise reductions over its integer types (ferry
+/// refused both as unsupported): `tests/c/laik_bitwise.c` checks the neutral elements of the
+/// Init flow, the combination at the master, an all-reduce and a reduction into blocks over
+/// int32, uint64 and uchar containers value by value, on 1, 3 and 4 processes on tcp, shm
+/// and hybrid. Over doubles (`-f`) the switch is LAIK's fatal error, as LAIK defines the
+/// bitwise operations for integers only.
+#[test]
+fn laik_bitwise_and_or_reductions_over_integer_types() {
+    let test = "laik_bitwise_and_or_reductions_over_integer_types";
+    let Some(p) = Prog::build(test, "laik_bitwise") else {
+        return;
+    };
+    for b in BACKENDS {
+        for n in [1, 3, 4] {
+            p.expect_stdout(b, n, &[], &format!("And and Or on {n} processes: ok\n"));
+        }
+    }
+    p.expect_fatal(
+        "tcp",
+        2,
+        &["-f"],
+        &[
+            "unsupported: bitwise reduction (LAIK_RO_And / LAIK_RO_Or)",
+            "floating point",
+        ],
+        "accepted",
+    );
+}
+
+/// The world, allocator and agent calls of LAIK's headers (`tests/c/laik_world_calls.c`,
+/// which checks each and exits 1 on a mismatch): `laik_get_guid`, `laik_set_args`,
+/// `laik_index_global2local` on 1d and 2d block partitionings, `laik_allocator_def`,
+/// `laik_new_allocator(_def)`, `laik_set_allocator` / `laik_get_allocator`, `laik_ext_init`,
+/// `laik_get_failed` and `laik_ext_cleanup` without agents, and `laik_set_world` (with the
+/// world itself: nothing changes; with the world minus its last process: the epoch advances,
+/// the removed process is unmanaged and ends, the rest sum over the new world), on 1, 3 and 4
+/// processes on tcp, shm and hybrid. Loading an agent (`-a`) and `laik_create_group` (`-g`)
+/// are LAIK's fatal error with the reason.
+#[test]
+fn laik_world_allocator_and_agent_calls() {
+    let test = "laik_world_allocator_and_agent_calls";
+    let Some(p) = Prog::build(test, "laik_world_calls") else {
+        return;
+    };
+    for b in BACKENDS {
+        for n in [1, 3, 4] {
+            let m = if n > 1 { n - 1 } else { 1 };
+            p.expect_stdout(
+                b,
+                n,
+                &[],
+                &format!("world calls on {n} processes, {m} in the new world: ok\n"),
+            );
+        }
+    }
+    p.expect_fatal(
+        "tcp",
+        2,
+        &["-a"],
+        &[
+            "laik_ext_load_agent_from_function",
+            "external agents (ext.h) are not provided",
+        ],
+        "an agent was loaded",
+    );
+    p.expect_fatal(
+        "shm",
+        2,
+        &["-g"],
+        &["laik_create_group", "unsupported: an empty group"],
+        "an empty group was made",
+    );
+}
+
+/// LAIK's debug printers of internal objects (`tests/c/laik_printers.c`): rank 0 logs a range
+/// list, a transition, the action sequence made from it and a checksum in one warning line,
+/// and at level 1 the "if changed" lines of the sequence, which every process then executes
+/// (the master checks the sum), on 1 and 3 processes on tcp, shm and hybrid. A checksum of
+/// int32 elements (`-c`) is LAIK's fatal error, as LAIK asserts a double buffer.
+#[test]
+fn laik_debug_printers_of_range_lists_transitions_and_sequences() {
+    let test = "laik_debug_printers_of_range_lists_transitions_and_sequences";
+    let Some(p) = Prog::build(test, "laik_printers") else {
+        return;
+    };
+    let transition = "transition to 'collect' (flow preserve, reduction sum)";
+    let line = format!(
+        "LAIK warning rank 0: printers2: 2 ranges: T0 [0;4[, T1 [4;10[ | {transition} | \
+         actions for {transition} on 'vec' | checksum 6.750000\n\
+         LAIK debug rank 0: aseq: nothing changed\n\
+         LAIK debug rank 0: aseq:\nactions for {transition} on 'vec'\n"
+    );
+    for b in BACKENDS {
+        for n in [1, 3] {
+            let r = p.expect(b, n, &[], 0);
+            assert_eq!(
+                r.stdout, "printers and the printed sequence: ok\n",
+                "{b} -n {n}"
+            );
+            assert!(r.stderr.contains(&line), "{b} -n {n}: {}", r.stderr);
+        }
+    }
+    p.expect_fatal(
+        "tcp",
+        2,
+        &["-c"],
+        &["laik_log_Checksum", "a type other than laik_Double"],
+        "accepted",
+    );
+}
+
+/// LAIK's lexicographic layout objects (`tests/c/laik_layout_lex.c`): a layout over this
+/// process's ranges of a 2d block partitioning with two cycles gives the x and y strides of
+/// each section, and `laik_offset` of every index finds its value in the container's mapping
+/// of that range; a 3d box checks the z stride and the last offset. On 1, 3 and 4 processes
+/// on tcp, shm and hybrid.
+#[test]
+fn laik_lexicographic_layouts_give_strides_and_offsets() {
+    let test = "laik_lexicographic_layouts_give_strides_and_offsets";
+    let Some(p) = Prog::build(test, "laik_layout_lex") else {
+        return;
+    };
+    for b in BACKENDS {
+        for n in [1, 3, 4] {
+            p.expect_stdout(
+                b,
+                n,
+                &[],
+                &format!("lexicographic layouts of {n} processes: ok\n"),
             );
         }
     }

@@ -47,6 +47,8 @@ pub struct LaikInstance {
     /// Message being built by laik_log_begin / laik_log_append (level, text).
     log_line: Option<(c_int, String)>,
     profile: Option<Profile>,
+    /// The command line the program gave `laik_set_args` (kept, as LAIK keeps it).
+    pub(crate) args: (c_int, *mut *mut c_char),
 }
 
 /// A group of processes. `repr(C)` with LAIK's leading fields (`inst`, `gid`, `size`,
@@ -146,6 +148,7 @@ fn init() -> Result<*mut LaikInstance> {
         log_level: log_level_from_env(),
         log_line: None,
         profile: None,
+        args: (0, null_mut()),
     }));
     // SAFETY: just leaked; the instance lives until the process ends.
     let i = unsafe { &mut *inst };

@@ -9,6 +9,7 @@ use ferry_data::{DataFlow, Partitioning};
 use super::bytes::Bytes;
 use super::core::{LaikGroup, LaikInstance};
 use super::part::{LaikPartitioning, LaikSpace};
+use super::reduce::{bitwise_ok, combining, flow_of};
 use super::{obj, out, run};
 use crate::typed::{AnyContainer, Elem, Op, RawMap};
 
@@ -149,50 +150,8 @@ pub struct LaikData {
     /// The program's current partitioning (the container itself holds the byte twin of it
     /// when `bytes` is set).
     part: Option<Partitioning>,
-}
-
-/// `LAIK_RO_Any`: the copies of an index are equal, any one of them serves.
-const RO_ANY: c_int = 7;
-/// `LAIK_RO_Single`: an index has one copy only.
-const RO_SINGLE: c_int = 8;
-
-/// The operation a switch runs for LAIK's `redop`: `LAIK_RO_Any` and `LAIK_RO_Single` combine
-/// nothing (one copy is taken, as without an operation), so they run as `LAIK_RO_None`.
-fn combining(redop: c_int) -> c_int {
-    match redop {
-        RO_ANY | RO_SINGLE => 0,
-        r => r,
-    }
-}
-
-/// `Laik_DataFlow` and `Laik_ReductionOperation` to the data layer's flow and operation.
-pub(crate) fn flow_of(
-    flow: c_int,
-    redop: c_int,
-    op: &'static str,
-) -> Result<(DataFlow, Option<Op>)> {
-    let redop = combining(redop);
-    let f = match flow {
-        0 => DataFlow::None,
-        1 => DataFlow::Preserve,
-        2 => DataFlow::Init,
-        _ => return Err(Error::invalid(op, format!("data flow {flow}"))),
-    };
-    let o = match redop {
-        0 => None,
-        1 => Some(Op::Sum),
-        2 => Some(Op::Prod),
-        3 => Some(Op::Min),
-        4 => Some(Op::Max),
-        _ => {
-            return Err(Error::new(ferry_core::ErrorKind::Unsupported, op)
-                .with_detail(format!("reduction operation {redop}")))
-        }
-    };
-    Ok(match f {
-        DataFlow::None => (DataFlow::None, None),
-        _ => (f, o),
-    })
+    /// The allocator the program set (`laik_set_allocator`), recorded as LAIK records it.
+    pub(crate) allocator: *mut super::alloc::LaikAllocator,
 }
 
 impl LaikData {
@@ -261,6 +220,9 @@ impl LaikData {
         op: &'static str,
     ) -> Result<()> {
         let redop = combining(redop);
+        // The neutral byte of a bitwise reduction with the Init flow: the data layer's Init
+        // knows the neutral elements of its built-in operations only.
+        let mut fill = None;
         let (steps, init) = match &self.registered {
             Some((_, size)) if flow != 0 && redop != 0 => super::reduce::steps(
                 self.ty,
@@ -273,7 +235,17 @@ impl LaikData {
             )?,
             _ => {
                 let (f, o) = flow_of(flow, redop, op)?;
-                (vec![(to.clone(), f, o)], None)
+                if let Some(b @ (Op::And | Op::Or)) = o {
+                    bitwise_ok(self.elem, &self.name, op)?;
+                    if f == DataFlow::Init {
+                        fill = Some(if b == Op::And { 0xff } else { 0 });
+                        (vec![(to.clone(), DataFlow::None, None)], None)
+                    } else {
+                        (vec![(to.clone(), f, o)], None)
+                    }
+                } else {
+                    (vec![(to.clone(), f, o)], None)
+                }
             }
         };
         self.sync_in()?;
@@ -284,6 +256,9 @@ impl LaikData {
             self.c
                 .switch_to(t, &inner, f, o)
                 .map_err(|e| e.context(format!("{op} of `{}`", self.name)))?;
+        }
+        if let Some(byte) = fill {
+            self.c.fill_bytes(byte)?;
         }
         if let (Some(i), Some(b)) = (init, &self.bytes) {
             let dims = b.space.dims();
@@ -368,6 +343,7 @@ fn new_data(space: *mut LaikSpace, ty: *mut LaikType, op: &'static str) -> Resul
         ty,
         bytes,
         part: None,
+        allocator: super::alloc::default_allocator(),
     }));
     inst.datas.push(d);
     Ok(d)

@@ -2,9 +2,12 @@
 //! message being built with `laik_log_begin` / `laik_log_append` (nothing if no message is
 //! being built, as when its level is not shown).
 
-use std::ffi::{c_int, CString};
+use std::ffi::{c_char, c_int, CStr, CString};
 
+use super::data::LaikType;
 use super::part::{LaikIndex, LaikPartitioning, LaikRange, LaikSpace};
+use super::plan::{LaikActionSeq, LaikTransition};
+use super::ranges::LaikRangeList;
 
 fn append(text: String) {
     if let Ok(c) = CString::new(text) {
@@ -92,10 +95,8 @@ pub extern "C" fn laik_log_Range(r: *const LaikRange) {
     }
 }
 
-/// The operation's name (`sum`, `prod`, ...).
-#[no_mangle]
-pub extern "C" fn laik_log_Reduction(op: c_int) {
-    let name = match op {
+fn reduction_name(op: c_int) -> String {
+    match op {
         0 => "none".to_string(),
         1 => "sum".into(),
         2 => "prod".into(),
@@ -107,20 +108,28 @@ pub extern "C" fn laik_log_Reduction(op: c_int) {
         8 => "single".into(),
         100 => "custom".into(),
         o => format!("unknown reduction {o}"),
-    };
-    append(name);
+    }
+}
+
+fn flow_name(flow: c_int) -> String {
+    match flow {
+        0 => "none".to_string(),
+        1 => "preserve".into(),
+        2 => "init".into(),
+        f => format!("unknown data flow {f}"),
+    }
+}
+
+/// The operation's name (`sum`, `prod`, ...).
+#[no_mangle]
+pub extern "C" fn laik_log_Reduction(op: c_int) {
+    append(reduction_name(op));
 }
 
 /// The flow's name (`none`, `preserve`, `init`).
 #[no_mangle]
 pub extern "C" fn laik_log_DataFlow(flow: c_int) {
-    let name = match flow {
-        0 => "none".to_string(),
-        1 => "preserve".into(),
-        2 => "init".into(),
-        f => format!("unknown data flow {f}"),
-    };
-    append(name);
+    append(flow_name(flow));
 }
 
 /// `name: T0 [from;to[, T1 [from;to[ ...`.
@@ -138,4 +147,107 @@ pub extern "C" fn laik_log_Partitioning(p: *mut LaikPartitioning) {
         .collect::<Vec<_>>()
         .join(", ");
     append(format!("{}: {ranges}", pt.name));
+}
+
+/// `T0 [from;to[, T1 [from;to[ ...` (the ranges of a frozen list).
+#[no_mangle]
+pub extern "C" fn laik_log_RangeList(list: *mut LaikRangeList) {
+    // SAFETY: a range list of this library, or NULL.
+    let Some(l) = (unsafe { list.as_ref() }) else {
+        append("(no range list)".into());
+        return;
+    };
+    let ranges = l
+        .task_ranges()
+        .iter()
+        .map(|t| format!("T{} {}", t.task(), range_text(t.range())))
+        .collect::<Vec<_>>()
+        .join(", ");
+    append(format!("{} ranges: {ranges}", l.task_ranges().len()));
+}
+
+/// `transition to 'NAME' (flow preserve, reduction sum)`: ferry's transition holds its target
+/// partitioning, flow and operation; the steps are planned by the data layer.
+#[no_mangle]
+pub extern "C" fn laik_log_Transition(t: *mut LaikTransition, _show_actions: bool) {
+    // SAFETY: a transition of this library, or NULL.
+    let Some(tr) = (unsafe { t.as_ref() }) else {
+        append("(no transition)".into());
+        return;
+    };
+    let (to, flow, red) = tr.parts();
+    append(format!(
+        "transition to '{to}' (flow {}, reduction {})",
+        flow_name(flow),
+        reduction_name(red)
+    ));
+}
+
+/// `actions for TRANSITION on 'DATA'`: ferry's action sequences are opaque (the container's
+/// bound plan runs them), so there are no single actions to list.
+#[no_mangle]
+pub extern "C" fn laik_log_ActionSeq(a: *mut LaikActionSeq, _show_details: bool) {
+    // SAFETY: an action sequence of this library, or NULL.
+    let Some(seq) = (unsafe { a.as_ref() }) else {
+        append("(no action sequence)".into());
+        return;
+    };
+    let (t, data) = seq.parts();
+    append("actions for ".into());
+    laik_log_Transition(t, false);
+    append(format!(" on '{data}'"));
+}
+
+/// At level 1: `TITLE:` and the sequence if `changed`, `TITLE: nothing changed` otherwise.
+#[no_mangle]
+pub extern "C" fn laik_log_ActionSeqIfChanged(
+    changed: bool,
+    a: *mut LaikActionSeq,
+    title: *const c_char,
+) {
+    if !super::core::laik_log_begin(1) {
+        return;
+    }
+    if !title.is_null() {
+        // SAFETY: a NUL-terminated title from the program.
+        append(
+            unsafe { CStr::from_ptr(title) }
+                .to_string_lossy()
+                .into_owned(),
+        );
+    }
+    if changed {
+        append(":\n".into());
+        laik_log_ActionSeq(a, true);
+        append("\n".into());
+    } else {
+        append(": nothing changed\n".into());
+    }
+    super::core::laik_log_flush_text();
+}
+
+/// `checksum SUM` of `count` doubles at `buf`, as LAIK prints it; LAIK computes it for
+/// `laik_Double` only, and another type is its fatal error.
+#[no_mangle]
+pub extern "C" fn laik_log_Checksum(buf: *const c_char, count: c_int, ty: *mut LaikType) {
+    super::run("laik_log_Checksum", || {
+        // SAFETY: the predefined type handles are set at laik_init and never change.
+        if ty != unsafe { super::data::laik_Double } {
+            return Err(ferry_core::Error::invalid(
+                "laik_log_Checksum",
+                "a checksum of elements of a type other than laik_Double",
+            ));
+        }
+        let n = usize::try_from(count).unwrap_or(0);
+        let sum: f64 = if buf.is_null() || n == 0 {
+            0.0
+        } else {
+            // SAFETY: LAIK's contract: `buf` holds `count` doubles.
+            unsafe { std::slice::from_raw_parts(buf.cast::<f64>(), n) }
+                .iter()
+                .sum()
+        };
+        append(format!("checksum {sum:.6}"));
+        Ok(())
+    })
 }

@@ -7,6 +7,7 @@
 //! Failures are fatal, as in LAIK: [`run`] prints the error (rank, operation, cause) on stderr
 //! and exits with status 1, so C never sees a half-done call, an abort or an unwinding panic.
 
+mod alloc;
 mod bytes;
 mod core;
 mod custom;
@@ -14,12 +15,14 @@ mod data;
 mod debug;
 mod index_space;
 mod kvs;
+mod layout;
 mod part;
 mod plan;
 mod query;
 mod ranges;
 mod reduce;
 mod spaces;
+mod world;
 
 use std::io::Write;
 use std::panic::{catch_unwind, AssertUnwindSafe};

@@ -194,6 +194,7 @@ pub(crate) fn init_statics() {
         laik_Master = &raw mut MASTER;
     }
     super::data::init_types();
+    super::alloc::init_statics();
 }
 
 impl LaikPartitioner {

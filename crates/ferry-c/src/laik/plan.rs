@@ -7,8 +7,10 @@ use ferry_core::{Error, Result};
 use ferry_data::{LayoutOrder, Partitioning, Space};
 
 use super::core::LaikGroup;
-use super::data::{flow_of, LaikData};
+use super::data::LaikData;
+use super::layout::LaikLayout;
 use super::part::{LaikIndex, LaikPartitioning, LaikRange, LaikSpace};
+use super::reduce::flow_of;
 use super::{obj, run};
 
 /// A set of partitionings to size a container's memory for.
@@ -26,15 +28,28 @@ pub struct LaikTransition {
     redop: c_int,
 }
 
+impl LaikTransition {
+    /// The target partitioning's name, the flow and the operation (`laik_log_Transition`).
+    pub(crate) fn parts(&self) -> (String, c_int, c_int) {
+        // SAFETY: partitionings outlive the transitions made from them (LAIK's contract).
+        let name = unsafe { self.to_handle.as_ref() }.map_or(String::new(), |p| p.name.clone());
+        (name, self.flow, self.redop)
+    }
+}
+
+impl LaikActionSeq {
+    /// The sequence's transition and the name of its container (`laik_log_ActionSeq`).
+    pub(crate) fn parts(&self) -> (*mut LaikTransition, String) {
+        // SAFETY: containers outlive the action sequences made for them (LAIK's contract).
+        let name = unsafe { self.data.as_ref() }.map_or(String::new(), |d| d.name.clone());
+        (self.t, name)
+    }
+}
+
 /// A transition bound to a container (`laik_calc_actions`).
 pub struct LaikActionSeq {
     data: *mut LaikData,
     t: *mut LaikTransition,
-}
-
-/// A memory layout (only LAIK's lexicographic one).
-pub struct LaikLayout {
-    _dims: c_int,
 }
 
 #[no_mangle]
@@ -202,12 +217,6 @@ pub extern "C" fn laik_aseq_free(a: *mut LaikActionSeq) {
         }
         Ok(())
     })
-}
-
-/// LAIK's lexicographic layout (x fastest) for a mapping over `range`.
-#[no_mangle]
-pub extern "C" fn laik_new_layout_lex(n: c_int, _range: *mut LaikRange) -> *mut LaikLayout {
-    Box::into_raw(Box::new(LaikLayout { _dims: n }))
 }
 
 pub type LayoutFactory = extern "C" fn(c_int, *mut LaikRange) -> *mut LaikLayout;

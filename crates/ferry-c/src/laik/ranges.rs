@@ -29,6 +29,13 @@ pub struct LaikRangeList {
     frozen: bool,
 }
 
+impl LaikRangeList {
+    /// The list's task ranges (empty until it is frozen).
+    pub(crate) fn task_ranges(&self) -> &[LaikTaskRange] {
+        &self.ranges
+    }
+}
+
 /// `Laik_RangeFilter`: keeps the ranges of one process and/or the ranges intersecting given
 /// index ranges.
 pub struct LaikRangeFilter {

@@ -1,6 +1,7 @@
-//! Reductions over elements of program-registered types (`laik_type_set_init`,
-//! `laik_type_set_reduce`): any `Laik_ReductionOperation` on such a container calls the
-//! program's functions with that operation, as LAIK does.
+//! LAIK's reduction operations as the data layer's (`flow_of`, LAIK's bitwise ones for
+//! integer types only), and reductions over elements of program-registered types
+//! (`laik_type_set_init`, `laik_type_set_reduce`): any `Laik_ReductionOperation` on such a
+//! container calls the program's functions with that operation, as LAIK does.
 //!
 //! The container holds the elements as bytes (see `bytes.rs`); every range of a partitioning
 //! is a whole number of elements there, and the data layer's transition folds whole rows of
@@ -17,7 +18,7 @@ use ferry_data::{DataFlow, Partitioner, Partitioning};
 
 use super::data::LaikType;
 use super::run;
-use crate::typed::{AnyContainer, ByteReduce, Op, ReduceFn};
+use crate::typed::{AnyContainer, ByteReduce, Elem, Op, ReduceFn};
 
 /// `void init(void* base, int count, int op)` (LAIK's `laik_init_t`): neutral elements.
 pub type InitFn = extern "C" fn(*mut c_void, c_int, c_int);
@@ -157,4 +158,64 @@ pub(crate) fn init_all(
         }
     }
     Ok(())
+}
+
+/// `LAIK_RO_Any`: the copies of an index are equal, any one of them serves.
+const RO_ANY: c_int = 7;
+/// `LAIK_RO_Single`: an index has one copy only.
+const RO_SINGLE: c_int = 8;
+
+/// The operation a switch runs for LAIK's `redop`: `LAIK_RO_Any` and `LAIK_RO_Single` combine
+/// nothing (one copy is taken, as without an operation), so they run as `LAIK_RO_None`.
+pub(crate) fn combining(redop: c_int) -> c_int {
+    match redop {
+        RO_ANY | RO_SINGLE => 0,
+        r => r,
+    }
+}
+
+/// LAIK defines `LAIK_RO_And` and `LAIK_RO_Or` (bitwise) for its integer types only; a
+/// container of float or double elements gets LAIK's error for an unsupported reduction.
+pub(crate) fn bitwise_ok(elem: Elem, name: &str, op: &'static str) -> Result<()> {
+    if matches!(elem, Elem::F64 | Elem::F32) {
+        return Err(
+            Error::new(ferry_core::ErrorKind::Unsupported, op).with_detail(format!(
+                "bitwise reduction (LAIK_RO_And / LAIK_RO_Or) over `{name}`, whose elements \
+                 are floating point (LAIK defines them for integer types only)"
+            )),
+        );
+    }
+    Ok(())
+}
+
+/// `Laik_DataFlow` and `Laik_ReductionOperation` to the data layer's flow and operation.
+pub(crate) fn flow_of(
+    flow: c_int,
+    redop: c_int,
+    op: &'static str,
+) -> Result<(DataFlow, Option<Op>)> {
+    let redop = combining(redop);
+    let f = match flow {
+        0 => DataFlow::None,
+        1 => DataFlow::Preserve,
+        2 => DataFlow::Init,
+        _ => return Err(Error::invalid(op, format!("data flow {flow}"))),
+    };
+    let o = match redop {
+        0 => None,
+        1 => Some(Op::Sum),
+        2 => Some(Op::Prod),
+        3 => Some(Op::Min),
+        4 => Some(Op::Max),
+        5 => Some(Op::And),
+        6 => Some(Op::Or),
+        _ => {
+            return Err(Error::new(ferry_core::ErrorKind::Unsupported, op)
+                .with_detail(format!("reduction operation {redop}")))
+        }
+    };
+    Ok(match f {
+        DataFlow::None => (DataFlow::None, None),
+        _ => (f, o),
+    })
 }

@@ -104,3 +104,146 @@ pub fn launch(
     c.env("LD_LIBRARY_PATH", libdir);
     run_group(c, LIMIT).expect("start ferry run")
 }
+
+/// A compiled program of `tests/c/` with the launcher and library it runs with, and the
+/// checks every C test makes of a run (exit status, output, LAIK's fatal error), so that each
+/// test states only what its program must show.
+pub struct Prog {
+    pub ferry: PathBuf,
+    pub libdir: PathBuf,
+    pub exe: PathBuf,
+    name: String,
+}
+
+impl Prog {
+    /// Builds the library, finds the launcher and compiles `tests/c/NAME.c`; `None` (after
+    /// [`skip_or_fail`] for `test`) when the tools are missing.
+    pub fn build(test: &str, name: &str) -> Option<Prog> {
+        let (ferry, libdir) = tools(test)?;
+        let exe = compile(name, &libdir);
+        Some(Prog {
+            ferry,
+            libdir,
+            exe,
+            name: name.to_string(),
+        })
+    }
+
+    /// Another program of `tests/c/`, run with the same launcher and library.
+    pub fn other(&self, name: &str) -> Prog {
+        Prog {
+            ferry: self.ferry.clone(),
+            libdir: self.libdir.clone(),
+            exe: compile(name, &self.libdir),
+            name: name.to_string(),
+        }
+    }
+
+    /// Runs the program on `backend` with `n` processes, launcher options `extra` and the
+    /// program's arguments `args`.
+    pub fn launch(&self, backend: &str, n: usize, extra: &[&str], args: &[&str]) -> RunResult {
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        launch(
+            &self.ferry,
+            &self.libdir,
+            backend,
+            n,
+            extra,
+            &self.exe,
+            &args,
+        )
+    }
+
+    /// Names a run in assertion messages.
+    pub fn what(&self, backend: &str, n: usize, args: &[&str]) -> String {
+        format!("{} {} on {backend} -n {n}", self.name, args.join(" "))
+    }
+
+    /// Runs the program and asserts that it exited with `status`.
+    pub fn expect(&self, backend: &str, n: usize, args: &[&str], status: i32) -> RunResult {
+        let r = self.launch(backend, n, &[], args);
+        assert_eq!(
+            r.status,
+            Some(status),
+            "{}: exit status; stdout:\n{}stderr:\n{}",
+            self.what(backend, n, args),
+            r.stdout,
+            r.stderr
+        );
+        r
+    }
+
+    /// Runs the program and asserts that it exited with status 0 printing exactly `stdout`.
+    pub fn expect_stdout(&self, backend: &str, n: usize, args: &[&str], stdout: &str) {
+        let r = self.expect(backend, n, args, 0);
+        assert_eq!(r.stdout, stdout, "{}", self.what(backend, n, args));
+    }
+
+    /// Runs a program that checks facts itself and prints a line ending with `suffix` per
+    /// fact that holds: asserts exit status 0, `count` such lines and no "wrong" in its
+    /// output.
+    pub fn expect_checks(
+        &self,
+        backend: &str,
+        n: usize,
+        args: &[&str],
+        suffix: &str,
+        count: usize,
+    ) -> RunResult {
+        let r = self.expect(backend, n, args, 0);
+        let what = self.what(backend, n, args);
+        let right = r.stdout.lines().filter(|l| l.ends_with(suffix)).count();
+        assert_eq!(
+            right, count,
+            "{what}: lines ending `{suffix}` in:\n{}",
+            r.stdout
+        );
+        assert!(
+            !r.stdout.contains("wrong") && !r.stderr.contains("wrong"),
+            "{what}: stdout:\n{}stderr:\n{}",
+            r.stdout,
+            r.stderr
+        );
+        r
+    }
+
+    /// Runs the program and asserts LAIK's fatal error: exit status 1, every one of `needles`
+    /// in stderr, no panic or abort, and not `unreached` in stdout (what the program prints
+    /// if the failing call returns; empty if nothing).
+    pub fn expect_fatal(
+        &self,
+        backend: &str,
+        n: usize,
+        args: &[&str],
+        needles: &[&str],
+        unreached: &str,
+    ) -> RunResult {
+        let r = self.expect(backend, n, args, 1);
+        assert!(
+            unreached.is_empty() || !r.stdout.contains(unreached),
+            "{}: the failing call returned:\n{}",
+            self.what(backend, n, args),
+            r.stdout
+        );
+        for s in needles.iter().chain(["LAIK error: rank "].iter()) {
+            assert!(
+                r.stderr.contains(s),
+                "{}: no `{s}` in stderr:\n{}",
+                self.what(backend, n, args),
+                r.stderr
+            );
+        }
+        no_abort(&r.stderr, &self.what(backend, n, args));
+        r
+    }
+}
+
+/// Asserts that a run's `stderr` shows no panic and no abort (`what` names the run).
+pub fn no_abort(stderr: &str, what: &str) {
+    for bad in ["panicked", "Aborted", "SIGABRT", "signal 6"] {
+        assert!(
+            !stderr.contains(bad),
+            "{what}: `{bad}` in stderr:\n{stderr}"
+        );
+    }
+}
