@@ -7,17 +7,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crossbeam::channel::{unbounded, Receiver, RecvTimeoutError, Sender};
-use ferry_proto::{Arrival, EarlyArrivals, FlowTable, MsgKey};
+use ferry_proto::{Arrival, EarlyArrivals, FifoFlows, MsgKey};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::shared::{HeapShared, SharedMemory};
 use crate::stats::Stats;
 use crate::transport::{check_peer, Exchange, OpState, RetiredFlows, Transport, WaitPolicy};
 
+/// A message on its way. It carries no flow serial: each rank's channel delivers every
+/// sender's packets in send order, so the receiver numbers them on arrival ([`FifoFlows`]).
 struct Packet {
     source: usize,
     key: MsgKey,
-    serial: u64,
     payload: Vec<u8>,
 }
 
@@ -26,7 +27,7 @@ pub struct MemTransport {
     rank: usize,
     peers: Vec<Sender<Packet>>,
     incoming: Receiver<Packet>,
-    flows: FlowTable,
+    flows: FifoFlows,
     inbox: EarlyArrivals,
     stats: Stats,
     policy: WaitPolicy,
@@ -45,7 +46,7 @@ impl MemTransport {
                 rank,
                 peers: senders.clone(),
                 incoming,
-                flows: FlowTable::new(),
+                flows: FifoFlows::new(),
                 inbox: EarlyArrivals::new(usize::MAX, usize::MAX),
                 stats: Stats::new(rank, size, "mem"),
                 policy: WaitPolicy {
@@ -57,6 +58,8 @@ impl MemTransport {
                         size,
                         crate::config::host_cores(),
                     ),
+                    // Threads of one process share its affinity mask: never one core each.
+                    spin_yields: true,
                 },
                 shared: Arc::new(shared),
             })
@@ -92,7 +95,7 @@ impl MemTransport {
         let arrival = Arrival {
             source: p.source,
             key: p.key,
-            serial: p.serial,
+            serial: self.flows.arrive(p.source, p.key),
         };
         self.inbox.insert(arrival, p.payload).map_err(|e| {
             Error::new(ErrorKind::Protocol, "recv")
@@ -125,11 +128,9 @@ impl Transport for MemTransport {
         let size = self.size();
         for s in ex.sends.iter_mut().filter(|s| s.state == OpState::New) {
             check_peer(self.rank, size, s.peer, "send")?;
-            let serial = self.flows.take_send_serial(s.peer, s.key);
             let packet = Packet {
                 source: self.rank,
                 key: s.key,
-                serial,
                 payload: s.data.to_vec(),
             };
             self.peers[s.peer].send(packet).map_err(|_| {
@@ -148,7 +149,7 @@ impl Transport for MemTransport {
                 OpState::Done => continue,
                 OpState::New => {
                     check_peer(self.rank, size, r.peer, "recv")?;
-                    let serial = self.flows.take_recv_serial(r.peer, r.key);
+                    let serial = self.flows.post(r.peer, r.key);
                     r.state = OpState::Active {
                         serial,
                         progress: 0,
@@ -163,6 +164,7 @@ impl Transport for MemTransport {
                 serial,
             };
             if let Some(payload) = self.inbox.take(&arrival) {
+                self.flows.taken(r.peer, r.key);
                 let len = payload.len();
                 r.buf.fill_from(payload).map_err(|want| {
                     want.to_error("recv", len)
@@ -222,5 +224,35 @@ mod tests {
             got[0]
         });
         assert_eq!(out, vec![3, 0, 1, 2]);
+    }
+
+    /// A ring on a new tag per iteration keeps every rank's flows at what is in flight, and
+    /// tags reused in a second round start again in order (the contents differ per round).
+    #[test]
+    fn new_tag_per_iteration_keeps_flows_flat() {
+        let out = MemTransport::run(4, |mut t| {
+            let (r, n) = (t.rank(), t.size());
+            let (next, prev) = ((r + 1) % n, (r + n - 1) % n);
+            let mut max_flows = 0;
+            for round in 0..2u32 {
+                for tag in 0..5_000u32 {
+                    let mut got = Vec::new();
+                    let mut ex = Exchange::new();
+                    let mine = (tag ^ round).to_le_bytes();
+                    ex.send(next, MsgKey::user(tag), &mine);
+                    ex.recv(prev, MsgKey::user(tag), &mut got);
+                    t.exchange(&mut ex).unwrap();
+                    drop(ex);
+                    assert_eq!(got, mine, "rank {r} tag {tag} round {round}");
+                    max_flows = max_flows.max(t.flow_count().unwrap());
+                }
+            }
+            max_flows
+        });
+        // A rank's predecessor can be up to size - 1 iterations ahead (a ring only couples
+        // neighbours), so that many flows may have a message waiting, plus the one receiving.
+        for (rank, max) in out.iter().enumerate() {
+            assert!(*max <= 4, "rank {rank}: up to {max} flows");
+        }
     }
 }

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use ferry_proto::{Arrival, EarlyArrivals, FlowTable};
+use ferry_proto::{Arrival, EarlyArrivals, FifoFlows};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::stats::Stats;
@@ -11,7 +11,9 @@ use crate::transport::{check_peer, Exchange, OpState, RetiredFlows, Transport};
 /// One rank talking only to itself.
 #[derive(Debug)]
 pub struct SingleTransport {
-    flows: FlowTable,
+    /// Messages to self are in send order: numbered on "arrival" (the send), forgotten once
+    /// taken ([`FifoFlows`]).
+    flows: FifoFlows,
     inbox: EarlyArrivals,
     stats: Stats,
 }
@@ -26,7 +28,7 @@ impl SingleTransport {
     /// The world of one rank.
     pub fn new() -> SingleTransport {
         SingleTransport {
-            flows: FlowTable::new(),
+            flows: FifoFlows::new(),
             inbox: EarlyArrivals::new(usize::MAX, usize::MAX),
             stats: Stats::new(0, 1, "single"),
         }
@@ -50,7 +52,7 @@ impl Transport for SingleTransport {
         self.stats.calls += 1;
         for s in ex.sends.iter_mut().filter(|s| s.state == OpState::New) {
             check_peer(0, 1, s.peer, "send")?;
-            let serial = self.flows.take_send_serial(0, s.key);
+            let serial = self.flows.arrive(0, s.key);
             let arrival = Arrival {
                 source: 0,
                 key: s.key,
@@ -69,7 +71,7 @@ impl Transport for SingleTransport {
                 OpState::Done => continue,
                 OpState::New => {
                     check_peer(0, 1, r.peer, "recv")?;
-                    let serial = self.flows.take_recv_serial(0, r.key);
+                    let serial = self.flows.post(0, r.key);
                     r.state = OpState::Active {
                         serial,
                         progress: 0,
@@ -84,6 +86,7 @@ impl Transport for SingleTransport {
                 serial,
             };
             if let Some(payload) = self.inbox.take(&arrival) {
+                self.flows.taken(0, r.key);
                 let len = payload.len();
                 r.buf
                     .fill_from(payload)
@@ -134,5 +137,27 @@ mod tests {
         assert_eq!(buf, b"b");
         assert!(t.recv(0, MsgKey::user(1), &mut buf).is_err());
         assert!(t.send(1, MsgKey::user(1), b"x").is_err());
+    }
+
+    /// A new tag per message leaves no flow behind once each message was received; a message
+    /// still waiting keeps its flow (and its order) until it is taken.
+    #[test]
+    fn self_messages_on_new_tags_leave_no_flows() {
+        let mut t = SingleTransport::new();
+        let mut buf = Vec::new();
+        for tag in 0..10_000u32 {
+            t.send(0, MsgKey::user(tag), &tag.to_le_bytes()).unwrap();
+            t.send(0, MsgKey::user(tag), b"second").unwrap();
+            t.recv(0, MsgKey::user(tag), &mut buf).unwrap();
+            assert_eq!(buf, tag.to_le_bytes());
+            assert_eq!(
+                t.flow_count(),
+                Some(1),
+                "the second message is still waiting"
+            );
+            t.recv(0, MsgKey::user(tag), &mut buf).unwrap();
+            assert_eq!(buf, b"second");
+            assert_eq!(t.flow_count(), Some(0), "tag {tag}");
+        }
     }
 }

@@ -278,8 +278,14 @@ pub struct WaitPolicy {
     /// backends for keepalive, user timeouts and heartbeats; never for waiting on live peers).
     pub failure_timeout: Duration,
     /// Yield the core on every idle poll (oversubscribed hosts: the rank we wait for may be
-    /// waiting for our core). Otherwise only every 64th idle poll yields.
+    /// waiting for our core). Otherwise only every 64th idle poll yields, if
+    /// [`WaitPolicy::spin_yields`].
     pub yield_each_poll: bool,
+    /// Yield every 64th idle poll while spinning, so that a process sharing our core gets a
+    /// turn. False for a rank bound alone to its CPU on a host its job does not oversubscribe
+    /// (see [`crate::config::spins_alone`]): nobody of the job wants that CPU, and a yield
+    /// only delays noticing the message.
+    pub spin_yields: bool,
 }
 
 impl Default for WaitPolicy {
@@ -289,6 +295,7 @@ impl Default for WaitPolicy {
             timeout: None,
             failure_timeout: Duration::from_secs(10),
             yield_each_poll: false,
+            spin_yields: true,
         }
     }
 }
@@ -521,7 +528,7 @@ pub fn drive_exchange<T: Transport + ?Sized>(t: &mut T, ex: &mut Exchange<'_>) -
         if elapsed < policy.spin {
             std::hint::spin_loop();
             // Every few polls let another process on an oversubscribed core run.
-            if policy.yield_each_poll || polls.is_multiple_of(64) {
+            if policy.yield_each_poll || (policy.spin_yields && polls.is_multiple_of(64)) {
                 std::thread::yield_now();
             }
         } else {

@@ -66,6 +66,7 @@ fn exchanges_under_mpirun() {
             "ok batched-sends",
             "ok posted-ahead",
             "ok bad-peer",
+            "ok new-tags",
         ] {
             assert_eq!(
                 out.lines().filter(|l| l.starts_with(check)).count(),

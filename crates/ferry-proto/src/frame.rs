@@ -76,6 +76,16 @@ pub enum FrameType {
     /// incarnation of the receiver's rank (serial 0: the receiver is a restart) or not
     /// (serial 1).
     Rejoined = 17,
+    /// The sender of point-to-point flow (`source` -> `dest`, `key`) proposes to forget it:
+    /// `serial` is its next serial, nothing of the flow is in its outbox, and it sends nothing
+    /// more of the flow until the answer (bounded state: tags used once).
+    Retire = 18,
+    /// Answer to `Retire`: the receiver took every message below `serial` and forgot the
+    /// flow; both sides start it again at serial 0.
+    RetireOk = 19,
+    /// Answer to `Retire`: the receiver still has receives or messages of the flow, or took
+    /// fewer messages; both sides keep counting.
+    RetireNo = 20,
 }
 
 impl FrameType {
@@ -99,6 +109,9 @@ impl FrameType {
             15 => Done,
             16 => Consumed,
             17 => Rejoined,
+            18 => Retire,
+            19 => RetireOk,
+            20 => RetireNo,
             _ => return None,
         })
     }

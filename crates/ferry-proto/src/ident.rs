@@ -125,6 +125,36 @@ impl FlowTable {
         v
     }
 
+    /// The serial the next send of flow (`dest`, `key`) will take.
+    pub fn next_send(&self, dest: usize, key: MsgKey) -> u64 {
+        self.next_send.get(&(dest, key)).copied().unwrap_or(0)
+    }
+
+    /// Every outgoing flow with state: (peer, key, next send serial), in no particular order.
+    pub fn send_flows(&self) -> impl Iterator<Item = (usize, MsgKey, u64)> + '_ {
+        self.next_send.iter().map(|(&(p, k), &n)| (p, k, n))
+    }
+
+    /// Number of outgoing flows with state.
+    pub fn send_len(&self) -> usize {
+        self.next_send.len()
+    }
+
+    /// Forgets the send counter of flow (`dest`, `key`): its next message takes serial 0.
+    pub fn forget_send(&mut self, dest: usize, key: MsgKey) {
+        self.next_send.remove(&(dest, key));
+    }
+
+    /// Forgets the receive counter of flow (`source`, `key`): its next receive takes serial 0.
+    pub fn forget_recv(&mut self, source: usize, key: MsgKey) {
+        self.next_recv.remove(&(source, key));
+    }
+
+    /// Whether flow (`source`, `key`) has a receive counter.
+    pub fn has_recv(&self, source: usize, key: MsgKey) -> bool {
+        self.next_recv.contains_key(&(source, key))
+    }
+
     /// Forgets every flow whose key `retired` selects (their messages were all sent and
     /// received and none will follow), keeping the table bounded.
     pub fn retire_where(&mut self, retired: impl Fn(&MsgKey) -> bool) {
@@ -149,6 +179,90 @@ impl FlowTable {
             .retain(|(_, k), _| k.generation >= generation);
         self.next_recv
             .retain(|(_, k), _| k.generation >= generation);
+    }
+}
+
+/// Receive-side numbering for a transport that delivers every sender's messages in the order
+/// they were sent (a FIFO channel per pair: the in-memory backend, messages to self).
+///
+/// There a message's place in its flow is known on arrival, so the sender keeps no counter and
+/// puts no serial on the wire: the receiver numbers the arrivals of each flow 0, 1, 2, ... and
+/// its posted receives the same way, exactly as [`FlowTable`] would. A flow's entry lives only
+/// while something of it is outstanding (a message that arrived and was not taken yet, or a
+/// receive posted whose message has not arrived or not been taken yet). Once every arrival was
+/// taken by a receive the entry is forgotten, and the flow starts again at 0 on both sides,
+/// consistently: the sender's next message is the next arrival, which the receiver numbers 0,
+/// and the receiver's next receive takes serial 0. A program that uses a new tag for every
+/// message therefore keeps the table at the size of what is in flight (issue 05, "bounded
+/// state"), with no handshake.
+///
+/// Not for transports whose channel can reorder two messages of one flow (the shared-memory
+/// rings let a small message pass a large one that waits; tcp resends after a reconnect).
+#[derive(Debug, Default, Clone)]
+pub struct FifoFlows {
+    flows: FastMap<(usize, MsgKey), FifoFlow>,
+}
+
+/// The outstanding part of one flow.
+#[derive(Debug, Default, Clone, Copy)]
+struct FifoFlow {
+    /// Messages that arrived (the next arrival's serial).
+    arrived: u64,
+    /// Receives posted (the next receive's serial).
+    posted: u64,
+    /// Receives that took their message.
+    taken: u64,
+}
+
+impl FifoFlows {
+    /// An empty table.
+    pub fn new() -> FifoFlows {
+        FifoFlows::default()
+    }
+
+    /// Numbers the next message of flow (`source`, `key`) to arrive; call in arrival order.
+    pub fn arrive(&mut self, source: usize, key: MsgKey) -> u64 {
+        let f = self.flows.entry((source, key)).or_default();
+        let serial = f.arrived;
+        f.arrived += 1;
+        serial
+    }
+
+    /// Takes the serial the next receive of flow (`source`, `key`) must match.
+    pub fn post(&mut self, source: usize, key: MsgKey) -> u64 {
+        let f = self.flows.entry((source, key)).or_default();
+        let serial = f.posted;
+        f.posted += 1;
+        serial
+    }
+
+    /// A receive of flow (`source`, `key`) took its message (or failed after taking it).
+    /// Forgets the flow when nothing of it is outstanding any more.
+    pub fn taken(&mut self, source: usize, key: MsgKey) {
+        let k = (source, key);
+        let Some(f) = self.flows.get_mut(&k) else {
+            return;
+        };
+        f.taken += 1;
+        if f.taken == f.arrived && f.taken == f.posted {
+            self.flows.remove(&k);
+        }
+    }
+
+    /// Forgets every flow whose key `retired` selects (`Transport::retire_flows`: no message of
+    /// those flows will be sent or received any more).
+    pub fn retire_where(&mut self, retired: impl Fn(&MsgKey) -> bool) {
+        self.flows.retain(|(_, k), _| !retired(k));
+    }
+
+    /// Number of flows with state.
+    pub fn len(&self) -> usize {
+        self.flows.len()
+    }
+
+    /// Whether no flow has state.
+    pub fn is_empty(&self) -> bool {
+        self.flows.is_empty()
     }
 }
 
@@ -194,5 +308,31 @@ mod tests {
         assert_eq!(t.len(), 1);
         assert_eq!(t.take_recv_serial(1, a), 0);
         assert_eq!(t.take_send_serial(0, b), 1);
+    }
+
+    #[test]
+    fn fifo_flows_forget_a_flow_once_everything_was_taken() {
+        let mut t = FifoFlows::new();
+        let k = MsgKey::user(9);
+        // A receive posted before its message, then one that finds its message waiting.
+        assert_eq!(t.post(1, k), 0);
+        assert_eq!(t.arrive(1, k), 0);
+        assert_eq!(t.arrive(1, k), 1);
+        t.taken(1, k);
+        assert_eq!(t.len(), 1, "message 1 is still waiting");
+        assert_eq!(t.post(1, k), 1);
+        t.taken(1, k);
+        assert!(t.is_empty());
+        // Reused: both sides start again at 0.
+        assert_eq!(t.arrive(1, k), 0);
+        assert_eq!(t.post(1, k), 0);
+        t.taken(1, k);
+        assert!(t.is_empty());
+        // Other sources and keys are separate flows.
+        t.arrive(2, k);
+        t.arrive(1, MsgKey::user(10));
+        assert_eq!(t.len(), 2);
+        t.retire_where(|key| key.tag == 10);
+        assert_eq!(t.len(), 1);
     }
 }

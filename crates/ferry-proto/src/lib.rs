@@ -24,5 +24,5 @@ pub mod ident;
 pub mod matching;
 pub mod tcp_protocol;
 
-pub use ident::{FlowTable, MsgKey, MsgKind};
+pub use ident::{FifoFlows, FlowTable, MsgKey, MsgKind};
 pub use matching::{Arrival, EarlyArrivals, MatchError};

@@ -68,8 +68,14 @@ pub fn check_route(h: &Header, me: usize, peer: usize) -> Result<(), RouteError>
         | FrameType::CloseNak
         | FrameType::Bye
         | FrameType::Done
-        | FrameType::Rejoined => inbound,
-        FrameType::Accept | FrameType::Refuse | FrameType::Get | FrameType::Consumed => outbound,
+        | FrameType::Rejoined
+        | FrameType::Retire => inbound,
+        FrameType::Accept
+        | FrameType::Refuse
+        | FrameType::Get
+        | FrameType::Consumed
+        | FrameType::RetireOk
+        | FrameType::RetireNo => outbound,
     };
     if !ok || me32 as usize != me || peer32 as usize != peer {
         return Err(RouteError::WrongRanks {

@@ -25,6 +25,9 @@ fn frame_type() -> impl Strategy<Value = FrameType> {
         FrameType::Done,
         FrameType::Consumed,
         FrameType::Rejoined,
+        FrameType::Retire,
+        FrameType::RetireOk,
+        FrameType::RetireNo,
     ])
 }
 

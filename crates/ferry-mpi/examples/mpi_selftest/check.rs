@@ -389,8 +389,97 @@ pub(crate) fn check(t: &mut MpiTransport) -> Result<(), String> {
     }
     println!("ok bad-peer");
 
+    new_tags(t)?;
+
     let nodes: Vec<usize> = (0..size).map(|r| t.node_of(r)).collect();
     println!("ok nodes {nodes:?}");
+    Ok(())
+}
+
+/// Iterations of the `new-tags` check with new tags (as many again reuse them).
+const NEW_TAGS: u32 = 20_000;
+
+/// A new tag per iteration (issue 05, bounded state): a ring of one message on an exact key
+/// and two on a hashed key (with a key header), then as many iterations again on the first
+/// tags (a reused tag keeps its order; contents checked); then, for each of a few hundred
+/// pairs of new hashed keys sharing an MPI tag, the second key's message received first, so
+/// the first one's is kept aside until its receive. MPI orders each flow itself, so what
+/// ferry keeps per flow is only what waits aside: `flow_count` must stay flat. Prints
+/// `ok new-tags: <first> <max> <pairs>`.
+fn new_tags(t: &mut MpiTransport) -> Result<(), String> {
+    let (rank, size) = (t.rank(), t.size());
+    let (right, left) = ((rank + 1) % size, (rank + size - 1) % size);
+    let mut samples = Vec::new();
+    for i in 0..2 * NEW_TAGS {
+        let tag = i % NEW_TAGS;
+        let exact = MsgKey::user(tag);
+        // Beyond the exact tag field (2^20 with 31-bit MPI tags): hashed, with a key header.
+        let hashed = MsgKey::new(0, MsgKind::USER, u32::MAX - tag);
+        let out = [
+            i.to_le_bytes(),
+            (i ^ 0xa5a5).to_le_bytes(),
+            (!i).to_le_bytes(),
+        ];
+        let (mut a, mut b, mut c) = (Vec::new(), Vec::new(), Vec::new());
+        {
+            let mut ex = Exchange::new();
+            ex.send(right, exact, &out[0]);
+            ex.send(right, hashed, &out[1]);
+            ex.send(right, hashed, &out[2]);
+            ex.recv(left, exact, &mut a);
+            ex.recv(left, hashed, &mut b);
+            ex.recv(left, hashed, &mut c);
+            t.exchange(&mut ex).map_err(|e| e.to_string())?;
+        }
+        if [a, b, c] != out.map(|o| o.to_vec()) {
+            return Err(format!(
+                "new-tags: iteration {i} (tag {tag}) received other contents"
+            ));
+        }
+        if (i + 1) % (NEW_TAGS / 5) == 0 {
+            samples.push(t.flow_count().unwrap_or(usize::MAX));
+        }
+    }
+    // Pairs of keys of a generation of their own that share a hashed MPI tag (among a million
+    // keys and 2^30 tags a few hundred pairs).
+    let pairs: Vec<(MsgKey, MsgKey)> = {
+        let map = t.tag_map();
+        let mut seen = std::collections::HashMap::new();
+        let mut pairs = Vec::new();
+        for i in 0..1_000_000u32 {
+            let k = MsgKey::new(6000, MsgKind::USER, i);
+            match seen.remove(&map.wire(k).tag) {
+                Some(other) => pairs.push((other, k)),
+                None => {
+                    seen.insert(map.wire(k).tag, k);
+                }
+            }
+        }
+        pairs
+    };
+    for (j, &(ka, kb)) in pairs.iter().enumerate() {
+        let (a, b) = ((j as u32).to_le_bytes(), (!(j as u32)).to_le_bytes());
+        let (mut ra, mut rb) = (Vec::new(), Vec::new());
+        t.send(right, kb, &b).map_err(|e| e.to_string())?;
+        t.send(right, ka, &a).map_err(|e| e.to_string())?;
+        t.recv(left, ka, &mut ra).map_err(|e| e.to_string())?;
+        t.recv(left, kb, &mut rb).map_err(|e| e.to_string())?;
+        if ra != a || rb != b {
+            return Err(format!(
+                "new-tags: pair {j} ({ka:?}, {kb:?}) received other contents"
+            ));
+        }
+        if (j + 1) % (pairs.len() / 5).max(1) == 0 {
+            samples.push(t.flow_count().unwrap_or(usize::MAX));
+        }
+    }
+    let (first, max) = (samples[0], samples.iter().copied().max().unwrap_or(0));
+    if max > first + 8 {
+        return Err(format!(
+            "new-tags: flows grew from {first} to {max}: {samples:?}"
+        ));
+    }
+    println!("ok new-tags: {first} {max} {}", pairs.len());
     Ok(())
 }
 

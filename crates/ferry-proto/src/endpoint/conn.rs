@@ -131,6 +131,7 @@ impl Endpoint {
     /// Forgets a connection (after the driver was told to close or drop it).
     pub(crate) fn forget(&mut self, id: ConnId) {
         self.retain_forget_conn(id);
+        self.retire_conn_gone(id);
         if let Some(c) = self.conns.remove(&id) {
             if let Some(p) = c.peer {
                 let peer = &mut self.peers[p];

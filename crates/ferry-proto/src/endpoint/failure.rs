@@ -96,6 +96,8 @@ impl Endpoint {
             }
             keep
         });
+        // Held for an answer about their flow that will not come.
+        failed.extend(self.drop_retiring_with(peer));
         let announced: Vec<SendId> = self
             .announced
             .iter()

@@ -121,6 +121,14 @@ impl Endpoint {
                 self.on_rejoined(p, h.serial);
                 Sink::Done
             }
+            FrameType::Retire => {
+                self.on_retire(conn, p, &h);
+                Sink::Done
+            }
+            FrameType::RetireOk | FrameType::RetireNo => {
+                self.on_retire_answer(conn, p, &h);
+                Sink::Done
+            }
             FrameType::Hello | FrameType::HelloAck => fault(
                 self,
                 format!("{:?} frame on an established connection", h.ty),

@@ -34,12 +34,14 @@
 //! and the rank that originally failed: a peer whose goodbye says it ended because rank X
 //! failed is reported as "ended after rank X failed". Nothing fails because it waited long.
 
+mod config;
 mod conn;
 mod failure;
 mod inbox;
 mod input;
 mod outbox;
 mod retain;
+mod retire;
 mod shutdown;
 
 use std::collections::VecDeque;
@@ -51,6 +53,7 @@ use crate::frame::Header;
 use crate::ident::{FlowTable, MsgKey};
 use crate::matching::{Arrival, EarlyArrivals};
 
+pub use config::EndpointConfig;
 pub use conn::{ConnectFailure, Lost, Phase};
 pub use outbox::SendStatus;
 pub use retain::{RetainConfig, RetainCounters};
@@ -237,108 +240,13 @@ pub enum ErrorKind {
     Withdrawn,
 }
 
-/// Static settings of an endpoint.
-#[derive(Debug, Clone)]
-pub struct EndpointConfig {
-    /// This rank.
-    pub rank: usize,
-    /// Ranks in the job.
-    pub size: usize,
-    /// Messages up to this size travel with TRY; larger ones are announced and pulled.
-    pub eager_bytes: usize,
-    /// TRY messages at least this large are written straight from the program's buffer while
-    /// the send's call is active, and copied into the outbox only if they are still
-    /// unanswered when the call ends ([`Endpoint::release_eager`]); smaller ones are copied at
-    /// once (a copy of a few KiB costs less than the bookkeeping). `usize::MAX`: never.
-    pub eager_direct_min: usize,
-    /// How long a call that waits only for such TRY messages keeps waiting for their answers
-    /// before [`Endpoint::release_eager`] copies them ([`Endpoint::eager_release_at`]): this
-    /// much after the last answer, post or write, plus the time to read the unanswered
-    /// messages at [`EndpointConfig::eager_hold_rate`]. While the receiver reads, its answers
-    /// come well within that and the copy is saved; a receiver that stops answering costs the
-    /// call at most this gap once more. Zero (with a zero rate): copy as soon as the call could end.
-    pub eager_hold: Duration,
-    /// The reading rate (bytes per second) assumed for a receiver working through TRY
-    /// messages, for [`EndpointConfig::eager_hold`]; 0 adds nothing.
-    pub eager_hold_rate: u64,
-    /// A call holds only while at least this many bytes of its TRYs are unanswered: a copy
-    /// of less costs less than waiting for an answer's round trip (a collective's step of a
-    /// few 16-64 KiB messages would pay that round trip in every step).
-    pub eager_hold_min: usize,
-    /// Inbox cap in messages.
-    pub inbox_messages: usize,
-    /// Inbox cap in bytes.
-    pub inbox_bytes: usize,
-    /// Outbox cap in bytes (`usize::MAX` for none). A message larger than the cap still goes
-    /// when the outbox is empty.
-    pub outbox_bytes: usize,
-    /// Largest message accepted from a peer or from the program.
-    pub max_message_bytes: u64,
-    /// Connections kept open at most (more only briefly, while idle ones close).
-    pub connection_cap: usize,
-    /// A peer that cannot be dialled for this long failed; also the handshake deadline.
-    pub connect_timeout: Duration,
-    /// How long an announced message waits for its GET before it is copied into the outbox
-    /// when this rank holds pulls of its own (it may be one of a cycle of blocked senders).
-    pub rndv_grace: Duration,
-    /// The same when nothing waits to be pulled by this rank (the receiver is only late).
-    pub rndv_grace_idle: Duration,
-    /// A receive that waited this long for a peer this rank has no connection with dials it,
-    /// so that a peer that died (or whose host is cut off) is noticed even when it owes this
-    /// rank a message and nothing else would talk to it (a liveness probe, not a timeout).
-    pub probe_after: Duration,
-    /// How long [`Endpoint::finish`] waits for peers to close after the goodbye.
-    pub linger: Duration,
-    /// The job secret exchanged in the handshake (T8).
-    pub secret: Arc<Vec<u8>>,
-    /// Ranks this endpoint does not serve (another transport reaches them): their `Hello` is
-    /// rejected. Empty: none.
-    pub excluded: Vec<bool>,
-    /// A refused dial means the peer's process ended (its listener is gone), rather than a
-    /// peer that has not started listening yet: true where addresses come from listeners
-    /// that were bound before they were published (launcher mode).
-    pub refused_is_dead: bool,
-    /// Retained messages (T6, see the `retain` module): `None` keeps none.
-    pub retain: Option<RetainConfig>,
-}
-
-impl EndpointConfig {
-    /// Settings with the defaults of `docs/CONFIGURATION.md` for rank `rank` of `size`.
-    pub fn new(rank: usize, size: usize, secret: &[u8]) -> EndpointConfig {
-        EndpointConfig {
-            rank,
-            size,
-            eager_bytes: 64 << 10,
-            eager_direct_min: 16 << 10,
-            eager_hold: Duration::from_micros(50),
-            eager_hold_rate: 1_000_000_000,
-            eager_hold_min: 256 << 10,
-            inbox_messages: 1024,
-            inbox_bytes: 64 << 20,
-            outbox_bytes: 64 << 20,
-            max_message_bytes: 1 << 32,
-            connection_cap: 1024,
-            connect_timeout: Duration::from_secs(10),
-            rndv_grace: Duration::from_millis(1),
-            rndv_grace_idle: Duration::from_millis(20),
-            probe_after: Duration::from_millis(100),
-            linger: Duration::from_millis(500),
-            secret: Arc::new(secret.to_vec()),
-            excluded: Vec::new(),
-            refused_is_dead: false,
-            retain: None,
-        }
-    }
-
-    /// Whether `peer` is served by another transport.
-    pub fn is_excluded(&self, peer: usize) -> bool {
-        self.excluded.get(peer).copied().unwrap_or(false)
-    }
-}
-
 /// Counters (T7).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Counters {
+    /// Retirements of idle point-to-point flows this rank proposed as their sender.
+    pub retire_proposed: u64,
+    /// Point-to-point flows this rank forgot by agreement with their other side.
+    pub retired_flows: u64,
     /// Connections dialled.
     pub opened: u64,
     /// Connections accepted.
@@ -481,6 +389,12 @@ pub struct Endpoint {
     pub(crate) tolerant: bool,
     /// Retained messages (T6), when on.
     pub(crate) retain: Option<retain::Retain>,
+    /// Retirements of this rank's outgoing flows waiting for their answers.
+    pub(crate) retiring: FastMap<(usize, MsgKey), retire::Retiring>,
+    /// Outgoing flows at which the next retirement sweep runs.
+    pub(crate) retire_sweep_at: usize,
+    /// When the last retirement sweep ran.
+    pub(crate) retire_last: Duration,
     #[doc(hidden)]
     pub mutations: Mutations,
 }
@@ -523,6 +437,9 @@ impl Endpoint {
             gave_up,
             tolerant: false,
             retain,
+            retiring: FastMap::default(),
+            retire_sweep_at: 0,
+            retire_last: Duration::ZERO,
             mutations: Mutations::default(),
         }
     }
@@ -566,7 +483,10 @@ impl Endpoint {
             overflow: self.overflow.len(),
             remote: self.remote.len(),
             posted: self.posted.len(),
-            sends: self.waiting_sends.len() + self.announced.len() + self.eager_out.len(),
+            sends: self.waiting_sends.len()
+                + self.announced.len()
+                + self.eager_out.len()
+                + self.retiring.len(),
             conns: self.conns.len(),
             flows: self.flows.len(),
         }
@@ -578,7 +498,8 @@ impl Endpoint {
         let mut conns: Vec<_> = self.conns.iter().collect();
         conns.sort_by_key(|c| c.0);
         format!(
-            "conns {conns:?} waiting {:?} unsent {:?} announced {:?} eager {:?} outbox {:?}",
+            "conns {conns:?} waiting {:?} unsent {:?} announced {:?} eager {:?} outbox {:?} \
+             retiring {:?}",
             self.waiting_sends,
             self.unsent,
             self.announced,
@@ -586,6 +507,10 @@ impl Endpoint {
             self.outbox
                 .iter()
                 .map(|(k, m)| (k.0, k.2, m.state, m.len))
+                .collect::<Vec<_>>(),
+            self.retiring
+                .iter()
+                .map(|(k, r)| (k.0, k.1.tag, r.n, r.held.len()))
                 .collect::<Vec<_>>()
         )
     }
@@ -761,6 +686,7 @@ impl Endpoint {
         if self.finishing.is_some() {
             self.advance_finish(now);
         }
+        self.maybe_retire();
     }
 
     /// Whether a receive the program still wants is posted (abandoned ones that only wait to
@@ -782,6 +708,12 @@ impl Endpoint {
             .map(|p| p.peer)
             .chain(self.outbox.keys().map(|k| k.0))
             .chain(self.waiting_sends.iter().map(|w| w.peer))
+            .chain(
+                self.retiring
+                    .iter()
+                    .filter(|(_, r)| !r.held.is_empty())
+                    .map(|(k, _)| k.0),
+            )
             .chain(self.want_get.iter().map(|a| a.source))
             .filter(|&p| p != self.cfg.rank)
             .collect();

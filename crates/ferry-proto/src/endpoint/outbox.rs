@@ -101,6 +101,10 @@ impl Endpoint {
         if let Some(e) = self.retain_check_room(peer, len) {
             return Err(e);
         }
+        if self.hold_if_retiring(op, peer, key, len) {
+            // Its serial depends on the answer about the flow's retirement.
+            return Ok(SendStatus::Pending);
+        }
         let serial = self.flows.take_send_serial(peer, key);
         let w = WaitingSend {
             op,
@@ -598,6 +602,9 @@ impl Endpoint {
                     }
                 }
             }
+        }
+        if self.abandon_held(op, bytes) {
+            return;
         }
         let waiting = self.waiting_sends.iter().position(|w| w.op == op);
         if let Some(w) = waiting.and_then(|i| self.waiting_sends.remove(i)) {

@@ -52,12 +52,17 @@ impl Endpoint {
         }
     }
 
-    /// Whether the outbox still holds messages that a live peer may take.
+    /// Whether the outbox still holds messages that a live peer may take (or a flow
+    /// retirement waits for its answer: sends given up while held go out after it).
     pub fn owes_live_peers(&self) -> bool {
-        self.outbox.keys().any(|&(p, _, _)| {
-            !self.gave_up[p]
-                && (self.peers[p].status == PeerStatus::Alive || self.may_still_deliver(p))
-        })
+        self.outbox
+            .keys()
+            .map(|k| k.0)
+            .chain(self.retiring.keys().map(|k| k.0))
+            .any(|p| {
+                !self.gave_up[p]
+                    && (self.peers[p].status == PeerStatus::Alive || self.may_still_deliver(p))
+            })
     }
 
     /// Live peers (not given up on) that still have to take messages of this rank.
@@ -66,6 +71,7 @@ impl Endpoint {
             .outbox
             .keys()
             .map(|k| k.0)
+            .chain(self.retiring.keys().map(|k| k.0))
             .filter(|&p| {
                 !self.gave_up[p]
                     && (self.peers[p].status == PeerStatus::Alive || self.may_still_deliver(p))

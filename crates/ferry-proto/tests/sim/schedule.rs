@@ -37,6 +37,12 @@ pub(crate) fn run_schedule(seed: u64, mutate: &dyn Fn(&mut Endpoint)) -> Vec<Str
         0 => 0,
         _ => wait_rng.below(4 * eager as u64) as usize,
     };
+    // Retirement of idle point-to-point flows after as few as one flow (drawn apart too).
+    let mut retire_rng = Rng(seed ^ 0x2e71_2e00_f10e_5eed);
+    let retire_above = match retire_rng.below(3) {
+        0 => 256,
+        _ => 1 + retire_rng.below(3) as usize,
+    };
     let mut nodes = Vec::new();
     for r in 0..n {
         let mut cfg = EndpointConfig::new(r, size, &secret);
@@ -49,6 +55,8 @@ pub(crate) fn run_schedule(seed: u64, mutate: &dyn Fn(&mut Endpoint)) -> Vec<Str
         cfg.eager_hold = eager_hold;
         cfg.eager_hold_rate = eager_hold_rate;
         cfg.eager_hold_min = eager_hold_min;
+        cfg.retire_p2p_above = retire_above;
+        cfg.retire_every = d(50 + retire_rng.below(200));
         cfg.inbox_messages = 1 + rng.below(3) as usize;
         cfg.inbox_bytes = eager * (1 + rng.below(3) as usize);
         cfg.outbox_bytes = eager * (1 + rng.below(4) as usize);

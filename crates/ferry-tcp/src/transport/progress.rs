@@ -196,7 +196,7 @@ impl TcpTransport {
             let holding = self.ep.eager_release_at().is_some_and(|t| self.clock < t);
             if now.duration_since(active) < policy.spin || self.clock < self.poll_until || holding {
                 std::hint::spin_loop();
-                if policy.yield_each_poll || polls.is_multiple_of(64) {
+                if policy.yield_each_poll || (policy.spin_yields && polls.is_multiple_of(64)) {
                     std::thread::yield_now();
                 }
             } else {

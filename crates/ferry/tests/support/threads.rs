@@ -1,5 +1,5 @@
 //! Ranks as threads of this test process over a real backend (tcp, shm, or hybrid with two
-//! "nodes"), for tests that count a transport's flows: included with `#[path]` by the facade's
+//! "nodes") or the in-memory one ("mem"), for tests that count a transport's flows: included with `#[path]` by the facade's
 //! unit tests and by the bounded-state test files.
 #![allow(dead_code)]
 
@@ -21,6 +21,9 @@ where
     F: Fn(Box<dyn Transport>) -> R + Sync,
 {
     let config = Config::default();
+    if backend == "mem" {
+        return ferry_core::mem::MemTransport::run(size, |t| f(Box::new(t)));
+    }
     if backend == "shm" {
         return ferry_shm::ShmTransport::run_threads(size, &config, |t| f(Box::new(t)))
             .expect("shm ranks start");
