@@ -604,5 +604,7 @@ pub(crate) fn decode_cma(d: &[u8; CMA_DESC]) -> CmaDesc {
     }
 }
 
+pub(crate) mod offer;
+
 #[cfg(test)]
 mod tests;

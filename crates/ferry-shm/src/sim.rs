@@ -24,6 +24,8 @@
 //!   for forever (a cut-off stream is closed by its abort entry);
 //! - exactly one of claim and withdraw wins each descriptor.
 //!
+//! Split single copy has a simulation of its own (`sim/split.rs`).
+//!
 //! A failing schedule prints its seed; `FERRY_SIM_SEED=N cargo test -p ferry-shm --lib sim`
 //! replays it alone.
 
@@ -651,5 +653,6 @@ impl Sim {
 
 mod receiver;
 mod schedules;
+mod split;
 
 use schedules::Events;

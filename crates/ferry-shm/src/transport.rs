@@ -81,6 +81,7 @@ mod rings;
 mod send;
 mod split;
 mod startup;
+mod waits;
 
 pub use startup::StartupWatch;
 use startup::{arrive, attach_block, decide_single_copy, wait_all};
@@ -181,6 +182,9 @@ pub struct ShmTransport {
     to_read: Vec<(usize, CmaDesc)>,
     /// Split single copies waiting for the sender's half (`split.rs`).
     splits: Vec<split::Split>,
+    /// Split copies that the sender finished while another exchange was driven: their
+    /// receive is completed when its own exchange is driven again (`split.rs`).
+    splits_done: Vec<split::SplitDone>,
     /// Whether large messages are split between both sides (`split.rs`): the default path
     /// (`shm.pipeline = auto`) on a host with a core per rank.
     split: bool,
@@ -198,6 +202,8 @@ pub struct ShmTransport {
     pipelined: bool,
     threshold: usize,
     stats: Stats,
+    /// Where waiting time goes, recorded only with statistics on (`waits.rs`).
+    waits: waits::WaitLog,
     policy: WaitPolicy,
     /// Per progress pass: peers with a send that could not push completely.
     blocked: Vec<bool>,
@@ -356,7 +362,7 @@ impl Transport for ShmTransport {
             if Instant::now() >= yield_until {
                 break;
             }
-            std::thread::yield_now();
+            self.waits.yield_now();
         }
         let me = self.me;
         let bell = self.seg.bell(me).load(Ordering::Acquire);
@@ -370,7 +376,11 @@ impl Transport for ShmTransport {
             } else {
                 self.eager_wait
             };
+            let slept = self.waits.start();
             sys::futex_wait(self.seg.bell(me), bell, timeout.min(cap));
+            if let Some(t) = slept {
+                self.waits.sleep_ns = self.waits.sleep_ns.saturating_add(waits::ns_since(t));
+            }
         }
         self.seg.sleeping(me).store(0, Ordering::Relaxed);
         Ok(())
@@ -378,7 +388,7 @@ impl Transport for ShmTransport {
 
     fn exchange(&mut self, ex: &mut Exchange<'_>) -> Result<()> {
         self.stats.calls += 1;
-        drive_exchange(self, ex).map_err(|e| self.failed(ex, e))
+        self.drive(ex).map_err(|e| self.failed(ex, e))
     }
 
     fn send(&mut self, peer: usize, key: MsgKey, data: &[u8]) -> Result<()> {
@@ -402,7 +412,7 @@ impl Transport for ShmTransport {
                 progress: 0,
             },
         });
-        let result = drive_exchange(self, &mut ex).map_err(|e| self.failed(&mut ex, e));
+        let result = self.drive(&mut ex).map_err(|e| self.failed(&mut ex, e));
         (self.spare_sends, self.spare_recvs) = ex.into_parts();
         result
     }
@@ -454,7 +464,7 @@ impl Transport for ShmTransport {
             buf,
             state: OpState::New,
         });
-        let result = drive_exchange(self, &mut ex).map_err(|e| self.failed(&mut ex, e));
+        let result = self.drive(&mut ex).map_err(|e| self.failed(&mut ex, e));
         (self.spare_sends, self.spare_recvs) = ex.into_parts();
         result
     }
@@ -480,7 +490,9 @@ impl Transport for ShmTransport {
     }
 
     fn stats(&self) -> Stats {
-        self.stats.clone()
+        let mut stats = self.stats.clone();
+        self.waits.report(&mut stats);
+        stats
     }
 
     fn shared_memory(&self) -> Option<Arc<dyn ferry_core::SharedMemory>> {
@@ -503,6 +515,17 @@ impl Transport for ShmTransport {
 }
 
 impl ShmTransport {
+    /// The general path: the exchange driver, timed when statistics are on.
+    fn drive(&mut self, ex: &mut Exchange<'_>) -> Result<()> {
+        let Some(t) = self.waits.start() else {
+            return drive_exchange(self, ex);
+        };
+        let result = drive_exchange(self, ex);
+        self.waits.driven += 1;
+        self.waits.driven_ns = self.waits.driven_ns.saturating_add(waits::ns_since(t));
+        result
+    }
+
     /// One receive without the exchange machinery when [`ShmTransport::recv_start`] takes it;
     /// otherwise the general path. `peer` has been validated.
     fn recv_lean(&mut self, peer: usize, key: MsgKey, mut buf: RecvBuf<'_>) -> Result<()> {
@@ -522,7 +545,7 @@ impl ShmTransport {
                 progress: 0,
             },
         });
-        let result = drive_exchange(self, &mut ex).map_err(|e| self.failed(&mut ex, e));
+        let result = self.drive(&mut ex).map_err(|e| self.failed(&mut ex, e));
         (self.spare_sends, self.spare_recvs) = ex.into_parts();
         result
     }

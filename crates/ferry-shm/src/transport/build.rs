@@ -305,6 +305,12 @@ impl ShmTransport {
             .map(|p| seg.pid(p).load(Ordering::Acquire) as u32)
             .collect();
         let inline_cap = l.slot_bytes - crate::ring::SLOT_HEADER;
+        // The job's ranks on this host, not only this segment's: the hybrid backend's node
+        // segments may share one host (nodes named by `FERRY_NODE`).
+        let host_ranks = n.max(ferry_core::config::local_ranks_hint(n));
+        // The host's cores, not this rank's affinity mask: a bound rank (`general.bind`,
+        // mpirun) sees one CPU and would turn both the split and pipelining off.
+        let cores = shared_cores();
         let mut stats = Stats::new(rank, size, "shm");
         stats.bump("shm single copy enabled", single_copy as u64);
         Ok(ShmTransport {
@@ -342,24 +348,20 @@ impl ShmTransport {
             given_up: std::collections::HashSet::new(),
             to_read: Vec::new(),
             splits: Vec::new(),
-            split: split_single_copy(
-                config.shm.pipeline,
-                n.max(ferry_core::config::local_ranks_hint(n)),
-                ferry_core::config::available_cores(),
-            ),
+            splits_done: Vec::new(),
+            split: split_single_copy(config.shm.pipeline, host_ranks, cores),
             heap_maps: HeapMaps::default(),
             spare_sends: Vec::new(),
             spare_recvs: Vec::new(),
             single_copy,
             inline_cap,
             chunk_span: CHUNK_SPAN,
-            pipelined: match config.shm.pipeline {
-                Pipeline::On => true,
-                Pipeline::Off => false,
-                Pipeline::Auto => n <= ferry_core::config::available_cores(),
-            },
+            pipelined: pipelined(config.shm.pipeline, n, cores),
             threshold: config.shm.single_copy_threshold.max(inline_cap + 1),
             stats,
+            waits: super::waits::WaitLog::new(
+                config.general.stats || std::env::var("FERRY_STATS").is_ok_and(|v| v == "1"),
+            ),
             policy: config.wait_policy(n),
             blocked: vec![false; n],
             busy: vec![false; n],
@@ -375,12 +377,35 @@ impl ShmTransport {
     }
 }
 
+/// Whether large messages stream pipelined through the rings. Under `auto` while this
+/// segment's ranks (the node's, in a hybrid job) do not outnumber the host's cores. Unlike the
+/// split, this counts the segment, not the host: the ring lets either side copy its part while
+/// the other is descheduled (up to the ring's size), and with the hybrid backend's two node
+/// segments of two ranks on one 2-core host the rings moved a 1 MiB allreduce faster than
+/// single copy (570 against 761 us, median of six interleaved rounds; see docs/PERFORMANCE.md,
+/// "Split single copy under simulation").
+fn pipelined(pipeline: Pipeline, segment_ranks: usize, cores: usize) -> bool {
+    match pipeline {
+        Pipeline::On => true,
+        Pipeline::Off => false,
+        Pipeline::Auto => segment_ranks <= cores,
+    }
+}
+
 /// Whether large messages go by split single copy: only under `shm.pipeline = auto` with a
 /// core for every rank this host runs. `host_ranks` counts the job's ranks on the host, not
 /// only this segment's: the hybrid backend's node segments may share one host (nodes named by
 /// `FERRY_NODE`), and a split needs the sender to answer the receiver's offer at once, which a
 /// descheduled sender does not (the receiver then waits `eager_wait` before reading alone;
 /// 4 ranks in two segments on 2 cores made a 1 MiB allreduce 1.3x slower).
+/// Cores the host's ranks share, for the split and pipelining choices: the host's, not this
+/// rank's affinity mask, which a launcher binding ranks (`ferry run`, mpirun) narrows to one CPU
+/// although each peer has a CPU of its own (counting the mask turned both off for bound ranks
+/// and halved 1 MiB bandwidth).
+fn shared_cores() -> usize {
+    ferry_core::config::host_cores()
+}
+
 fn split_single_copy(pipeline: Pipeline, host_ranks: usize, cores: usize) -> bool {
     pipeline == Pipeline::Auto && host_ranks <= cores
 }
@@ -388,6 +413,45 @@ fn split_single_copy(pipeline: Pipeline, host_ranks: usize, cores: usize) -> boo
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A rank bound to one CPU still splits and pipelines when its host has a core per rank.
+    #[test]
+    fn a_bound_rank_counts_the_hosts_cores() {
+        let host = ferry_core::config::host_cores();
+        let bound = std::thread::spawn(|| {
+            // SAFETY: cpu_set_t is a plain bit set; the calls read and write this thread's mask.
+            unsafe {
+                let mut set: libc::cpu_set_t = std::mem::zeroed();
+                let size = std::mem::size_of::<libc::cpu_set_t>();
+                assert_eq!(libc::sched_getaffinity(0, size, &mut set), 0);
+                let first = (0..libc::CPU_SETSIZE as usize)
+                    .find(|&c| libc::CPU_ISSET(c, &set))
+                    .expect("a CPU in the mask");
+                libc::CPU_ZERO(&mut set);
+                libc::CPU_SET(first, &mut set);
+                assert_eq!(libc::sched_setaffinity(0, size, &set), 0);
+            }
+            assert_eq!(ferry_core::config::available_cores(), 1, "mask narrowed");
+            shared_cores()
+        })
+        .join()
+        .expect("bound thread");
+        assert_eq!(bound, host);
+        assert_eq!(
+            split_single_copy(Pipeline::Auto, host, bound),
+            split_single_copy(Pipeline::Auto, host, host)
+        );
+    }
+
+    #[test]
+    fn pipelining_counts_the_segments_ranks() {
+        // A segment of two ranks on a 2-core host pipelines, also when another segment shares
+        // the host (hybrid nodes on one host); four ranks in one segment copy once.
+        assert!(pipelined(Pipeline::Auto, 2, 2));
+        assert!(!pipelined(Pipeline::Auto, 4, 2));
+        assert!(pipelined(Pipeline::On, 4, 2));
+        assert!(!pipelined(Pipeline::Off, 2, 8));
+    }
 
     #[test]
     fn split_copies_need_a_core_for_every_rank_of_the_host() {

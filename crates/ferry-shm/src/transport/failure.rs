@@ -2,6 +2,7 @@
 //! of" word), and making a failed operation safe to return from (settling its sends).
 
 use super::*;
+use crate::ring::offer::TakeBack;
 
 impl ShmTransport {
     // ----- waiting and liveness ------------------------------------------------------------
@@ -196,7 +197,7 @@ impl ShmTransport {
     pub fn settle_failed(&mut self, ex: &mut Exchange<'_>, err: &Error) {
         // Receive buffers offered to senders (split single copy) are exposed too.
         if !self.splits.is_empty() {
-            self.settle_splits();
+            self.settle_splits(ex);
         }
         for i in 0..ex.sends.len() {
             let s = &mut ex.sends[i];
@@ -319,22 +320,16 @@ impl ShmTransport {
                 return;
             };
             let word = tx.ring().ack(seq);
-            match ring::offer_state(word, seq) {
-                Offer::Done | Offer::Withdrawn => return,
-                Offer::Open => {
-                    if ring::withdraw(word, seq, true) {
-                        self.stats.bump("shm single copies aborted", 1);
-                        return;
-                    }
-                    // Claimed meanwhile: wait for the copy below.
-                }
-                Offer::Claimed => {
-                    if !self.peer_alive(l) {
-                        return;
-                    }
+            match ring::offer::take_back(word, seq, || self.peer_alive(l)) {
+                TakeBack::Wait => {
                     std::thread::sleep(pause);
                     pause = (pause * 2).min(Duration::from_millis(1));
                 }
+                TakeBack::Withdrawn => {
+                    self.stats.bump("shm single copies aborted", 1);
+                    return;
+                }
+                TakeBack::Settled | TakeBack::PeerDead => return,
             }
         }
     }
@@ -377,8 +372,10 @@ impl ShmTransport {
                 progress: progress | SETTLED,
             };
             if progress & split::SPLIT_PENDING != 0 {
-                // Its descriptor was claimed and is completed (`settle_splits`): nothing of
-                // the message is left to come.
+                // Its descriptor was claimed and is completed (`settle_splits`, or by the
+                // sender's write while another exchange was driven): nothing of the message
+                // is left to come.
+                let _ = self.take_split_done(l, r.key, serial);
                 continue;
             }
             let arrival = Arrival {

@@ -474,6 +474,16 @@ impl ShmTransport {
                                  exchange failed",
                             ));
                     }
+                    if progress & split::SPLIT_PENDING != 0 {
+                        // Its split copy is progressed by `progress_splits`, or was finished
+                        // while another exchange was driven.
+                        let peer = r.peer;
+                        if let Some(len) = self.take_split_done(l, r.key, serial) {
+                            r.state = OpState::Done;
+                            self.stats.record_recv(peer, len);
+                        }
+                        continue;
+                    }
                     serial
                 }
                 OpState::Done => continue,
@@ -573,25 +583,27 @@ impl ShmTransport {
         // The clock is read only once the message is late (a read costs ~40 ns here).
         let mut start: Option<Instant> = None;
         let mut spins: u32 = 0;
-        loop {
+        // With statistics on: since when this receive waits (set at its first empty poll).
+        let mut waited_from: Option<Instant> = None;
+        let result = loop {
             let Some(rx) = self.rx[l].as_mut() else {
-                return Ok(false);
+                break Ok(false);
             };
             if let Some(e) = rx.peek() {
                 if e.typ != T_INLINE || e.total_len as usize > self.inline_cap {
-                    return Ok(false);
+                    break Ok(false);
                 }
                 let len = e.total_len as usize;
                 if e.key == key && e.serial == serial {
                     // A length mismatch is reported by the general path.
                     let Ok(dst) = buf.prepare(len) else {
-                        return Ok(false);
+                        break Ok(false);
                     };
                     rx.read_payload(dst);
                     rx.pop();
                     self.wake(l);
                     self.stats.record_recv(peer, len);
-                    return Ok(true);
+                    break Ok(true);
                 }
                 let other = Arrival {
                     source: peer,
@@ -610,7 +622,7 @@ impl ShmTransport {
                 let room = self.inbox.len() + self.partial_count < self.inbox_cap_messages
                     && self.inbox.bytes() + self.partial_bytes + len <= self.inbox_cap_bytes;
                 if !room {
-                    return Ok(false);
+                    break Ok(false);
                 }
                 let mut v = vec![0u8; len];
                 rx.read_payload(&mut v);
@@ -624,30 +636,38 @@ impl ShmTransport {
                     buf.fill_from(p)
                         .map_err(|want| self.len_error(peer, n, want))?;
                     self.stats.record_recv(peer, n);
-                    return Ok(true);
+                    break Ok(true);
                 }
                 continue;
+            }
+            if spins == 0 && self.waits.on {
+                waited_from = Some(Instant::now());
             }
             spins = spins.wrapping_add(1);
             if spins.is_multiple_of(64) {
                 let waited = start.get_or_insert_with(Instant::now).elapsed();
                 if waited >= self.policy.spin {
-                    return Ok(false);
+                    break Ok(false);
                 }
                 // A yield costs about a microsecond here: pure spinning first, so that a
                 // dedicated core answers in tens of nanoseconds; then yield, so that ranks
-                // outnumbering cores let the sender run.
-                if waited >= PURE_SPIN && !self.policy.yield_each_poll {
-                    std::thread::yield_now();
+                // outnumbering cores let the sender run (not a rank alone on its CPU).
+                if waited >= PURE_SPIN && !self.policy.yield_each_poll && self.policy.spin_yields {
+                    self.waits.yield_now();
                 }
             }
             // Oversubscribed host (more local ranks than cores, `general.yield_when_idle`):
             // the sender may be waiting for this core, so hand it over on every idle poll.
             if self.policy.yield_each_poll {
-                std::thread::yield_now();
+                self.waits.yield_now();
             }
             std::hint::spin_loop();
+        };
+        if let Some(t) = waited_from {
+            self.waits.lean_waits += 1;
+            self.waits.lean_ns = self.waits.lean_ns.saturating_add(super::waits::ns_since(t));
         }
+        result
     }
 
     /// The lean start of a receive from the node-local `peer` (validated): taken when the

@@ -20,6 +20,7 @@
 //! offer names and refuses it.
 
 use super::*;
+use crate::ring::offer::{self, Poll, Serve};
 use crate::ring::{decode_write, encode_write, WriteOffer, T_WRITE, WRITE_OFFER};
 
 /// Messages at least this large are split between the two sides on the default path; smaller
@@ -32,15 +33,44 @@ pub(super) const SPLIT_PENDING: usize = 1 << (usize::BITS - 3);
 /// A split single copy whose receiver has read its half and waits for the sender's.
 #[derive(Clone, Copy)]
 pub(super) struct Split {
-    /// Index of the receive in the current exchange.
+    /// Index of the receive in its exchange, and the receive's key and flow serial: the
+    /// caller may drive another exchange meanwhile, whose receive at that index is another.
     pub recv: usize,
+    pub key: MsgKey,
+    pub serial: u64,
     pub l: usize,
     pub desc: CmaDesc,
     pub offer: WriteOffer,
     pub since: Instant,
 }
 
+/// A split copy finished while another exchange was driven: (segment index, key, serial)
+/// of its receive, and the message's length.
+pub(super) type SplitDone = (usize, MsgKey, u64, usize);
+
 impl ShmTransport {
+    /// Where split `sp`'s receive is in `ex`, if `ex` is the exchange that started it.
+    fn split_recv(&self, ex: &Exchange<'_>, sp: &Split) -> Option<usize> {
+        let peer = self.global_of[sp.l];
+        ex.recvs.get(sp.recv).and_then(|r| {
+            let mine = r.peer == peer
+                && r.key == sp.key
+                && matches!(r.state, OpState::Active { serial, progress }
+                    if serial == sp.serial && progress & SPLIT_PENDING != 0);
+            mine.then_some(sp.recv)
+        })
+    }
+
+    /// Takes the record of a split of receive (`l`, `key`, `serial`) that the sender
+    /// finished while another exchange was driven; returns the message's length.
+    pub(super) fn take_split_done(&mut self, l: usize, key: MsgKey, serial: u64) -> Option<usize> {
+        let i = self
+            .splits_done
+            .iter()
+            .position(|&(dl, dk, ds, _)| (dl, dk, ds) == (l, key, serial))?;
+        Some(self.splits_done.swap_remove(i).3)
+    }
+
     /// Starts a split single copy of claimed descriptor `d` from `l` into receive `i` of
     /// `ex`, or returns `Ok(false)` when it cannot be split (the caller reads it whole). On
     /// `Ok(true)` this rank has read its half; [`ShmTransport::progress_splits`] finishes it.
@@ -53,9 +83,7 @@ impl ShmTransport {
         ex: &mut Exchange<'_>,
     ) -> Result<bool> {
         let len = d.len as usize;
-        // The sender's part ends on a page boundary of the message, so that neither side's
-        // pages are pinned by both.
-        let half = (len / 2) & !4095;
+        let half = offer::split_point(len, 4096);
         if !self.split || d.heap.is_some() || len < SPLIT_MIN || half == 0 || l == self.me {
             return Ok(false);
         }
@@ -103,6 +131,8 @@ impl ShmTransport {
         };
         self.splits.push(Split {
             recv: i,
+            key: r.key,
+            serial,
             l,
             desc: d,
             offer,
@@ -116,7 +146,10 @@ impl ShmTransport {
     }
 
     /// Finishes the split copies whose sender has written its half (or refused, or let the
-    /// offer idle for `eager_wait`: then this rank reads that half itself).
+    /// offer idle for `eager_wait`: then this rank reads that half itself). A split of
+    /// another exchange (the caller drives several) is finished here only once the sender has
+    /// written its half (nothing is left to copy into that exchange's buffer; its receive is
+    /// completed when that exchange is driven again); otherwise it waits for its exchange.
     pub(super) fn progress_splits(&mut self, ex: &mut Exchange<'_>) -> Result<()> {
         let mut k = 0;
         while k < self.splits.len() {
@@ -127,27 +160,42 @@ impl ShmTransport {
                 continue;
             };
             let word = tx.ring().ack(seq);
-            let read_myself = match ring::offer_state(word, seq) {
-                Offer::Done => false,
-                Offer::Withdrawn => true,
-                Offer::Open
-                    if sp.since.elapsed() >= self.eager_wait
-                        && ring::withdraw(word, seq, false) =>
-                {
-                    self.stats.bump("shm split offers withdrawn", 1);
+            let Some(i) = self.split_recv(ex, &sp) else {
+                if offer::finish_elsewhere(word, seq) {
+                    self.splits.swap_remove(k);
+                    if let Some(rx) = self.rx[l].as_ref() {
+                        ring::complete(rx.ring().ack(sp.desc.seq), sp.desc.seq);
+                    }
+                    self.wake(l);
+                    self.stats.bump("shm split copies", 1);
+                    self.splits_done
+                        .push((l, sp.key, sp.serial, sp.desc.len as usize));
+                } else {
+                    k += 1;
+                }
+                continue;
+            };
+            let idle = sp.since.elapsed() >= self.eager_wait;
+            let read_myself = match offer::poll(word, seq, idle, || self.peer_alive(l)) {
+                Poll::Written => false,
+                Poll::ReadItYourself { withdrawn_here } => {
+                    if withdrawn_here {
+                        self.stats.bump("shm split offers withdrawn", 1);
+                    }
                     true
                 }
-                state => {
-                    if state == Offer::Claimed && !self.peer_alive(l) {
-                        return Err(self
-                            .err(ErrorKind::PeerFailed, "recv")
-                            .with_peer(self.root_cause(l))
-                            .with_detail(format!(
-                                "rank {} died while writing its half of a message{}",
-                                self.global_of[l],
-                                self.blame_note(l)
-                            )));
-                    }
+                Poll::WriterDied => {
+                    // Left in `splits`: `settle_splits` completes the sender's descriptor.
+                    return Err(self
+                        .err(ErrorKind::PeerFailed, "recv")
+                        .with_peer(self.root_cause(l))
+                        .with_detail(format!(
+                            "rank {} died while writing its half of a message{}",
+                            self.global_of[l],
+                            self.blame_note(l)
+                        )));
+                }
+                Poll::Wait => {
                     self.want_acks.push((l, seq));
                     self.waiting.push(l);
                     k += 1;
@@ -158,18 +206,7 @@ impl ShmTransport {
             let peer = self.global_of[l];
             let len = sp.desc.len as usize;
             let half = sp.offer.len as usize;
-            let Some(r) = ex.recvs.get_mut(sp.recv).filter(|r| {
-                r.peer == peer
-                    && matches!(r.state, OpState::Active { progress, .. } if progress & SPLIT_PENDING != 0)
-            }) else {
-                // Not this exchange's (a caller drove another one meanwhile): nothing to
-                // deliver to; the sender gets its buffer back.
-                if let Some(rx) = self.rx[l].as_ref() {
-                    ring::complete(rx.ring().ack(sp.desc.seq), sp.desc.seq);
-                }
-                self.wake(l);
-                continue;
-            };
+            let r = &mut ex.recvs[i];
             let result = if read_myself {
                 match r.buf.prepare(len) {
                     Ok(dst) => sys::cma_read(self.pids[l], sp.desc.addr, &mut dst[..half])
@@ -198,11 +235,19 @@ impl ShmTransport {
         Ok(())
     }
 
-    /// After a failed exchange: no peer writes into this rank's receive buffers any more.
-    /// Each pending offer is withdrawn, or waited for while the sender writes (bounded by the
+    /// After exchange `ex` failed: no peer writes into its receive buffers any more. Each of
+    /// its pending offers is withdrawn, or waited for while the sender writes (bounded by the
     /// sender's life), and the sender's descriptor completed (this rank read its half).
-    pub(super) fn settle_splits(&mut self) {
-        for sp in std::mem::take(&mut self.splits) {
+    /// Splits of other exchanges are theirs to finish.
+    pub(super) fn settle_splits(&mut self, ex: &Exchange<'_>) {
+        let mut k = 0;
+        while k < self.splits.len() {
+            let sp = self.splits[k];
+            if self.split_recv(ex, &sp).is_none() {
+                k += 1;
+                continue;
+            }
+            self.splits.swap_remove(k);
             self.withdraw_or_wait(sp.l, sp.offer.seq);
             if let Some(rx) = self.rx[sp.l].as_ref() {
                 ring::complete(rx.ring().ack(sp.desc.seq), sp.desc.seq);
@@ -222,37 +267,30 @@ impl ShmTransport {
         rx.read_payload(&mut raw);
         rx.pop();
         let w = decode_write(&raw);
-        let word = rx.ring().ack(w.seq);
         let src = ex.sends.iter().find_map(|s| match s.state {
             OpState::Active { progress, .. }
                 if s.peer == peer
                     && progress & (FORCED_FRAG | SETTLED) == 0
-                    && progress as u64 == w.desc + 1
-                    && w.len <= s.data.len() as u64 =>
+                    && progress != 0
+                    && offer::answers(Some(progress as u64 - 1), s.data.len(), &w) =>
             {
                 Some(&s.data[..w.len as usize])
             }
             _ => None,
         });
-        match src {
-            Some(src) => {
-                if ring::claim(word, w.seq) == Claim::Got {
-                    match sys::cma_write(self.pids[l], w.addr, src) {
-                        Ok(()) => {
-                            ring::complete(word, w.seq);
-                            self.stats.bump("shm split writes", 1);
-                        }
-                        Err(e) => {
-                            tracing::debug!(rank = self.rank, peer, error = %e, "split write failed");
-                            ring::unclaim(word, w.seq);
-                        }
-                    }
+        let word = rx.ring().ack(w.seq);
+        match (offer::serve(word, w.seq, src.is_some()), src) {
+            (Serve::Write, Some(src)) => {
+                let wrote = sys::cma_write(self.pids[l], w.addr, src);
+                if let Err(e) = &wrote {
+                    tracing::debug!(rank = self.rank, peer, error = %e, "split write failed");
+                } else {
+                    self.stats.bump("shm split writes", 1);
                 }
+                offer::written(word, w.seq, wrote.is_ok());
             }
-            None => {
-                ring::withdraw(word, w.seq, false);
-                self.stats.bump("shm split offers refused", 1);
-            }
+            (Serve::Refused, _) => self.stats.bump("shm split offers refused", 1),
+            _ => {}
         }
         self.wake(l);
     }
