@@ -1,5 +1,5 @@
-//! The first program every local rank runs: `ferry __exec-rank LAUNCHER_PID NOFILE -- PROGRAM
-//! [ARGS...]` prepares the process and replaces itself with PROGRAM.
+//! The first program every local rank runs: `ferry __exec-rank LAUNCHER_PID NOFILE CPU --
+//! PROGRAM [ARGS...]` prepares the process and replaces itself with PROGRAM.
 //!
 //! Why not a `pre_exec` closure: a closure forces `fork`, which copies the launcher's address
 //! space: its page tables and, by the time hundreds of ranks are started, the stacks of
@@ -12,7 +12,8 @@
 //! Preparation, as the closure did it: die with the launcher (`PR_SET_PDEATHSIG`, checked
 //! against a launcher that died before it took effect), restore the soft limit on open files
 //! the launcher raised for itself, and clear the signal mask the launcher blocks (the rank
-//! must be ended by SIGTERM and stopped by Ctrl-Z). The process group is set by the spawn.
+//! must be ended by SIGTERM and stopped by Ctrl-Z), and bind it to its CPU (`bind`; `-`: not
+//! bound) before the program runs. The process group is set by the spawn.
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
@@ -29,6 +30,7 @@ pub fn command(
     exe: &std::path::Path,
     launcher_pid: i32,
     nofile: Option<libc::rlimit>,
+    cpu: Option<usize>,
     program: &[String],
 ) -> Command {
     let mut c = Command::new(exe);
@@ -39,6 +41,7 @@ pub fn command(
     c.arg(ARG)
         .arg(launcher_pid.to_string())
         .arg(limit)
+        .arg(cpu.map_or_else(|| "-".to_string(), |c| c.to_string()))
         .arg("--")
         .args(program);
     c
@@ -62,7 +65,7 @@ pub fn main(args: &[OsString]) -> ExitCode {
 enum Never {}
 
 fn prepare_and_exec(args: &[OsString]) -> Result<Never, String> {
-    let usage = || format!("usage: ferry {ARG} LAUNCHER_PID NOFILE -- PROGRAM [ARGS...]");
+    let usage = || format!("usage: ferry {ARG} LAUNCHER_PID NOFILE CPU -- PROGRAM [ARGS...]");
     let text = |i: usize| args.get(i).and_then(|a| a.to_str());
     let launcher_pid: i32 = text(0).and_then(|p| p.parse().ok()).ok_or_else(usage)?;
     let nofile = match text(1).ok_or_else(usage)? {
@@ -75,19 +78,35 @@ fn prepare_and_exec(args: &[OsString]) -> Result<Never, String> {
             })
         }
     };
-    if text(2) != Some("--") || args.len() < 4 {
+    let cpu = match text(2).ok_or_else(usage)? {
+        "-" => None,
+        c => Some(
+            c.parse::<usize>()
+                .ok()
+                .filter(|&c| c < rustix::process::CpuSet::MAX_CPU)
+                .ok_or_else(usage)?,
+        ),
+    };
+    if text(3) != Some("--") || args.len() < 5 {
         return Err(usage());
     }
-    let program = &args[3];
-    prepare(launcher_pid, nofile).map_err(|e| e.to_string())?;
+    let program = &args[4];
+    prepare(launcher_pid, nofile, None).map_err(|e| e.to_string())?;
+    if let Some(c) = cpu {
+        crate::bind::bind_self(c).map_err(|e| format!("cannot bind to CPU {c}: {e}"))?;
+    }
     // `exec` also resets SIGPIPE, which the Rust runtime of this program ignores, to default.
-    let err = Command::new(program).args(&args[4..]).exec();
+    let err = Command::new(program).args(&args[5..]).exec();
     Err(format!("`{}`: {err}", program.to_string_lossy()))
 }
 
 /// The preparation of a rank process before its exec. Makes only async-signal-safe system
 /// calls, so the launcher can also run it as a pre-exec closure after `fork`.
-pub fn prepare(launcher_pid: i32, nofile: Option<libc::rlimit>) -> std::io::Result<()> {
+pub fn prepare(
+    launcher_pid: i32,
+    nofile: Option<libc::rlimit>,
+    cpu: Option<usize>,
+) -> std::io::Result<()> {
     // SAFETY: prctl, getppid, setrlimit and sigprocmask with valid arguments.
     unsafe {
         // Die with the launcher, even if it is SIGKILLed (no orphans).
@@ -109,6 +128,11 @@ pub fn prepare(launcher_pid: i32, nofile: Option<libc::rlimit>) -> std::io::Resu
             return Err(std::io::Error::last_os_error());
         }
     }
+    if let Some(c) = cpu {
+        // No message added here: this may run between fork and exec, where allocating is not
+        // safe.
+        crate::bind::bind_self(c)?;
+    }
     Ok(())
 }
 
@@ -121,10 +145,13 @@ mod tests {
         let os = |v: &[&str]| v.iter().map(OsString::from).collect::<Vec<_>>();
         for bad in [
             os(&[]),
-            os(&["x", "-", "--", "true"]),
-            os(&["1", "5", "--", "true"]),
-            os(&["1", "-", "true"]),
-            os(&["1", "-", "--"]),
+            os(&["x", "-", "-", "--", "true"]),
+            os(&["1", "5", "-", "--", "true"]),
+            os(&["1", "-", "x", "--", "true"]),
+            os(&["1", "-", "1000000", "--", "true"]),
+            os(&["1", "-", "--", "true"]),
+            os(&["1", "-", "-", "true"]),
+            os(&["1", "-", "-", "--"]),
         ] {
             let e = prepare_and_exec(&bad).err().unwrap();
             assert!(e.contains("usage"), "{bad:?}: {e}");

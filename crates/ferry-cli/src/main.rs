@@ -7,6 +7,7 @@
 //! or when the launcher is interrupted; what they start goes with their groups, also when the
 //! launcher is SIGKILLed (see `guard`).
 
+mod bind;
 mod collapse;
 mod ctl;
 mod exec_rank;
@@ -134,6 +135,11 @@ pub struct RunArgs {
     /// The exit status is 0 when every rank's last process exits 0.
     #[arg(long, value_name = "K", default_value_t = 0)]
     pub respawn: u32,
+
+    /// Bind each rank started on this host to a CPU of its own: auto (when the ranks do not
+    /// outnumber the CPUs), core (always) or none. Default: `general.bind` (none).
+    #[arg(long, value_name = "MODE")]
+    pub bind: Option<String>,
 
     /// Prefix every forwarded line with `[R] `, R being the rank that printed it.
     #[arg(long)]

@@ -287,6 +287,13 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
         eprintln!("ferry: warning: {w}");
     }
 
+    // Ranks on other hosts are not bound (see `bind`).
+    let cpus = if is_remote {
+        None
+    } else {
+        crate::bind::for_job(args.bind.as_deref(), total).map_err(Fatal::usage)?
+    };
+
     let secret = random_hex(16)?;
     let job_id = match &args.job_name {
         Some(name) => name.clone(),
@@ -390,6 +397,7 @@ pub fn run(args: RunArgs) -> Result<u8, Fatal> {
         tracker: tracker.clone(),
         collapse: collapse.clone(),
         guardian: &guardian,
+        cpus,
     };
     // Every rank learns whether failed ranks are restarted (REBUILD needs it).
     let mut first_env: Vec<(String, String)> = Vec::new();

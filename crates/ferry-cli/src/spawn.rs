@@ -43,6 +43,8 @@ pub(crate) struct Spawner<'a> {
     pub(crate) tracker: Arc<Tracker>,
     pub(crate) collapse: Option<Arc<Collapse>>,
     pub(crate) guardian: &'a Guardian,
+    /// The CPU of each local rank (`general.bind`), or `None`: ranks not bound.
+    pub(crate) cpus: Option<Vec<usize>>,
 }
 
 impl Spawner<'_> {
@@ -86,6 +88,15 @@ impl Spawner<'_> {
             Some(h) => self.placement.iter().filter(|p| *p == h).count(),
         };
         env.push(("FERRY_LOCAL_SIZE".into(), local_size.to_string()));
+        if host.is_none() {
+            // The CPUs the job may use here: the ranks count them, not the host's, when they
+            // decide whether they outnumber them (`taskset -c 0 ferry run -n 2` is
+            // oversubscribed on any host).
+            let cpus = crate::bind::usable_cpus().len();
+            if cpus > 0 {
+                env.push(("FERRY_LOCAL_CPUS".into(), cpus.to_string()));
+            }
+        }
         let usage = |msg: String| SpawnError {
             msg,
             code: 2,
@@ -136,19 +147,31 @@ impl Spawner<'_> {
                 )
             }
         };
+        // Only ranks on this host are bound; a remote command's wrapper would pass the mask
+        // on to a local tool (ssh), not to the rank.
+        let cpu = match (&host, &self.cpus) {
+            (None, Some(cpus)) => cpus.get(r).copied(),
+            _ => None,
+        };
+        if let Some(c) = cpu {
+            if crate::bind::log_enabled() {
+                eprintln!("ferry: rank {r} bound to CPU {c}");
+            }
+        }
         // Started through `ferry __exec-rank` (posix_spawn, no fork of the launcher; see
         // `exec_rank`), or with a pre-exec closure where this program cannot be found.
         let mut cmd = match &self.self_exe {
-            Some(exe) => exec_rank::command(exe, self.launcher_pid, self.nofile, &program),
+            Some(exe) => exec_rank::command(exe, self.launcher_pid, self.nofile, cpu, &program),
             None => {
                 let mut c = Command::new(&program[0]);
                 c.args(&program[1..]);
                 let restore = self.nofile;
                 let launcher_pid = self.launcher_pid;
                 // SAFETY: the closure runs between fork and exec and only makes
-                // async-signal-safe system calls (prctl, getppid, setrlimit, sigprocmask).
+                // async-signal-safe system calls (prctl, getppid, setrlimit, sigprocmask,
+                // sched_setaffinity).
                 unsafe {
-                    c.pre_exec(move || exec_rank::prepare(launcher_pid, restore));
+                    c.pre_exec(move || exec_rank::prepare(launcher_pid, restore, cpu));
                 }
                 c
             }

@@ -30,7 +30,10 @@
 //! bench/results/). Beyond 2 members recursive doubling won or tied below 64 KiB on every
 //! backend, and its halving variant (Rabenseifner, same bits) won every run from 128 KiB up;
 //! the ring and the direct strategy lost there because each of their extra messages costs CPU
-//! time that another rank of this oversubscribed machine is waiting for. For 2 members the
+//! time that another rank of this oversubscribed machine is waiting for. The exception is shm
+//! with 3 or 4 members and at most [`SHM_DIRECT_MAX_BYTES`]: there the direct strategy (same bits,
+//! tree class) waits once instead of once per round, and each wait of an oversubscribed rank
+//! is a hand-over of its core. For 2 members the
 //! single exchange wins up to 32 KiB, then the ring on shm (it splits the reduction work over
 //! both cores) while tcp stays with the single exchange.
 //!
@@ -48,6 +51,13 @@ use crate::{chain, linear, rdouble, ring, tree, Algorithm, CollOptions, ReduceOr
 /// Rank-ordered allreduce up to this many bytes on up to [`DIRECT_MAX_P`] members: "all inputs
 /// to all outputs" (one round of messages beats the master's two while messages are tiny).
 pub const DIRECT_MAX_BYTES: usize = 1024;
+/// Allreduce on shm (tree class) up to this many bytes on 3 to [`DIRECT_MAX_P`] members: the
+/// direct strategy replaces recursive doubling's two dependent rounds with one. Every member
+/// writes its input into the others' rings once and waits once, so with 4 ranks on 2 cores a
+/// rank gives its core away once per call instead of once per round. At 1 KiB and beyond the
+/// extra copies cost more than the saved round (docs/PERFORMANCE.md, "Oversubscribed small
+/// allreduce on shm").
+pub const SHM_DIRECT_MAX_BYTES: usize = 256;
 /// Largest group for the direct strategy (its message count grows with `p^2`).
 pub const DIRECT_MAX_P: usize = 4;
 /// 2 members on shm: from this many bytes up the ring (which halves each side's reduction
@@ -282,6 +292,9 @@ pub fn allreduce_choice(
     }
     if bytes >= HALVING_MIN_BYTES {
         Algorithm::Rabenseifner
+    } else if backend == "shm" && p <= DIRECT_MAX_P && bytes <= SHM_DIRECT_MAX_BYTES {
+        // Same bits as recursive doubling for 3 and 4 members (both are the tree class).
+        Algorithm::Direct
     } else {
         Algorithm::RecursiveDoubling
     }

@@ -665,10 +665,23 @@ fn auto_choice_follows_the_measured_table() {
         Algorithm::RecursiveDoubling
     );
     for backend in ["tcp", "shm", "hybrid"] {
-        // Beyond 2 members the order class never depends on the backend.
+        // Beyond 2 members the order class never depends on the backend: only shm picks
+        // another algorithm of the same class (the direct exchange, tree fold) for 3-4
+        // members and tiny data (`tree_class_algorithms_agree_bit_for_bit`).
         for p in [3, 4, 5, 9] {
+            let small = if backend == "shm" && p <= 4 {
+                Algorithm::Direct
+            } else {
+                Algorithm::RecursiveDoubling
+            };
+            assert_eq!(choice(p, 8, true, any, backend), small, "{backend} p={p}");
             assert_eq!(
-                choice(p, 8, true, any, backend),
+                choice(p, 256, false, any, backend),
+                small,
+                "{backend} p={p}"
+            );
+            assert_eq!(
+                choice(p, 257, true, any, backend),
                 Algorithm::RecursiveDoubling
             );
             assert_eq!(

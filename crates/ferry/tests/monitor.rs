@@ -291,17 +291,25 @@ fn one_inserted_message_is_one_insertion_and_abort_fails_the_rank() {
         .filter(|l| !l.contains("deviations from the recording"))
         .collect();
     assert_eq!(devs.len(), 2, "{lines:#?}");
-    assert!(
+    // The run's positions are tcp's; the recording's depend on the algorithms shm picked
+    // for the allreduces before the insertion (they may differ from tcp's), so only their
+    // presence is checked.
+    let inserted = |rank: usize, run: usize, what: &str| {
         devs.iter().any(|l| {
-            l.starts_with(
-        "ferry monitor: rank 0: inserted at ref #60, run #60: expected nothing, got send to rank 1"
-    ) && l.ends_with("of 5000 B")
-        }),
-        "{devs:#?}"
-    );
-    assert!(devs.iter().any(|l| l.starts_with(
-        "ferry monitor: rank 1: inserted at ref #61, run #61: expected nothing, got recv from rank 0"
-    ) && l.ends_with("of 5000 B")), "{devs:#?}");
+            let Some(rest) =
+                l.strip_prefix(&format!("ferry monitor: rank {rank}: inserted at ref #"))
+            else {
+                return false;
+            };
+            let digits = rest.chars().take_while(char::is_ascii_digit).count();
+            digits > 0
+                && rest[digits..]
+                    .starts_with(&format!(", run #{run}: expected nothing, got {what}"))
+                && l.ends_with("of 5000 B")
+        })
+    };
+    assert!(inserted(0, 60, "send to rank 1"), "{devs:#?}");
+    assert!(inserted(1, 61, "recv from rank 0"), "{devs:#?}");
     // Tolerated once: no failure; past the threshold: the rank fails naming the deviation.
     let out = run_job(
         &ferry,
@@ -324,7 +332,7 @@ fn one_inserted_message_is_one_insertion_and_abort_fails_the_rank() {
     assert!(!out.status.success(), "{err}");
     assert!(
         err.contains("rank 0: monitor check: protocol violation: communication deviates")
-            && err.contains("inserted at ref #60"),
+            && err.contains("inserted at ref #"),
         "{err}"
     );
     let _ = std::fs::remove_dir_all(&dir);

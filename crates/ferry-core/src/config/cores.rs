@@ -9,10 +9,23 @@ pub fn available_cores() -> usize {
 }
 
 /// Cores of this host that the job's ranks share: the online CPUs, capped by a cgroup (v2)
-/// CPU quota, but not narrowed by this process's affinity mask. A launcher that binds each
+/// CPU quota and by the CPUs `ferry run` was given (`FERRY_LOCAL_CPUS`), but not narrowed by
+/// this process's affinity mask. A launcher that binds each
 /// rank to its own core (`mpirun`'s default) leaves every rank an affinity mask of one CPU,
 /// which says nothing about how many ranks share the host's cores.
 pub fn host_cores() -> usize {
+    let cores = host_cpu_count();
+    job_cpus(std::env::var("FERRY_LOCAL_CPUS").ok().as_deref()).map_or(cores, |n| n.min(cores))
+}
+
+/// The CPUs the launcher found it may use on this host (`FERRY_LOCAL_CPUS`: its affinity mask
+/// and cpuset, e.g. `taskset -c 0 ferry run ...` gives 1), if it said.
+pub(super) fn job_cpus(value: Option<&str>) -> Option<usize> {
+    value?.trim().parse::<usize>().ok().filter(|&n| n >= 1)
+}
+
+/// The online CPUs, capped by a cgroup (v2) CPU quota.
+fn host_cpu_count() -> usize {
     // SAFETY: sysconf only reads a system value.
     let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
     let online = if online > 0 {
@@ -42,6 +55,26 @@ pub(super) fn cgroup_quota_cores(text: &str) -> Option<usize> {
 /// (then a waiting rank may hold the core the rank it waits for needs).
 pub fn oversubscribed(local_ranks: usize, host_cores: usize) -> bool {
     local_ranks > host_cores
+}
+
+/// Whether this process may run on one CPU only (bound, e.g. by `ferry run` or mpirun).
+pub fn bound_to_one_cpu() -> bool {
+    // SAFETY: an all-zero cpu_set_t is a valid empty set, and sched_getaffinity writes at most
+    // its size into it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return false;
+        }
+        libc::CPU_COUNT(&set) == 1
+    }
+}
+
+/// Whether a rank has its CPU to itself: it is bound to one CPU and its job's `local_ranks`
+/// ranks do not outnumber the host's cores (were they to, another rank could be bound to the
+/// same CPU). Such a rank never yields while spinning.
+pub fn spins_alone(bound_to_one_cpu: bool, local_ranks: usize, host_cores: usize) -> bool {
+    bound_to_one_cpu && !oversubscribed(local_ranks, host_cores)
 }
 
 /// How many ranks of a job of `size` ranks run on this host: `FERRY_LOCAL_SIZE` (set by the

@@ -19,8 +19,10 @@ mod parse;
 mod sections;
 mod watch;
 
-pub use cores::{available_cores, host_cores, local_ranks_hint, oversubscribed};
-pub use sections::{Data, General, Pipeline, Shm, SingleCopy, Tcp, YieldWhenIdle};
+pub use cores::{
+    available_cores, bound_to_one_cpu, host_cores, local_ranks_hint, oversubscribed, spins_alone,
+};
+pub use sections::{Bind, Data, General, Pipeline, Shm, SingleCopy, Tcp, YieldWhenIdle};
 pub use watch::ConfigWatcher;
 
 use parse::{apply_env_overrides, offending_key, syntax_error, Origins};
@@ -77,6 +79,7 @@ impl Config {
             timeout: self.operation_timeout(),
             failure_timeout: self.failure_timeout(),
             yield_each_poll,
+            spin_yields: !spins_alone(bound_to_one_cpu(), local_ranks, host_cores()),
         }
     }
 

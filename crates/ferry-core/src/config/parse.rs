@@ -34,6 +34,7 @@ pub(super) const NON_CONFIG_VARS: &[&str] = &[
     "FERRY_LOG",
     "FERRY_STATS",
     "FERRY_LOCAL_SIZE",
+    "FERRY_LOCAL_CPUS",
 ];
 
 /// Where the settings came from, so that an error names the source of the bad value: the

@@ -29,6 +29,23 @@ pub struct General {
     /// `always`, or `never`. Yielding costs ~1 us per poll on an idle core, so `auto` only
     /// turns it on when oversubscribed.
     pub yield_when_idle: YieldWhenIdle,
+    /// Whether `ferry run` binds each rank it starts on this host to a CPU of its own: `auto`
+    /// when the ranks do not outnumber the CPUs the launcher may use (as mpirun does), `core`
+    /// always (oversubscribed ranks take the CPUs in turn), `none` never. Jobs started
+    /// otherwise (mpirun, srun, by hand) are not touched.
+    pub bind: Bind,
+}
+
+/// How `ferry run` binds ranks to CPUs (see [`General::bind`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Bind {
+    /// One CPU per rank when the ranks on this host do not outnumber the usable CPUs.
+    Auto,
+    /// One CPU per rank, CPUs shared in turn when the ranks outnumber them.
+    Core,
+    /// Ranks are not bound.
+    None,
 }
 
 /// When a waiting rank yields its core (see [`General::yield_when_idle`]).
@@ -52,6 +69,7 @@ impl Default for General {
             spin_us: 50,
             stats: false,
             yield_when_idle: YieldWhenIdle::Auto,
+            bind: Bind::None,
         }
     }
 }

@@ -1,4 +1,4 @@
-use super::cores::cgroup_quota_cores;
+use super::cores::{cgroup_quota_cores, job_cpus};
 use super::*;
 
 #[test]
@@ -46,10 +46,31 @@ fn auto_yield_counts_the_hosts_cores_not_the_affinity_mask() {
         "{} ranks on {host} cores are",
         host + 1
     );
+    // The same bound thread spins without yields only while the host is not oversubscribed.
+    assert!(
+        !policies.0.spin_yields,
+        "a rank bound alone to its CPU does not yield while spinning"
+    );
+    assert!(
+        policies.1.spin_yields,
+        "a bound rank of an oversubscribed host still yields"
+    );
     assert_eq!(cgroup_quota_cores("max 100000\n"), None);
     assert_eq!(cgroup_quota_cores("150000 100000\n"), Some(2));
     assert_eq!(cgroup_quota_cores("50000 100000"), Some(1));
     assert_eq!(cgroup_quota_cores("garbage"), None);
+}
+
+#[test]
+fn only_a_bound_rank_of_a_host_that_is_not_oversubscribed_spins_alone() {
+    assert!(spins_alone(true, 2, 2));
+    assert!(spins_alone(true, 1, 4));
+    assert!(!spins_alone(true, 3, 2), "oversubscribed");
+    assert!(
+        !spins_alone(false, 2, 2),
+        "unbound: the scheduler may pair it with a peer"
+    );
+    assert!(!spins_alone(false, 3, 2));
 }
 
 #[test]
@@ -181,4 +202,13 @@ fn environment_overrides_file_and_is_checked() {
         Config::load(None, &vars).unwrap().shm.single_copy,
         SingleCopy::Off
     );
+}
+
+#[test]
+fn the_launchers_cpu_count_is_read_strictly() {
+    assert_eq!(job_cpus(None), None);
+    assert_eq!(job_cpus(Some("1")), Some(1));
+    assert_eq!(job_cpus(Some(" 8\n")), Some(8));
+    assert_eq!(job_cpus(Some("0")), None, "no CPUs is not a count");
+    assert_eq!(job_cpus(Some("two")), None);
 }

@@ -222,7 +222,7 @@ fn progress_until_event(
         polls = polls.wrapping_add(1);
         if last_event.elapsed() < policy.spin {
             std::hint::spin_loop();
-            if policy.yield_each_poll || polls.is_multiple_of(64) {
+            if policy.yield_each_poll || (policy.spin_yields && polls.is_multiple_of(64)) {
                 std::thread::yield_now();
             }
         } else if let Err(e) = t.wait_for_input(Duration::from_millis(10)) {
