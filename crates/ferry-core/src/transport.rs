@@ -347,6 +347,11 @@ pub trait Transport: Send {
     }
 
     /// Makes all possible progress on `ex` without blocking; returns whether it is complete.
+    ///
+    /// On an error the exchange may still be under way in the backend (a peer may hold a
+    /// descriptor of one of its buffers, a send may be half written from one): a caller that
+    /// drives the exchange itself must give it up with [`Transport::abandon_exchange`] before
+    /// it returns the buffers to anyone, as each backend's own [`Transport::exchange`] does.
     fn progress_exchange(&mut self, ex: &mut Exchange<'_>) -> Result<bool>;
 
     /// Blocks until input may have arrived for this rank, or `timeout` passes. Spurious

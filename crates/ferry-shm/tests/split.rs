@@ -151,18 +151,40 @@ fn an_offer_not_taken_is_withdrawn_and_never_written_late() {
     panic!("in 20 attempts the sender never stalled with its descriptor offered");
 }
 
-/// A receiver that starts a split copy in one exchange and then drives another exchange that
-/// receives from the same sender: each split finishes into the receive that started it. (Once,
-/// a split was taken for whichever receive of the exchange being driven sat at the same index
-/// with a split of its own under way: the later exchange could return with half of its message
-/// not written yet, the sender writing it after the receive had returned, and the earlier
-/// exchange's receive was never completed.) Ranks are threads, so that the receiver can hold
-/// the first exchange open at the right moment.
-#[test]
-fn a_split_finishes_into_the_exchange_that_started_it() {
-    use std::time::Instant;
+/// A 1 MiB pattern, different for each `salt`.
+fn pattern(salt: u8) -> Vec<u8> {
+    (0..1 << 20)
+        .map(|i| ((i % 251) as u8).wrapping_add(salt))
+        .collect()
+}
 
-    use ferry_core::{Config, Exchange, MsgKey, OpState, Transport};
+/// Progresses `ex` until its only receive has a split under way (true) or is done (false).
+fn until_split(
+    t: &mut ferry_shm::ShmTransport,
+    ex: &mut ferry_core::Exchange<'_>,
+) -> Result<bool, String> {
+    use ferry_core::{OpState, Transport};
+    let start = std::time::Instant::now();
+    loop {
+        t.progress_exchange(ex).map_err(|e| e.to_string())?;
+        match ex.recvs[0].state {
+            OpState::Active { progress, .. } if progress != 0 => return Ok(true),
+            OpState::Done => return Ok(false),
+            _ if start.elapsed() > Duration::from_secs(20) => return Err("no progress".into()),
+            _ => std::thread::yield_now(),
+        }
+    }
+}
+
+/// Two ranks as threads: rank 0 sends `pattern(salt)` on tag `first_tag` and `pattern(salt + 1)`
+/// on the next tag in one exchange, then stays until rank 1 sends on the tag after them (a late
+/// write would still land). Rank 1 runs `receiver`, which says whether the first message's split
+/// was under way when it went on. Repeated until that was so 3 times; at most 20 attempts.
+fn until_three_staged<F>(salt: u8, first_tag: u32, receiver: F)
+where
+    F: Fn(&mut ferry_shm::ShmTransport) -> Result<bool, String> + Sync,
+{
+    use ferry_core::{Config, Exchange, MsgKey, Transport};
     use ferry_shm::ShmTransport;
 
     assert!(
@@ -171,62 +193,21 @@ fn a_split_finishes_into_the_exchange_that_started_it() {
     );
     let mut cfg = Config::default();
     cfg.general.operation_timeout_ms = 10_000;
-    let len = 1 << 20;
-    let (key_a, key_b) = (MsgKey::user(11), MsgKey::user(12));
-    let pattern = |salt: u8| -> Vec<u8> {
-        (0..len)
-            .map(|i| ((i % 251) as u8).wrapping_add(salt))
-            .collect()
-    };
-    let limit = Duration::from_secs(20);
     let mut staged = 0;
     for attempt in 0..20 {
         let out = ShmTransport::run_threads(2, &cfg, |mut t| -> Result<bool, String> {
-            if t.rank() == 0 {
-                let (a, b) = (pattern(1), pattern(2));
-                let mut ex = Exchange::new();
-                ex.send(1, key_a, &a);
-                ex.send(1, key_b, &b);
-                t.exchange(&mut ex).map_err(|e| e.to_string())?;
-                // Stays until the receiver is done: a late write would still land.
-                let mut end = Vec::new();
-                t.recv(1, MsgKey::user(13), &mut end)
-                    .map_err(|e| e.to_string())?;
-                return Ok(true);
+            if t.rank() == 1 {
+                return receiver(&mut t);
             }
-            let mut a_buf = Vec::new();
-            let mut ex1 = Exchange::new();
-            ex1.recv(0, key_a, &mut a_buf);
-            let start = Instant::now();
-            let split_under_way = loop {
-                t.progress_exchange(&mut ex1).map_err(|e| e.to_string())?;
-                match ex1.recvs[0].state {
-                    OpState::Active { progress, .. } if progress != 0 => break true,
-                    OpState::Done => break false,
-                    _ if start.elapsed() > limit => return Err("no progress".into()),
-                    _ => std::thread::yield_now(),
-                }
-            };
-            let mut b_buf = Vec::new();
-            {
-                let mut ex2 = Exchange::new();
-                ex2.recv(0, key_b, &mut b_buf);
-                t.exchange(&mut ex2)
-                    .map_err(|e| format!("second exchange: {e}"))?;
-            }
-            let b_returned = b_buf.clone();
-            t.exchange(&mut ex1)
-                .map_err(|e| format!("first exchange: {e}"))?;
-            drop(ex1);
-            t.send(0, MsgKey::user(13), &[1])
+            let (a, b) = (pattern(salt), pattern(salt + 1));
+            let mut ex = Exchange::new();
+            ex.send(1, MsgKey::user(first_tag), &a);
+            ex.send(1, MsgKey::user(first_tag + 1), &b);
+            t.exchange(&mut ex).map_err(|e| e.to_string())?;
+            let mut end = Vec::new();
+            t.recv(1, MsgKey::user(first_tag + 2), &mut end)
                 .map_err(|e| e.to_string())?;
-            if b_returned != pattern(2) {
-                return Err("the second exchange returned before its message was whole".into());
-            }
-            if a_buf != pattern(1) || b_buf != pattern(2) {
-                return Err("wrong bytes".into());
-            }
-            Ok(split_under_way)
+            Ok(true)
         })
         .expect("threads");
         match (&out[0], &out[1]) {
@@ -241,6 +222,45 @@ fn a_split_finishes_into_the_exchange_that_started_it() {
     panic!("in 20 attempts the first exchange's split was under way only {staged} times");
 }
 
+/// A receiver that starts a split copy in one exchange and then drives another exchange that
+/// receives from the same sender: each split finishes into the receive that started it. (Once,
+/// a split was taken for whichever receive of the exchange being driven sat at the same index
+/// with a split of its own under way: the later exchange could return with half of its message
+/// not written yet, the sender writing it after the receive had returned, and the earlier
+/// exchange's receive was never completed.) Ranks are threads, so that the receiver can hold
+/// the first exchange open at the right moment.
+#[test]
+fn a_split_finishes_into_the_exchange_that_started_it() {
+    use ferry_core::{Exchange, MsgKey, Transport};
+
+    until_three_staged(1, 11, |t| {
+        let mut a_buf = Vec::new();
+        let mut ex1 = Exchange::new();
+        ex1.recv(0, MsgKey::user(11), &mut a_buf);
+        let split_under_way = until_split(t, &mut ex1)?;
+        let mut b_buf = Vec::new();
+        {
+            let mut ex2 = Exchange::new();
+            ex2.recv(0, MsgKey::user(12), &mut b_buf);
+            t.exchange(&mut ex2)
+                .map_err(|e| format!("second exchange: {e}"))?;
+        }
+        let b_returned = b_buf.clone();
+        t.exchange(&mut ex1)
+            .map_err(|e| format!("first exchange: {e}"))?;
+        drop(ex1);
+        t.send(0, MsgKey::user(13), &[1])
+            .map_err(|e| e.to_string())?;
+        if b_returned != pattern(2) {
+            return Err("the second exchange returned before its message was whole".into());
+        }
+        if a_buf != pattern(1) || b_buf != pattern(2) {
+            return Err("wrong bytes".into());
+        }
+        Ok(split_under_way)
+    });
+}
+
 /// Abandoning one exchange settles the split copies of that exchange only: an earlier
 /// exchange whose split is under way still completes with every byte, and the abandoned
 /// receive's buffer is never written after the abandon returned. (Once, abandoning any
@@ -248,89 +268,35 @@ fn a_split_finishes_into_the_exchange_that_started_it() {
 /// until its operation timeout.)
 #[test]
 fn abandoning_an_exchange_leaves_another_exchanges_split_alone() {
-    use std::time::Instant;
+    use ferry_core::{Error, ErrorKind, Exchange, MsgKey, Transport};
 
-    use ferry_core::{Config, Error, ErrorKind, Exchange, MsgKey, OpState, Transport};
-    use ferry_shm::ShmTransport;
-
-    assert!(
-        ferry_core::config::available_cores() >= 2,
-        "split single copy needs a core per rank: this check needs 2 cores"
-    );
-    let mut cfg = Config::default();
-    cfg.general.operation_timeout_ms = 10_000;
-    let len = 1 << 20;
-    let (key_a, key_b) = (MsgKey::user(21), MsgKey::user(22));
-    let pattern = |salt: u8| -> Vec<u8> {
-        (0..len)
-            .map(|i| ((i % 251) as u8).wrapping_add(salt))
-            .collect()
-    };
-    let limit = Duration::from_secs(20);
-    // Progresses `ex` until its only receive has a split under way (true) or is done.
-    let until_split = |t: &mut ShmTransport, ex: &mut Exchange<'_>| -> Result<bool, String> {
-        let start = Instant::now();
-        loop {
-            t.progress_exchange(ex).map_err(|e| e.to_string())?;
-            match ex.recvs[0].state {
-                OpState::Active { progress, .. } if progress != 0 => return Ok(true),
-                OpState::Done => return Ok(false),
-                _ if start.elapsed() > limit => return Err("no progress".into()),
-                _ => std::thread::yield_now(),
-            }
+    until_three_staged(3, 21, |t| {
+        let mut a_buf = Vec::new();
+        let mut ex1 = Exchange::new();
+        ex1.recv(0, MsgKey::user(21), &mut a_buf);
+        let split_under_way = until_split(t, &mut ex1)?;
+        let mut b_buf = Vec::new();
+        {
+            let mut ex2 = Exchange::new();
+            ex2.recv(0, MsgKey::user(22), &mut b_buf);
+            until_split(t, &mut ex2)?;
+            let why = Error::new(ErrorKind::Revoked, "exchange");
+            t.abandon_exchange(&mut ex2, &why);
         }
-    };
-    let mut staged = 0;
-    for attempt in 0..20 {
-        let out = ShmTransport::run_threads(2, &cfg, |mut t| -> Result<bool, String> {
-            if t.rank() == 0 {
-                let (a, b) = (pattern(3), pattern(4));
-                let mut ex = Exchange::new();
-                ex.send(1, key_a, &a);
-                ex.send(1, key_b, &b);
-                t.exchange(&mut ex).map_err(|e| e.to_string())?;
-                let mut end = Vec::new();
-                t.recv(1, MsgKey::user(23), &mut end)
-                    .map_err(|e| e.to_string())?;
-                return Ok(true);
-            }
-            let mut a_buf = Vec::new();
-            let mut ex1 = Exchange::new();
-            ex1.recv(0, key_a, &mut a_buf);
-            let split_under_way = until_split(&mut t, &mut ex1)?;
-            let mut b_buf = Vec::new();
-            {
-                let mut ex2 = Exchange::new();
-                ex2.recv(0, key_b, &mut b_buf);
-                until_split(&mut t, &mut ex2)?;
-                let why = Error::new(ErrorKind::Revoked, "exchange");
-                t.abandon_exchange(&mut ex2, &why);
-            }
-            // The abandoned receive's buffer is the program's again.
-            b_buf.clear();
-            b_buf.resize(len, 0xee);
-            t.exchange(&mut ex1)
-                .map_err(|e| format!("first exchange: {e}"))?;
-            drop(ex1);
-            t.send(0, MsgKey::user(23), &[1])
-                .map_err(|e| e.to_string())?;
-            if a_buf != pattern(3) {
-                return Err("wrong bytes in the first exchange".into());
-            }
-            if b_buf.iter().any(|&x| x != 0xee) {
-                return Err("the abandoned receive's buffer was written after the abandon".into());
-            }
-            Ok(split_under_way)
-        })
-        .expect("threads");
-        match (&out[0], &out[1]) {
-            (Ok(_), Ok(true)) => staged += 1,
-            (Ok(_), Ok(false)) => {}
-            _ => panic!("attempt {attempt}: {out:?}"),
+        // The abandoned receive's buffer is the program's again.
+        b_buf.clear();
+        b_buf.resize(1 << 20, 0xee);
+        t.exchange(&mut ex1)
+            .map_err(|e| format!("first exchange: {e}"))?;
+        drop(ex1);
+        t.send(0, MsgKey::user(23), &[1])
+            .map_err(|e| e.to_string())?;
+        if a_buf != pattern(3) {
+            return Err("wrong bytes in the first exchange".into());
         }
-        if staged >= 3 {
-            return;
+        if b_buf.iter().any(|&x| x != 0xee) {
+            return Err("the abandoned receive's buffer was written after the abandon".into());
         }
-    }
-    panic!("in 20 attempts the first exchange's split was under way only {staged} times");
+        Ok(split_under_way)
+    });
 }

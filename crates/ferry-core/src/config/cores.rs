@@ -70,6 +70,30 @@ pub fn bound_to_one_cpu() -> bool {
     }
 }
 
+/// Narrows the calling thread's affinity mask to the first CPU it may run on and returns that
+/// CPU: the thread then runs as a rank that `ferry run --bind` or mpirun bound to one CPU.
+/// Checks of what such a rank decides use it; the rest of the process keeps its mask.
+pub fn bind_thread_to_its_first_cpu() -> std::io::Result<usize> {
+    // SAFETY: an all-zero cpu_set_t is a valid empty set; sched_getaffinity writes at most its
+    // size into it, and sched_setaffinity reads as much.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        let size = std::mem::size_of::<libc::cpu_set_t>();
+        if libc::sched_getaffinity(0, size, &mut set) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let first = (0..libc::CPU_SETSIZE as usize)
+            .find(|&c| libc::CPU_ISSET(c, &set))
+            .ok_or_else(|| std::io::Error::other("the affinity mask holds no CPU"))?;
+        libc::CPU_ZERO(&mut set);
+        libc::CPU_SET(first, &mut set);
+        if libc::sched_setaffinity(0, size, &set) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(first)
+    }
+}
+
 /// Whether a rank has its CPU to itself: it is bound to one CPU and its job's `local_ranks`
 /// ranks do not outnumber the host's cores (were they to, another rank could be bound to the
 /// same CPU). Such a rank never yields while spinning.

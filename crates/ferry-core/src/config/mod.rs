@@ -20,7 +20,8 @@ mod sections;
 mod watch;
 
 pub use cores::{
-    available_cores, bound_to_one_cpu, host_cores, local_ranks_hint, oversubscribed, spins_alone,
+    available_cores, bind_thread_to_its_first_cpu, bound_to_one_cpu, host_cores, local_ranks_hint,
+    oversubscribed, spins_alone,
 };
 pub use sections::{Bind, Data, General, Pipeline, Shm, SingleCopy, Tcp, YieldWhenIdle};
 pub use watch::ConfigWatcher;

@@ -419,18 +419,7 @@ mod tests {
     fn a_bound_rank_counts_the_hosts_cores() {
         let host = ferry_core::config::host_cores();
         let bound = std::thread::spawn(|| {
-            // SAFETY: cpu_set_t is a plain bit set; the calls read and write this thread's mask.
-            unsafe {
-                let mut set: libc::cpu_set_t = std::mem::zeroed();
-                let size = std::mem::size_of::<libc::cpu_set_t>();
-                assert_eq!(libc::sched_getaffinity(0, size, &mut set), 0);
-                let first = (0..libc::CPU_SETSIZE as usize)
-                    .find(|&c| libc::CPU_ISSET(c, &set))
-                    .expect("a CPU in the mask");
-                libc::CPU_ZERO(&mut set);
-                libc::CPU_SET(first, &mut set);
-                assert_eq!(libc::sched_setaffinity(0, size, &set), 0);
-            }
+            ferry_core::config::bind_thread_to_its_first_cpu().expect("narrow the mask");
             assert_eq!(ferry_core::config::available_cores(), 1, "mask narrowed");
             shared_cores()
         })
