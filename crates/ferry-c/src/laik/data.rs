@@ -116,6 +116,28 @@ pub(crate) fn registered_size(ty: *mut LaikType, op: &'static str) -> Result<Opt
 pub struct LaikMapping {
     map_no: c_int,
     raw: RawMap,
+    /// Bytes per element.
+    elem_size: usize,
+}
+
+impl LaikMapping {
+    /// Bytes per element of the mapping's container.
+    pub(crate) fn elem_size(&self) -> usize {
+        self.elem_size
+    }
+
+    /// Address of global index `idx` (first `dims` coordinates), `None` outside the box.
+    pub(crate) fn addr(&self, idx: &[i64; 3], dims: usize) -> Option<*mut u8> {
+        let mut off = 0usize;
+        for d in 0..dims {
+            if idx[d] < self.raw.from[d] || idx[d] >= self.raw.to[d] {
+                return None;
+            }
+            off += (idx[d] - self.raw.from[d]) as usize * self.raw.strides[d];
+        }
+        // The box's elements lie in the mapping's memory (the data layer's allocation).
+        Some(self.raw.base.wrapping_add(off * self.elem_size))
+    }
 }
 
 /// Memory the program provided for mapping 0.
@@ -290,9 +312,14 @@ impl LaikData {
                 raw.base = user;
             }
         }
+        let elem_size = self.elem_size();
         while self.maps.len() <= i {
             let no = self.maps.len() as c_int;
-            self.maps.push(Box::new(LaikMapping { map_no: no, raw }));
+            self.maps.push(Box::new(LaikMapping {
+                map_no: no,
+                raw,
+                elem_size,
+            }));
         }
         self.maps[i].raw = raw;
         Ok(Some(&mut self.maps[i]))
@@ -301,6 +328,11 @@ impl LaikData {
     fn dims(&self) -> usize {
         // SAFETY: spaces live until the process ends.
         unsafe { &*self.space }.space.dims()
+    }
+
+    /// Whether the container holds elements of a program-registered type (as bytes).
+    pub(crate) fn is_registered_type(&self) -> bool {
+        self.bytes.is_some()
     }
 
     /// Size of one element in bytes.
