@@ -323,3 +323,72 @@ fn laik_lexicographic_layouts_give_strides_and_offsets() {
         }
     }
 }
+
+/// A layout of the program's own (`tests/c/laik_user_layout.c`: `struct _Laik_Layout` filled
+/// by `laik_init_layout`, column-major with padding) given through the layout factory: the
+/// processes write their blocks at the layout's offsets, pack them with the generic pack
+/// (checked in x-fastest order), unpack negated values (checked at the layout's offsets), and
+/// the master collects the space and finds every value where its own layout says, on 1, 3 and
+/// 4 processes on tcp, shm and hybrid. A layout that is not made of strides (`-s`,
+/// serpentine rows) is LAIK's fatal error naming it.
+#[test]
+fn laik_own_layouts_place_the_elements_of_mappings() {
+    let test = "laik_own_layouts_place_the_elements_of_mappings";
+    let Some(p) = Prog::build(test, "laik_user_layout") else {
+        return;
+    };
+    for b in BACKENDS {
+        for n in [1, 3, 4] {
+            p.expect_stdout(b, n, &[], &format!("own layout on {n} processes: ok\n"));
+        }
+    }
+    p.expect_fatal(
+        "shm",
+        2,
+        &["-s"],
+        &[
+            "laik_data_set_layout_factory",
+            "layout 'serpentine' is not a strided layout",
+        ],
+        "own layout on",
+    );
+}
+
+/// The set-up calls of LAIK's logging, program control and profiling, empty action sequences
+/// and the printers of actions and switch statistics (`tests/c/laik_setup_calls.c`): the
+/// program checks thresholds, records, user time and action names itself; its log lines show
+/// the early location, the counter and time base in the prefix and their removal by
+/// `laik_log_cleanup`, and the printers' text. On 1 and 3 processes on tcp, shm and hybrid.
+#[test]
+fn laik_logging_program_control_and_profiling_set_up() {
+    let test = "laik_logging_program_control_and_profiling_set_up";
+    let Some(p) = Prog::build(test, "laik_setup_calls") else {
+        return;
+    };
+    let lines = [
+        "LAIK error early-location: before init\n",
+        "LAIK error rank 0 #2 +100.0",
+        "s: counted and timed\n",
+        "LAIK error rank 0: after cleanup\n",
+        "LAIK error rank 0: printers: empty action sequence | BufSend (24 bytes) | \
+         6 switches (2 without actions)\n    messages: 4 sent (0 async, 16 elements, 128 B), \
+         0 received (0 async, 0 elements, 0 B)\n",
+    ];
+    for b in BACKENDS {
+        for n in [1, 3] {
+            let r = p.expect(b, n, &[], 0);
+            assert_eq!(
+                r.stdout,
+                format!("set-up calls on {n} processes: ok\n"),
+                "{b} -n {n}"
+            );
+            for l in lines {
+                assert!(
+                    r.stderr.contains(l),
+                    "{b} -n {n}: no `{l}` in:\n{}",
+                    r.stderr
+                );
+            }
+        }
+    }
+}
