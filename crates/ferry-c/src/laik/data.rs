@@ -129,11 +129,11 @@ impl LaikMapping {
     /// Address of global index `idx` (first `dims` coordinates), `None` outside the box.
     pub(crate) fn addr(&self, idx: &[i64; 3], dims: usize) -> Option<*mut u8> {
         let mut off = 0usize;
-        for d in 0..dims {
-            if idx[d] < self.raw.from[d] || idx[d] >= self.raw.to[d] {
+        for (d, &i) in idx.iter().enumerate().take(dims) {
+            if i < self.raw.from[d] || i >= self.raw.to[d] {
                 return None;
             }
-            off += (idx[d] - self.raw.from[d]) as usize * self.raw.strides[d];
+            off += (i - self.raw.from[d]) as usize * self.raw.strides[d];
         }
         // The box's elements lie in the mapping's memory (the data layer's allocation).
         Some(self.raw.base.wrapping_add(off * self.elem_size))

@@ -25,6 +25,9 @@ use super::layout::{is_lex, LaikLayout};
 use super::part::{LaikIndex, LaikRange, LaikSpace};
 use super::{obj, run};
 
+/// A mapping box (first and one-past-last index), the key of remembered strides.
+type BoxKey = ([i64; 3], [i64; 3]);
+
 /// `laik_layout_factory_t`.
 pub type LayoutFactory = extern "C" fn(c_int, *mut LaikRange) -> *mut LaikLayout;
 
@@ -36,12 +39,12 @@ fn range_dims(r: &LaikRange) -> usize {
 /// The next index of `r` after `idx` in lexicographic order (x fastest); false at the end.
 fn next_lex(r: &LaikRange, idx: &mut [i64; 3]) -> bool {
     let dims = range_dims(r);
-    for d in 0..dims {
-        idx[d] += 1;
-        if idx[d] < r.to.i[d] {
+    for (d, i) in idx.iter_mut().enumerate().take(dims) {
+        *i += 1;
+        if *i < r.to.i[d] {
             return true;
         }
-        idx[d] = r.from.i[d];
+        *i = r.from.i[d];
     }
     false
 }
@@ -341,7 +344,7 @@ pub(crate) fn factory_order(
     };
     ask(&whole)?;
     let space_addr = space as usize;
-    let cache: Mutex<HashMap<([i64; 3], [i64; 3]), [usize; 3]>> = Mutex::new(HashMap::new());
+    let cache: Mutex<HashMap<BoxKey, [usize; 3]>> = Mutex::new(HashMap::new());
     Ok(LayoutOrder::Custom(Arc::new(move |r: &Range| {
         let key = (r.from(), r.to());
         if let Some(s) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
