@@ -329,8 +329,9 @@ fn laik_lexicographic_layouts_give_strides_and_offsets() {
 /// processes write their blocks at the layout's offsets, pack them with the generic pack
 /// (checked in x-fastest order), unpack negated values (checked at the layout's offsets), and
 /// the master collects the space and finds every value where its own layout says, on 1, 3 and
-/// 4 processes on tcp, shm and hybrid. A layout that is not made of strides (`-s`,
-/// serpentine rows) is LAIK's fatal error naming it.
+/// 4 processes on tcp, shm and hybrid; the same with LAIK's lexicographic layout as the
+/// factory (`-l`) on 3. A layout that is not made of strides (`-s`, serpentine rows) is
+/// LAIK's fatal error naming it.
 #[test]
 fn laik_own_layouts_place_the_elements_of_mappings() {
     let test = "laik_own_layouts_place_the_elements_of_mappings";
@@ -341,6 +342,7 @@ fn laik_own_layouts_place_the_elements_of_mappings() {
         for n in [1, 3, 4] {
             p.expect_stdout(b, n, &[], &format!("own layout on {n} processes: ok\n"));
         }
+        p.expect_stdout(b, 3, &["-l"], "own layout on 3 processes: ok\n");
     }
     p.expect_fatal(
         "shm",

@@ -6,8 +6,9 @@
  * LAIK's generic one: the values in lexicographic order, x fastest) and checks the order,
  * unpacks negated values and checks they land at the layout's places, then the master
  * collects the space (Preserve) and checks every value at its place in its own mapping.
- * `-s` (a serpentine layout: every second row reversed) is not a layout of strides: the
- * switch is LAIK's fatal error naming the layout. Exits 1 on the first mismatch; the master
+ * `-l` runs the same with LAIK's lexicographic layout as the factory (laik_new_layout_lex).
+ * `-s` (a serpentine layout: every second row reversed) is not a layout of strides: setting
+ * the factory is LAIK's fatal error naming the layout. Exits 1 on the first mismatch; the master
  * prints one line otherwise. */
 #include <laik.h>
 #include <stdio.h>
@@ -87,16 +88,18 @@ int main(int argc, char** argv)
     Laik_Group* world = laik_world(inst);
     me = laik_myid(world);
     serpentine = argc > 1 && strcmp(argv[1], "-s") == 0;
+    laik_layout_factory_t factory = column_factory;
+    if (argc > 1 && strcmp(argv[1], "-l") == 0) factory = laik_new_layout_lex;
     Laik_Space* sp = laik_new_space_2d(inst, NX, NY);
     Laik_Data* d = laik_new_data(sp, laik_Double);
-    laik_data_set_layout_factory(d, column_factory);
+    laik_data_set_layout_factory(d, factory);
 
     Laik_Partitioning* block =
         laik_new_partitioning(laik_new_block_partitioner(1, 1, 0, 0, 0), world, sp, 0);
     laik_switchto_partitioning(d, block, LAIK_DF_None, LAIK_RO_None);
     if (laik_my_rangecount(block) > 0) {
         Laik_Range r = *laik_taskrange_get_range(laik_my_range(block, 0));
-        Laik_Layout* l = column_factory(1, &r);
+        Laik_Layout* l = factory(1, &r);
         Laik_Mapping* m = laik_get_map(d, 0);
         double* base;
         laik_get_map_2d(d, 0, (void**) &base, 0, 0, 0);
@@ -137,7 +140,7 @@ int main(int argc, char** argv)
     laik_switchto_partitioning(d, master, LAIK_DF_Preserve, LAIK_RO_None);
     if (me == 0) {
         Laik_Range all = *laik_space_asrange(sp);
-        Laik_Layout* l = column_factory(1, &all);
+        Laik_Layout* l = factory(1, &all);
         double* base;
         laik_get_map_2d(d, 0, (void**) &base, 0, 0, 0);
         for (int64_t y = 0; y < NY; y++)
