@@ -394,3 +394,26 @@ fn laik_logging_program_control_and_profiling_set_up() {
         }
     }
 }
+
+/// A container's mappings in the memory of the allocator the program set
+/// (`tests/c/laik_alloc_memory.c`, a counting allocator): after each switch the mapping lies
+/// in a block the allocator handed out and holds the values written before, the blocks of the
+/// previous partitioning went back through its free, and `laik_free` returns the rest; on 1
+/// and 3 processes on tcp, shm and hybrid.
+#[test]
+fn laik_mappings_come_from_the_programs_allocator() {
+    let test = "laik_mappings_come_from_the_programs_allocator";
+    let Some(p) = Prog::build(test, "laik_alloc_memory") else {
+        return;
+    };
+    for b in BACKENDS {
+        for n in [1, 3] {
+            p.expect_stdout(
+                b,
+                n,
+                &[],
+                &format!("allocator memory on {n} processes: ok\n"),
+            );
+        }
+    }
+}

@@ -154,7 +154,7 @@ struct UserMem {
 pub struct LaikData {
     inst: *mut LaikInstance,
     pub(crate) space: *mut LaikSpace,
-    elem: Elem,
+    pub(crate) elem: Elem,
     pub(crate) name: String,
     pub(crate) c: AnyContainer,
     active: *mut LaikPartitioning,
@@ -171,9 +171,11 @@ pub struct LaikData {
     bytes: Option<Bytes>,
     /// The program's current partitioning (the container itself holds the byte twin of it
     /// when `bytes` is set).
-    part: Option<Partitioning>,
+    pub(crate) part: Option<Partitioning>,
     /// The allocator the program set (`laik_set_allocator`), recorded as LAIK records it.
     pub(crate) allocator: *mut super::alloc::LaikAllocator,
+    /// Mapping memory from a program's allocator (`alloc.rs`).
+    pub(crate) alloc_maps: super::alloc::AllocMaps,
 }
 
 impl LaikData {
@@ -184,7 +186,7 @@ impl LaikData {
 
     /// The program's memory and the container's mapping 0 with the bytes to mirror, if the
     /// program provided memory that serves mapping 0 of the current partitioning.
-    fn user_map0(&mut self) -> Result<Option<(*mut u8, *mut u8, usize)>> {
+    pub(crate) fn user_map0(&mut self) -> Result<Option<(*mut u8, *mut u8, usize)>> {
         let Some((ptr, cap, part_id)) = self.user_mem.as_ref().map(|u| (u.ptr, u.cap, u.part_id))
         else {
             return Ok(None);
@@ -271,6 +273,7 @@ impl LaikData {
             }
         };
         self.sync_in()?;
+        self.alloc_sync_in()?;
         let started = std::time::Instant::now();
         for (p, f, o) in steps {
             let inner = self.inner(&p)?;
@@ -292,7 +295,8 @@ impl LaikData {
         self.group = group;
         self.inst().last_group = Some(to.group().clone());
         self.maps.clear();
-        self.sync_out()
+        self.sync_out()?;
+        self.alloc_sync_out(op)
     }
 
     /// Mapping `n` of the current partitioning, if this process has it.
@@ -306,6 +310,9 @@ impl LaikData {
         let mut raw = self.c.raw_map(i)?;
         if let Some(b) = &self.bytes {
             raw = b.to_elements(raw);
+        }
+        if let Some(p) = self.alloc_base(i) {
+            raw.base = p;
         }
         if i == 0 {
             if let Some((user, _, _)) = self.user_map0()? {
@@ -336,7 +343,7 @@ impl LaikData {
     }
 
     /// Size of one element in bytes.
-    fn elem_size(&self) -> usize {
+    pub(crate) fn elem_size(&self) -> usize {
         self.bytes.as_ref().map_or(self.elem.size(), |b| b.size)
     }
 
@@ -376,6 +383,7 @@ fn new_data(space: *mut LaikSpace, ty: *mut LaikType, op: &'static str) -> Resul
         bytes,
         part: None,
         allocator: super::alloc::default_allocator(),
+        alloc_maps: Default::default(),
     }));
     inst.datas.push(d);
     Ok(d)
@@ -467,6 +475,7 @@ pub extern "C" fn laik_data_range(d: *mut LaikData, n: c_int) -> *mut super::cus
 pub extern "C" fn laik_free(d: *mut LaikData) {
     run("laik_free", || {
         let data = obj(d, "laik_free", "data")?;
+        data.alloc_release();
         data.inst().datas.retain(|&x| x != d);
         // SAFETY: from laik_new_data (Box::into_raw), freed once by the program.
         drop(unsafe { Box::from_raw(d) });
