@@ -200,7 +200,11 @@ unsafe extern "C" fn reuse_lex(
             new_range.from.i[d] >= old_range.from.i[d] && new_range.to.i[d] <= old_range.to.i[d]
         });
         if within {
-            ll.h.count = ll.h.count - range_count(&new_range) + range_count(&old_range);
+            // The header is public: a program may have changed `count`, so saturate.
+            ll.h.count =
+                ll.h.count
+                    .saturating_sub(range_count(&new_range))
+                    .saturating_add(range_count(&old_range));
             ll.ranges[n as usize] = old_range;
         }
         Ok(within)

@@ -6,7 +6,8 @@
  * LAIK's generic one: the values in lexicographic order, x fastest) and checks the order,
  * unpacks negated values and checks they land at the layout's places, then the master
  * collects the space (Preserve) and checks every value at its place in its own mapping.
- * `-l` runs the same with LAIK's lexicographic layout as the factory (laik_new_layout_lex).
+ * The master also checks the description of LAIK's lexicographic layout and its reuse of an
+ * enclosing section's allocation. `-l` runs the same with LAIK's lexicographic layout as the factory (laik_new_layout_lex).
  * `-s` (a serpentine layout: every second row reversed) is not a layout of strides: setting
  * the factory is LAIK's fatal error naming the layout. Exits 1 on the first mismatch; the master
  * prints one line otherwise. */
@@ -149,6 +150,20 @@ int main(int argc, char** argv)
                 double v = base[laik_offset(l, 0, &i)];
                 if (v != value(x, y)) return fail("collected value", v, value(x, y));
             }
+        /* LAIK's lexicographic layout: description, and reuse of an enclosing section
+         * (offsets then follow the old section's allocation) */
+        Laik_Range inner;
+        laik_range_init_2d(&inner, sp, 2, 5, 3, 9);
+        Laik_Layout* small = laik_new_layout_lex(1, &inner);
+        Laik_Layout* large = laik_new_layout_lex(1, &all);
+        if (strcmp(large->describe(large), "lex (2d, 1 maps, strides 1/7/77)") != 0)
+            return fail("lex description", 0, 1);
+        if (large->reuse(large, 0, small, 0)) return fail("reuse of a smaller section", 1, 0);
+        if (!small->reuse(small, 0, large, 0)) return fail("reuse of an enclosing section", 0, 1);
+        Laik_Index i = {{3, 4, 0}};
+        if (laik_offset(small, 0, &i) != laik_offset(large, 0, &i) || small->count != NX * NY)
+            return fail("offset after reuse", (double) laik_offset(small, 0, &i),
+                        (double) laik_offset(large, 0, &i));
         printf("own layout on %d processes: ok\n", laik_size(world));
     }
     laik_finalize(inst);
