@@ -21,6 +21,11 @@
 //! * `tests/c/laik_printers.c`: the debug printers of range lists, transitions, action
 //!   sequences and checksums;
 //! * `tests/c/laik_layout_lex.c`: strides and offsets of LAIK's lexicographic layout objects.
+//! * `tests/c/laik_user_layout.c`: a layout of the program's own (`struct _Laik_Layout`)
+//!   placing the container's elements, generic pack and unpack, a non-strided layout refused;
+//! * `tests/c/laik_setup_calls.c`: logging set-up, program-control and profiling records,
+//!   empty action sequences, action names and the action and switch-statistic printers;
+//! * `tests/c/laik_alloc_memory.c`: mappings in the memory of the program's allocator.
 //!
 //! Needs `cc` and the launcher of this profile (`cargo build --release --workspace`); the
 //! library is (re)built by the test itself. Without them the tests fail under `CI=true` and say
