@@ -33,6 +33,27 @@ struct _Laik_Group {
     int myid;
 };
 
+/* Switch statistics (fields as in LAIK's data-internal.h): made and summed by the program,
+ * printed by laik_log_SwitchStat. */
+struct _Laik_SwitchStat {
+    int switches, switches_noactions;
+    int mallocCount, freeCount;
+    uint64_t mallocedBytes, freedBytes, initedBytes, copiedBytes;
+    uint64_t currAllocedBytes, maxAllocedBytes;
+    int transitionCount;
+    unsigned int msgSendCount, msgRecvCount, msgReduceCount;
+    unsigned int msgAsyncSendCount, msgAsyncRecvCount;
+    uint64_t elemSendCount, elemRecvCount, elemReduceCount;
+    uint64_t byteSendCount, byteRecvCount, byteReduceCount;
+    uint64_t initOpCount, reduceOpCount, byteBufCopyCount;
+};
+
+Laik_SwitchStat* laik_newSwitchStat(void);
+void laik_addSwitchStat(Laik_SwitchStat* target, Laik_SwitchStat* src);
+
+/* The name of an action type (static storage). */
+char* laik_at_str(Laik_ActionType t);
+
 void laik_sync_location(Laik_Instance* inst);
 void laik_location_synchronize_data(Laik_Instance* inst, Laik_Group* g);
 

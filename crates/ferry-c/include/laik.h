@@ -118,9 +118,21 @@ void laik_set_iteration(Laik_Instance* inst, int iter);
 int laik_get_iteration(Laik_Instance* inst);
 void laik_iter_reset(Laik_Instance* inst);
 void laik_set_args(Laik_Instance* inst, int argc, char** argv);
+typedef struct tag_laik_program_control Laik_Program_Control;
+Laik_Program_Control* laik_program_control_init(void);
 double laik_wtime(void);
 
 /* ---- logging (to stderr, LAIK_LOG / FERRY_LOG threshold) and profiling ---- */
+
+struct timeval;
+
+/* Set-up of logging: laik_init does what LAIK's instance set-up does, so programs need not
+ * call these; see docs/C-API.md for the prefix that the counter and time base join. */
+void laik_log_init(Laik_Instance* inst);
+void laik_log_init_loc(char* mylocation);
+void laik_log_cleanup(Laik_Instance* inst);
+void laik_log_set_time(struct timeval* t);
+void laik_log_inc(void);
 
 bool laik_log_shown(int level);
 void laik_set_loglevel(int level);
@@ -164,6 +176,10 @@ static inline void laik_log_flush(const char* msg, ...)
     }
     laik_log_flush_text();
 }
+
+typedef struct _Laik_Profiling_Controller Laik_Profiling_Controller;
+Laik_Profiling_Controller* laik_init_profiling(void);
+void laik_free_profiling(Laik_Instance* inst);
 
 void laik_enable_profiling(Laik_Instance* inst);
 void laik_enable_profiling_file(Laik_Instance* inst, const char* filename);
@@ -480,7 +496,8 @@ bool laik_local2global1_2d(Laik_Data* d, int64_t lx, int64_t ly, int64_t* gx, in
 
 /* ---- reservations, transitions, action sequences ---- */
 
-/* Kinds of the steps of an action sequence (LAIK's action.h); ferry's sequences are opaque. */
+/* Kinds of the steps of an action sequence (LAIK's action.h, values as LAIK's); ferry's
+ * sequences are opaque. */
 typedef enum _Laik_ActionType {
     LAIK_AT_Invalid = 0,
     LAIK_AT_Nop,
@@ -488,11 +505,15 @@ typedef enum _Laik_ActionType {
     LAIK_AT_BufReserve,
     LAIK_AT_MapSend, LAIK_AT_BufSend, LAIK_AT_RBufSend,
     LAIK_AT_MapRecv, LAIK_AT_BufRecv, LAIK_AT_RBufRecv,
-    LAIK_AT_RBufReduce, LAIK_AT_BufInit,
+    LAIK_AT_RBufLocalReduce, LAIK_AT_BufInit,
     LAIK_AT_CopyFromBuf, LAIK_AT_CopyToBuf,
-    LAIK_AT_PackAndSend, LAIK_AT_Pack,
-    LAIK_AT_RecvAndUnpack, LAIK_AT_Unpack,
-    LAIK_AT_Reduce, LAIK_AT_GroupReduce,
+    LAIK_AT_CopyFromRBuf, LAIK_AT_CopyToRBuf,
+    LAIK_AT_MapPackAndSend, LAIK_AT_PackAndSend,
+    LAIK_AT_MapPackToRBuf, LAIK_AT_PackToRBuf, LAIK_AT_PackToBuf,
+    LAIK_AT_MapRecvAndUnpack, LAIK_AT_RecvAndUnpack,
+    LAIK_AT_MapUnpackFromRBuf, LAIK_AT_UnpackFromRBuf, LAIK_AT_UnpackFromBuf,
+    LAIK_AT_Reduce, LAIK_AT_RBufReduce,
+    LAIK_AT_MapGroupReduce, LAIK_AT_GroupReduce, LAIK_AT_RBufGroupReduce,
     LAIK_AT_Copy,
     LAIK_AT_BufCopy, LAIK_AT_RBufCopy,
     LAIK_AT_Backend = 50
@@ -519,6 +540,7 @@ void laik_exec_transition(Laik_Data* d, Laik_Transition* t);
 Laik_ActionSeq* laik_calc_actions(Laik_Data* d, Laik_Transition* t,
                                   Laik_Reservation* fromRes, Laik_Reservation* toRes);
 void laik_exec_actions(Laik_ActionSeq* as);
+Laik_ActionSeq* laik_aseq_new(Laik_Instance* inst);
 void laik_aseq_free(Laik_ActionSeq* as);
 
 /* ---- key-value store ---- */
@@ -556,6 +578,8 @@ void laik_log_Transition(Laik_Transition* t, bool showActions);
 void laik_log_ActionSeq(Laik_ActionSeq* as, bool showDetails);
 void laik_log_ActionSeqIfChanged(bool changed, Laik_ActionSeq* as, char* title);
 void laik_log_Checksum(char* buf, int count, Laik_Type* t);
+void laik_log_SwitchStat(Laik_SwitchStat* ss);
+void laik_log_Action(Laik_Action* a, Laik_ActionSeq* as);
 
 /* ---- allocators (recorded per container; see docs/C-API.md) ---- */
 
@@ -602,7 +626,44 @@ void laik_ext_init(Laik_Instance* inst);
 void laik_ext_cleanup(Laik_Instance* inst);
 void laik_get_failed(Laik_Instance* inst, int* nfailed, int** failed, int max);
 
-/* ---- memory layouts ---- */
+/* ---- memory layouts (see docs/C-API.md for the layouts a container can hold) ---- */
+
+typedef int (*laik_layout_section_t)(Laik_Layout*, Laik_Index*);
+typedef int (*laik_layout_mapno_t)(Laik_Layout*, int);
+typedef int64_t (*laik_layout_offset_t)(Laik_Layout*, int, Laik_Index*);
+typedef bool (*laik_layout_reuse_t)(Laik_Layout*, int, Laik_Layout*, int);
+typedef char* (*laik_layout_describe_t)(Laik_Layout*);
+typedef unsigned int (*laik_layout_pack_t)(Laik_Mapping*, Laik_Range*, Laik_Index*,
+                                           char*, unsigned int);
+typedef unsigned int (*laik_layout_unpack_t)(Laik_Mapping*, Laik_Range*, Laik_Index*,
+                                             char*, unsigned int);
+typedef void (*laik_layout_copy_t)(Laik_Range*, Laik_Mapping*, Laik_Mapping*);
+
+struct _Laik_Layout {
+    int dims;
+    int map_count;
+    uint64_t count;
+    laik_layout_section_t section;
+    laik_layout_mapno_t mapno;
+    laik_layout_offset_t offset;
+    laik_layout_reuse_t reuse;
+    laik_layout_describe_t describe;
+    laik_layout_pack_t pack;
+    laik_layout_unpack_t unpack;
+    laik_layout_copy_t copy;
+};
+
+void laik_init_layout(Laik_Layout* l, int dims, int map_count, uint64_t count,
+                      laik_layout_section_t section, laik_layout_mapno_t mapno,
+                      laik_layout_offset_t offset, laik_layout_reuse_t reuse,
+                      laik_layout_describe_t describe, laik_layout_pack_t pack,
+                      laik_layout_unpack_t unpack, laik_layout_copy_t copy);
+unsigned int laik_layout_pack_gen(Laik_Mapping* m, Laik_Range* range, Laik_Index* idx,
+                                  char* buf, unsigned int size);
+unsigned int laik_layout_unpack_gen(Laik_Mapping* m, Laik_Range* range, Laik_Index* idx,
+                                    char* buf, unsigned int size);
+void laik_layout_copy_gen(Laik_Range* range, Laik_Mapping* from, Laik_Mapping* to);
+void laik_data_copy(Laik_Range* range, Laik_Mapping* from, Laik_Mapping* to);
 
 typedef Laik_Layout* (*laik_layout_factory_t)(int n, Laik_Range* range);
 Laik_Layout* laik_new_layout_lex(int n, Laik_Range* range);

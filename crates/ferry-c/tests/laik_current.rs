@@ -21,6 +21,11 @@
 //! * `tests/c/laik_printers.c`: the debug printers of range lists, transitions, action
 //!   sequences and checksums;
 //! * `tests/c/laik_layout_lex.c`: strides and offsets of LAIK's lexicographic layout objects.
+//! * `tests/c/laik_user_layout.c`: a layout of the program's own (`struct _Laik_Layout`)
+//!   placing the container's elements, generic pack and unpack, a non-strided layout refused;
+//! * `tests/c/laik_setup_calls.c`: logging set-up, program-control and profiling records,
+//!   empty action sequences, action names and the action and switch-statistic printers;
+//! * `tests/c/laik_alloc_memory.c`: mappings in the memory of the program's allocator.
 //!
 //! Needs `cc` and the launcher of this profile (`cargo build --release --workspace`); the
 //! library is (re)built by the test itself. Without them the tests fail under `CI=true` and say
@@ -319,6 +324,100 @@ fn laik_lexicographic_layouts_give_strides_and_offsets() {
                 n,
                 &[],
                 &format!("lexicographic layouts of {n} processes: ok\n"),
+            );
+        }
+    }
+}
+
+/// A layout of the program's own (`tests/c/laik_user_layout.c`: `struct _Laik_Layout` filled
+/// by `laik_init_layout`, column-major with padding) given through the layout factory: the
+/// processes write their blocks at the layout's offsets, pack them with the generic pack
+/// (checked in x-fastest order), unpack negated values (checked at the layout's offsets), and
+/// the master collects the space and finds every value where its own layout says, on 1, 3 and
+/// 4 processes on tcp, shm and hybrid; the same with LAIK's lexicographic layout as the
+/// factory (`-l`) on 3. A layout that is not made of strides (`-s`, serpentine rows) is
+/// LAIK's fatal error naming it.
+#[test]
+fn laik_own_layouts_place_the_elements_of_mappings() {
+    let test = "laik_own_layouts_place_the_elements_of_mappings";
+    let Some(p) = Prog::build(test, "laik_user_layout") else {
+        return;
+    };
+    for b in BACKENDS {
+        for n in [1, 3, 4] {
+            p.expect_stdout(b, n, &[], &format!("own layout on {n} processes: ok\n"));
+        }
+        p.expect_stdout(b, 3, &["-l"], "own layout on 3 processes: ok\n");
+    }
+    p.expect_fatal(
+        "shm",
+        2,
+        &["-s"],
+        &[
+            "laik_data_set_layout_factory",
+            "layout 'serpentine' is not a strided layout",
+        ],
+        "own layout on",
+    );
+}
+
+/// The set-up calls of LAIK's logging, program control and profiling, empty action sequences
+/// and the printers of actions and switch statistics (`tests/c/laik_setup_calls.c`): the
+/// program checks thresholds, records, user time and action names itself; its log lines show
+/// the early location, the counter and time base in the prefix and their removal by
+/// `laik_log_cleanup`, and the printers' text. On 1 and 3 processes on tcp, shm and hybrid.
+#[test]
+fn laik_logging_program_control_and_profiling_set_up() {
+    let test = "laik_logging_program_control_and_profiling_set_up";
+    let Some(p) = Prog::build(test, "laik_setup_calls") else {
+        return;
+    };
+    let lines = [
+        "LAIK error early-location: before init\n",
+        "LAIK error rank 0 #2 +100.0",
+        "s: counted and timed\n",
+        "LAIK error rank 0: after cleanup\n",
+        "LAIK error rank 0: printers: empty action sequence | BufSend (24 bytes) | \
+         6 switches (2 without actions)\n    messages: 4 sent (0 async, 16 elements, 128 B), \
+         0 received (0 async, 0 elements, 0 B)\n",
+    ];
+    for b in BACKENDS {
+        for n in [1, 3] {
+            let r = p.expect(b, n, &[], 0);
+            assert_eq!(
+                r.stdout,
+                format!("set-up calls on {n} processes: ok\n"),
+                "{b} -n {n}"
+            );
+            for l in lines {
+                assert!(
+                    r.stderr.contains(l),
+                    "{b} -n {n}: no `{l}` in:\n{}",
+                    r.stderr
+                );
+            }
+        }
+    }
+}
+
+/// A container's mappings in the memory of the allocator the program set
+/// (`tests/c/laik_alloc_memory.c`, a counting allocator): after each switch the mapping lies
+/// in a block the allocator handed out and holds the values written before, the blocks of the
+/// previous partitioning went back through its free, and `laik_free` returns the rest; on 1
+/// and 3 processes on tcp, shm and hybrid.
+#[test]
+fn laik_mappings_come_from_the_programs_allocator() {
+    let test = "laik_mappings_come_from_the_programs_allocator";
+    let Some(p) = Prog::build(test, "laik_alloc_memory") else {
+        return;
+    };
+    for b in BACKENDS {
+        for n in [1, 3] {
+            p.expect_stdout(
+                b,
+                n,
+                &[],
+                &format!("allocator memory on {n} processes: ok\n"),
             );
         }
     }

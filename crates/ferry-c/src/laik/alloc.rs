@@ -2,14 +2,19 @@
 //! predefined `laik_allocator_def`, and a container's allocator (`laik_set_allocator`,
 //! `laik_get_allocator`).
 //!
-//! A container records the allocator it is given and returns it, as LAIK does; its mappings'
-//! memory is the data layer's own (or the program's, `laik_data_provide_memory`), not memory
-//! from the allocator's functions (docs/C-API.md).
+//! A container records the allocator it is given and returns it, as LAIK does. With the
+//! default allocator the mappings are the data layer's own memory. With an allocator the
+//! program set, every mapping the program sees comes from the allocator's `malloc` (called
+//! with the container and the mapping's size in bytes), as in LAIK: after each switch to
+//! another partitioning the previous mappings go back through its `free` and new ones are
+//! allocated; the data layer keeps its own copy, which the container fills from the
+//! allocator's memory before a switch and writes back to it after one (docs/C-API.md).
+//! Memory the program provided (`laik_data_provide_memory`) still serves mapping 0.
 
 use std::ffi::{c_int, c_void};
 use std::ptr::null_mut;
 
-use ferry_core::Result;
+use ferry_core::{Error, Result};
 
 use super::data::LaikData;
 use super::{obj, run};
@@ -110,4 +115,151 @@ pub extern "C" fn laik_get_allocator(d: *mut LaikData) -> *mut LaikAllocator {
     run("laik_get_allocator", || {
         Ok(obj(d, "laik_get_allocator", "data")?.allocator)
     })
+}
+
+/// Mapping memory a container got from a program's allocator.
+pub(crate) struct AllocMaps {
+    /// Partitioning (id) the memory was allocated for.
+    part: Option<u64>,
+    /// Address and size in bytes of each mapping's memory (NULL for a mapping served by the
+    /// program's provided memory).
+    maps: Vec<(*mut u8, usize)>,
+    /// The allocator the memory came from (whose `free` takes it back).
+    from: *mut LaikAllocator,
+}
+
+impl Default for AllocMaps {
+    fn default() -> Self {
+        AllocMaps {
+            part: None,
+            maps: Vec::new(),
+            from: null_mut(),
+        }
+    }
+}
+
+impl LaikData {
+    /// The program's allocator, if it set one (the default allocator leaves mappings in the
+    /// data layer's memory).
+    fn own_allocator(&self) -> Option<&LaikAllocator> {
+        if self.allocator == default_allocator() {
+            return None;
+        }
+        // SAFETY: allocators live until the process ends (LAIK has no call to free one).
+        unsafe { self.allocator.as_ref() }
+    }
+
+    /// Bytes of the data layer's mapping `i` (its box under its strides).
+    fn map_bytes(&mut self, i: usize) -> Result<(*mut u8, usize)> {
+        let m = self.c.raw_map(i)?;
+        let mut elems = 1usize;
+        for d in 0..3 {
+            let ext = (m.to[d] - m.from[d]).max(0) as usize;
+            if ext == 0 {
+                return Ok((m.base, 0));
+            }
+            elems += (ext - 1) * m.strides[d];
+        }
+        Ok((m.base, elems * self.elem.size()))
+    }
+
+    /// The allocator's memory serving mapping `i`, if any.
+    pub(crate) fn alloc_base(&self, i: usize) -> Option<*mut u8> {
+        self.alloc_maps
+            .maps
+            .get(i)
+            .map(|m| m.0)
+            .filter(|p| !p.is_null())
+    }
+
+    /// Copies what the program wrote in the allocator's memory into the data layer's mappings
+    /// (before a switch reads them).
+    pub(crate) fn alloc_sync_in(&mut self) -> Result<()> {
+        for i in 0..self.alloc_maps.maps.len().min(self.c.num_mappings()) {
+            let (p, bytes) = self.alloc_maps.maps[i];
+            if p.is_null() {
+                continue;
+            }
+            let (base, need) = self.map_bytes(i)?;
+            // SAFETY: the allocation holds `bytes` bytes and the mapping `need` (the same
+            // partitioning's sizes); distinct allocations.
+            unsafe { std::ptr::copy_nonoverlapping(p, base, bytes.min(need)) };
+        }
+        Ok(())
+    }
+
+    /// After a switch: on a new partitioning, returns the previous mappings to the allocator
+    /// and allocates the new ones; then writes the data layer's values into them.
+    pub(crate) fn alloc_sync_out(&mut self, op: &'static str) -> Result<()> {
+        let Some(a) = self.own_allocator() else {
+            // Back to the default allocator: blocks of an earlier one (whose values the switch
+            // took in) go back to it.
+            self.alloc_release();
+            return Ok(());
+        };
+        let (malloc, policy) = (a.malloc, a.policy);
+        let id = self.part.as_ref().map(|p| p.id());
+        if self.alloc_maps.part != id || self.alloc_maps.maps.len() != self.c.num_mappings() {
+            self.alloc_release();
+            let malloc = malloc.ok_or_else(|| {
+                Error::invalid(op, format!("`{}`: the allocator has no malloc", self.name))
+            })?;
+            let user0 = self.user_map0()?.is_some();
+            let d: *mut LaikData = self;
+            let mut maps = Vec::new();
+            for i in 0..self.c.num_mappings() {
+                let (_, bytes) = self.map_bytes(i)?;
+                if bytes == 0 || (i == 0 && user0) {
+                    maps.push((std::ptr::null_mut(), 0));
+                    continue;
+                }
+                let p = malloc(d, bytes).cast::<u8>();
+                if p.is_null() {
+                    self.alloc_maps.maps = maps;
+                    self.alloc_maps.from = self.allocator;
+                    self.alloc_release();
+                    return Err(Error::invalid(
+                        op,
+                        format!(
+                            "`{}`: the allocator returned NULL for mapping {i} of {bytes} \
+                             bytes (policy {policy})",
+                            self.name
+                        ),
+                    ));
+                }
+                maps.push((p, bytes));
+            }
+            self.alloc_maps = AllocMaps {
+                part: id,
+                maps,
+                from: self.allocator,
+            };
+        }
+        for i in 0..self.alloc_maps.maps.len() {
+            let (p, bytes) = self.alloc_maps.maps[i];
+            if p.is_null() {
+                continue;
+            }
+            let (base, _) = self.map_bytes(i)?;
+            // SAFETY: as in alloc_sync_in, in the other direction.
+            unsafe { std::ptr::copy_nonoverlapping(base, p, bytes) };
+        }
+        Ok(())
+    }
+
+    /// Returns every mapping's memory to the allocator's `free` (kept if it has none).
+    pub(crate) fn alloc_release(&mut self) {
+        let maps = std::mem::take(&mut self.alloc_maps.maps);
+        self.alloc_maps.part = None;
+        let d: *mut LaikData = self;
+        // SAFETY: allocators live until the process ends.
+        let free = unsafe { self.alloc_maps.from.as_ref() }.and_then(|a| a.free);
+        if let Some(f) = free {
+            for (p, _) in maps {
+                if !p.is_null() {
+                    f(d, p.cast::<c_void>());
+                }
+            }
+        }
+    }
 }

@@ -43,10 +43,10 @@ pub struct LaikInstance {
     /// The space store and the handles registered under its names (see `spaces.rs`).
     pub(crate) space_store: ferry_data::space_store::SpaceStore,
     pub(crate) named_spaces: Vec<(String, *mut super::part::LaikSpace)>,
-    log_level: c_int,
+    pub(crate) log_level: c_int,
     /// Message being built by laik_log_begin / laik_log_append (level, text).
     log_line: Option<(c_int, String)>,
-    profile: Option<Profile>,
+    pub(crate) profile: Option<Profile>,
     /// The command line the program gave `laik_set_args` (kept, as LAIK keeps it).
     pub(crate) args: (c_int, *mut *mut c_char),
 }
@@ -66,7 +66,8 @@ pub struct LaikGroup {
     pub(crate) master: c_int,
 }
 
-struct Profile {
+/// Profiling state of the instance (`laik_enable_profiling*`).
+pub(crate) struct Profile {
     file: String,
     user: f64,
     started: Option<Instant>,
@@ -109,7 +110,7 @@ impl LaikInstance {
 }
 
 /// LAIK's log threshold from `LAIK_LOG` (`[n|s]level[:from[-to]]`, default: errors only).
-fn log_level_from_env() -> c_int {
+pub(crate) fn log_level_from_env() -> c_int {
     let Ok(v) = std::env::var("LAIK_LOG") else {
         return 4;
     };
@@ -531,19 +532,8 @@ pub extern "C" fn laik_log_write(level: c_int, text: *const c_char) {
             .to_string_lossy()
             .into_owned()
     };
-    let rank = current_rank().map_or_else(|| "-".to_string(), |r| r.to_string());
-    let tag = match level {
-        1 => "debug",
-        2 => "info",
-        3 => "warning",
-        4 => "error",
-        _ => "panic",
-    };
-    let _ = writeln!(
-        std::io::stderr(),
-        "LAIK {tag} rank {rank}: {}",
-        msg.trim_end()
-    );
+    let prefix = super::logging::prefix(super::logging::level_tag(level));
+    let _ = writeln!(std::io::stderr(), "{prefix}: {}", msg.trim_end());
     if level >= 5 {
         super::die(
             "laik_log",

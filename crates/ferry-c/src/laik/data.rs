@@ -116,6 +116,28 @@ pub(crate) fn registered_size(ty: *mut LaikType, op: &'static str) -> Result<Opt
 pub struct LaikMapping {
     map_no: c_int,
     raw: RawMap,
+    /// Bytes per element.
+    elem_size: usize,
+}
+
+impl LaikMapping {
+    /// Bytes per element of the mapping's container.
+    pub(crate) fn elem_size(&self) -> usize {
+        self.elem_size
+    }
+
+    /// Address of global index `idx` (first `dims` coordinates), `None` outside the box.
+    pub(crate) fn addr(&self, idx: &[i64; 3], dims: usize) -> Option<*mut u8> {
+        let mut off = 0usize;
+        for (d, &i) in idx.iter().enumerate().take(dims) {
+            if i < self.raw.from[d] || i >= self.raw.to[d] {
+                return None;
+            }
+            off += (i - self.raw.from[d]) as usize * self.raw.strides[d];
+        }
+        // The box's elements lie in the mapping's memory (the data layer's allocation).
+        Some(self.raw.base.wrapping_add(off * self.elem_size))
+    }
 }
 
 /// Memory the program provided for mapping 0.
@@ -132,7 +154,7 @@ struct UserMem {
 pub struct LaikData {
     inst: *mut LaikInstance,
     pub(crate) space: *mut LaikSpace,
-    elem: Elem,
+    pub(crate) elem: Elem,
     pub(crate) name: String,
     pub(crate) c: AnyContainer,
     active: *mut LaikPartitioning,
@@ -149,9 +171,11 @@ pub struct LaikData {
     bytes: Option<Bytes>,
     /// The program's current partitioning (the container itself holds the byte twin of it
     /// when `bytes` is set).
-    part: Option<Partitioning>,
+    pub(crate) part: Option<Partitioning>,
     /// The allocator the program set (`laik_set_allocator`), recorded as LAIK records it.
     pub(crate) allocator: *mut super::alloc::LaikAllocator,
+    /// Mapping memory from a program's allocator (`alloc.rs`).
+    pub(crate) alloc_maps: super::alloc::AllocMaps,
 }
 
 impl LaikData {
@@ -162,7 +186,7 @@ impl LaikData {
 
     /// The program's memory and the container's mapping 0 with the bytes to mirror, if the
     /// program provided memory that serves mapping 0 of the current partitioning.
-    fn user_map0(&mut self) -> Result<Option<(*mut u8, *mut u8, usize)>> {
+    pub(crate) fn user_map0(&mut self) -> Result<Option<(*mut u8, *mut u8, usize)>> {
         let Some((ptr, cap, part_id)) = self.user_mem.as_ref().map(|u| (u.ptr, u.cap, u.part_id))
         else {
             return Ok(None);
@@ -249,6 +273,7 @@ impl LaikData {
             }
         };
         self.sync_in()?;
+        self.alloc_sync_in()?;
         let started = std::time::Instant::now();
         for (p, f, o) in steps {
             let inner = self.inner(&p)?;
@@ -270,7 +295,8 @@ impl LaikData {
         self.group = group;
         self.inst().last_group = Some(to.group().clone());
         self.maps.clear();
-        self.sync_out()
+        self.sync_out()?;
+        self.alloc_sync_out(op)
     }
 
     /// Mapping `n` of the current partitioning, if this process has it.
@@ -285,14 +311,22 @@ impl LaikData {
         if let Some(b) = &self.bytes {
             raw = b.to_elements(raw);
         }
+        if let Some(p) = self.alloc_base(i) {
+            raw.base = p;
+        }
         if i == 0 {
             if let Some((user, _, _)) = self.user_map0()? {
                 raw.base = user;
             }
         }
+        let elem_size = self.elem_size();
         while self.maps.len() <= i {
             let no = self.maps.len() as c_int;
-            self.maps.push(Box::new(LaikMapping { map_no: no, raw }));
+            self.maps.push(Box::new(LaikMapping {
+                map_no: no,
+                raw,
+                elem_size,
+            }));
         }
         self.maps[i].raw = raw;
         Ok(Some(&mut self.maps[i]))
@@ -303,8 +337,13 @@ impl LaikData {
         unsafe { &*self.space }.space.dims()
     }
 
+    /// Whether the container holds elements of a program-registered type (as bytes).
+    pub(crate) fn is_registered_type(&self) -> bool {
+        self.bytes.is_some()
+    }
+
     /// Size of one element in bytes.
-    fn elem_size(&self) -> usize {
+    pub(crate) fn elem_size(&self) -> usize {
         self.bytes.as_ref().map_or(self.elem.size(), |b| b.size)
     }
 
@@ -344,6 +383,7 @@ fn new_data(space: *mut LaikSpace, ty: *mut LaikType, op: &'static str) -> Resul
         bytes,
         part: None,
         allocator: super::alloc::default_allocator(),
+        alloc_maps: Default::default(),
     }));
     inst.datas.push(d);
     Ok(d)
@@ -435,6 +475,7 @@ pub extern "C" fn laik_data_range(d: *mut LaikData, n: c_int) -> *mut super::cus
 pub extern "C" fn laik_free(d: *mut LaikData) {
     run("laik_free", || {
         let data = obj(d, "laik_free", "data")?;
+        data.alloc_release();
         data.inst().datas.retain(|&x| x != d);
         // SAFETY: from laik_new_data (Box::into_raw), freed once by the program.
         drop(unsafe { Box::from_raw(d) });

@@ -193,6 +193,10 @@ pub extern "C" fn laik_log_ActionSeq(a: *mut LaikActionSeq, _show_details: bool)
         return;
     };
     let (t, data) = seq.parts();
+    if t.is_null() {
+        append("empty action sequence".into());
+        return;
+    }
     append("actions for ".into());
     laik_log_Transition(t, false);
     append(format!(" on '{data}'"));
@@ -250,4 +254,220 @@ pub extern "C" fn laik_log_Checksum(buf: *const c_char, count: c_int, ty: *mut L
         append(format!("checksum {sum:.6}"));
         Ok(())
     })
+}
+
+/// Names of LAIK's action types (`Laik_ActionType` of `action.h`), in the enum's order from
+/// `LAIK_AT_Invalid` (0); `LAIK_AT_Backend` (50) and above are a backend's own.
+const ACTION_NAMES: [&CStr; 34] = [
+    c"Invalid",
+    c"Nop",
+    c"Transition",
+    c"BufReserve",
+    c"MapSend",
+    c"BufSend",
+    c"RBufSend",
+    c"MapRecv",
+    c"BufRecv",
+    c"RBufRecv",
+    c"RBufLocalReduce",
+    c"BufInit",
+    c"CopyFromBuf",
+    c"CopyToBuf",
+    c"CopyFromRBuf",
+    c"CopyToRBuf",
+    c"MapPackAndSend",
+    c"PackAndSend",
+    c"MapPackToRBuf",
+    c"PackToRBuf",
+    c"PackToBuf",
+    c"MapRecvAndUnpack",
+    c"RecvAndUnpack",
+    c"MapUnpackFromRBuf",
+    c"UnpackFromRBuf",
+    c"UnpackFromBuf",
+    c"Reduce",
+    c"RBufReduce",
+    c"MapGroupReduce",
+    c"GroupReduce",
+    c"RBufGroupReduce",
+    c"Copy",
+    c"BufCopy",
+    c"RBufCopy",
+];
+
+/// The name of action type `t` (static storage); `Backend` for a backend's own types (50 and
+/// above) and `???` for values LAIK does not define.
+#[no_mangle]
+pub extern "C" fn laik_at_str(t: c_int) -> *const c_char {
+    const BACKEND: c_int = 50;
+    let name = match usize::try_from(t).ok().and_then(|k| ACTION_NAMES.get(k)) {
+        Some(n) => n,
+        None if t >= BACKEND => c"Backend",
+        None => c"???",
+    };
+    name.as_ptr()
+}
+
+/// LAIK's action header (`Laik_Action` of `action.h`): the type and the length in bytes.
+#[repr(C)]
+pub struct LaikAction {
+    ty: c_char,
+    len: c_char,
+}
+
+/// `TYPE (N bytes)` for one action: the header is what every action carries; the fields after
+/// it depend on the type and the backend that recorded it, and ferry's sequences record none
+/// (they are run by the container's bound plan), so only the header is described.
+#[no_mangle]
+pub extern "C" fn laik_log_Action(a: *mut LaikAction, _as: *mut LaikActionSeq) {
+    // SAFETY: an action header from the program, or NULL.
+    let Some(act) = (unsafe { a.as_ref() }) else {
+        append("(no action)".into());
+        return;
+    };
+    // The header stores the type as C's char; the enum's values fit in 0..=127.
+    let ty = act.ty as u8 as c_int;
+    // SAFETY: laik_at_str returns one of the static names above.
+    let name = unsafe { CStr::from_ptr(laik_at_str(ty)) }.to_string_lossy();
+    append(format!("{name} ({} bytes)", act.len as u8));
+}
+
+/// LAIK's switch statistics (`Laik_SwitchStat`, fields as in LAIK's `data-internal.h`; the
+/// struct is spelled out in `laik-internal.h`).
+#[repr(C)]
+#[derive(Default)]
+pub struct LaikSwitchStat {
+    switches: c_int,
+    switches_noactions: c_int,
+    malloc_count: c_int,
+    free_count: c_int,
+    malloced_bytes: u64,
+    freed_bytes: u64,
+    inited_bytes: u64,
+    copied_bytes: u64,
+    curr_alloced_bytes: u64,
+    max_alloced_bytes: u64,
+    transition_count: c_int,
+    msg_send_count: u32,
+    msg_recv_count: u32,
+    msg_reduce_count: u32,
+    msg_async_send_count: u32,
+    msg_async_recv_count: u32,
+    elem_send_count: u64,
+    elem_recv_count: u64,
+    elem_reduce_count: u64,
+    byte_send_count: u64,
+    byte_recv_count: u64,
+    byte_reduce_count: u64,
+    init_op_count: u64,
+    reduce_op_count: u64,
+    byte_buf_copy_count: u64,
+}
+
+/// A new statistic with every count 0 (freed with C's `free`, as LAIK's).
+#[no_mangle]
+pub extern "C" fn laik_newSwitchStat() -> *mut LaikSwitchStat {
+    super::run("laik_newSwitchStat", || {
+        extern "C" {
+            fn calloc(n: usize, size: usize) -> *mut std::ffi::c_void;
+        }
+        // SAFETY: calloc of one zeroed struct; all-zero bytes are a valid LaikSwitchStat.
+        let p: *mut LaikSwitchStat =
+            unsafe { calloc(1, std::mem::size_of::<LaikSwitchStat>()) }.cast();
+        if p.is_null() {
+            return Err(ferry_core::Error::invalid(
+                "laik_newSwitchStat",
+                "out of memory for a switch statistic",
+            ));
+        }
+        Ok(p)
+    })
+}
+
+/// Adds the counts of `src` to `target`; the allocation peak is the larger of the two.
+#[no_mangle]
+pub extern "C" fn laik_addSwitchStat(target: *mut LaikSwitchStat, src: *mut LaikSwitchStat) {
+    super::run("laik_addSwitchStat", || {
+        let t = super::obj(target, "laik_addSwitchStat", "target statistic")?;
+        let s = super::obj(src, "laik_addSwitchStat", "source statistic")?;
+        t.switches += s.switches;
+        t.switches_noactions += s.switches_noactions;
+        t.malloc_count += s.malloc_count;
+        t.free_count += s.free_count;
+        t.malloced_bytes += s.malloced_bytes;
+        t.freed_bytes += s.freed_bytes;
+        t.inited_bytes += s.inited_bytes;
+        t.copied_bytes += s.copied_bytes;
+        t.curr_alloced_bytes += s.curr_alloced_bytes;
+        t.max_alloced_bytes = t.max_alloced_bytes.max(s.max_alloced_bytes);
+        t.transition_count += s.transition_count;
+        t.msg_send_count += s.msg_send_count;
+        t.msg_recv_count += s.msg_recv_count;
+        t.msg_reduce_count += s.msg_reduce_count;
+        t.msg_async_send_count += s.msg_async_send_count;
+        t.msg_async_recv_count += s.msg_async_recv_count;
+        t.elem_send_count += s.elem_send_count;
+        t.elem_recv_count += s.elem_recv_count;
+        t.elem_reduce_count += s.elem_reduce_count;
+        t.byte_send_count += s.byte_send_count;
+        t.byte_recv_count += s.byte_recv_count;
+        t.byte_reduce_count += s.byte_reduce_count;
+        t.init_op_count += s.init_op_count;
+        t.reduce_op_count += s.reduce_op_count;
+        t.byte_buf_copy_count += s.byte_buf_copy_count;
+        Ok(())
+    })
+}
+
+/// `N switches (M without actions)`, then one line each for memory, messages and reductions
+/// when the statistic counted any (as LAIK leaves out the groups that stayed 0).
+#[no_mangle]
+pub extern "C" fn laik_log_SwitchStat(ss: *mut LaikSwitchStat) {
+    // SAFETY: a statistic from the program, or NULL.
+    let Some(s) = (unsafe { ss.as_ref() }) else {
+        append("(no switch statistic)".into());
+        return;
+    };
+    let mut t = format!(
+        "{} switches ({} without actions)",
+        s.switches, s.switches_noactions
+    );
+    if s.malloc_count > 0 || s.free_count > 0 || s.copied_bytes > 0 {
+        t.push_str(&format!(
+            "\n    memory: {} allocations ({} B), {} frees ({} B), peak {} B, copied {} B, \
+             initialised {} B",
+            s.malloc_count,
+            s.malloced_bytes,
+            s.free_count,
+            s.freed_bytes,
+            s.max_alloced_bytes,
+            s.copied_bytes,
+            s.inited_bytes
+        ));
+    }
+    if s.msg_send_count > 0 || s.msg_recv_count > 0 {
+        t.push_str(&format!(
+            "\n    messages: {} sent ({} async, {} elements, {} B), {} received ({} async, \
+             {} elements, {} B)",
+            s.msg_send_count,
+            s.msg_async_send_count,
+            s.elem_send_count,
+            s.byte_send_count,
+            s.msg_recv_count,
+            s.msg_async_recv_count,
+            s.elem_recv_count,
+            s.byte_recv_count
+        ));
+    }
+    if s.msg_reduce_count > 0 || s.reduce_op_count > 0 {
+        t.push_str(&format!(
+            "\n    reductions: {} ({} elements, {} B), {} reduce and {} init operations",
+            s.msg_reduce_count,
+            s.elem_reduce_count,
+            s.byte_reduce_count,
+            s.reduce_op_count,
+            s.init_op_count
+        ));
+    }
+    append(t);
 }

@@ -8,7 +8,6 @@ use ferry_data::{LayoutOrder, Partitioning, Space};
 
 use super::core::LaikGroup;
 use super::data::LaikData;
-use super::layout::LaikLayout;
 use super::part::{LaikIndex, LaikPartitioning, LaikRange, LaikSpace};
 use super::reduce::flow_of;
 use super::{obj, run};
@@ -46,10 +45,26 @@ impl LaikActionSeq {
     }
 }
 
-/// A transition bound to a container (`laik_calc_actions`).
+/// A transition bound to a container (`laik_calc_actions`), or an empty sequence
+/// (`laik_aseq_new`: both pointers NULL), whose execution does nothing.
 pub struct LaikActionSeq {
     data: *mut LaikData,
     t: *mut LaikTransition,
+}
+
+/// An empty action sequence of instance `inst` (LAIK's `laik_aseq_new`). LAIK records the
+/// actions of transitions into such a sequence internally; a program has no call that records
+/// into it, so it stays empty: `laik_exec_actions` on it does nothing, `laik_log_ActionSeq`
+/// describes it as empty, `laik_aseq_free` frees it.
+#[no_mangle]
+pub extern "C" fn laik_aseq_new(inst: *mut super::core::LaikInstance) -> *mut LaikActionSeq {
+    run("laik_aseq_new", || {
+        obj(inst, "laik_aseq_new", "instance")?;
+        Ok(Box::into_raw(Box::new(LaikActionSeq {
+            data: std::ptr::null_mut(),
+            t: std::ptr::null_mut(),
+        })))
+    })
 }
 
 #[no_mangle]
@@ -203,6 +218,10 @@ pub extern "C" fn laik_calc_actions(
 pub extern "C" fn laik_exec_actions(a: *mut LaikActionSeq) {
     run("laik_exec_actions", || {
         let s = obj(a, "laik_exec_actions", "action sequence")?;
+        if s.t.is_null() {
+            // An empty sequence (laik_aseq_new) has nothing to run.
+            return Ok(());
+        }
         laik_exec_transition(s.data, s.t);
         Ok(())
     })
@@ -219,31 +238,44 @@ pub extern "C" fn laik_aseq_free(a: *mut LaikActionSeq) {
     })
 }
 
-pub type LayoutFactory = extern "C" fn(c_int, *mut LaikRange) -> *mut LaikLayout;
-
-/// Lays out the container's mappings with the factory's layout. The factory is asked once,
-/// for the whole space; the only layout it can return is the lexicographic one, which the
-/// container then uses through its application-layout path.
+/// Lays out the container's mappings with the layouts of `factory`, asked for each mapping's
+/// box: lexicographic layouts and strided layouts of the program's own are honoured, other
+/// layouts are a fatal error (`layout_user.rs`). Containers of registered types are held as
+/// bytes, which only the lexicographic layout describes.
 #[no_mangle]
-pub extern "C" fn laik_data_set_layout_factory(d: *mut LaikData, factory: Option<LayoutFactory>) {
+pub extern "C" fn laik_data_set_layout_factory(
+    d: *mut LaikData,
+    factory: Option<super::layout_user::LayoutFactory>,
+) {
     run("laik_data_set_layout_factory", || {
         let op = "laik_data_set_layout_factory";
         let data = obj(d, op, "data")?;
         let f = factory.ok_or_else(|| crate::ffi::null_arg(op, "factory"))?;
-        // SAFETY: spaces live until the process ends.
-        let sp = unsafe { &*data.space };
-        let r = sp.space.range();
-        let mut range = LaikRange {
-            space: data.space,
-            from: LaikIndex { i: r.from() },
-            to: LaikIndex { i: r.to() },
-        };
-        let l = f(1, &mut range);
-        if l.is_null() {
-            return Err(Error::invalid(op, "the layout factory returned NULL"));
+        if data.is_registered_type() {
+            // SAFETY: spaces live until the process ends.
+            let sp = unsafe { &*data.space };
+            let r = sp.space.range();
+            let mut range = LaikRange {
+                space: data.space,
+                from: LaikIndex { i: r.from() },
+                to: LaikIndex { i: r.to() },
+            };
+            let l = f(1, &mut range);
+            if l.is_null() {
+                return Err(Error::invalid(op, "the layout factory returned NULL"));
+            }
+            if !super::layout::is_lex(l) {
+                return Err(Error::invalid(
+                    op,
+                    "unsupported: a layout of the program's own for a container of a \
+                     registered type (ferry holds those as bytes, laid out lexicographically)",
+                ));
+            }
+            return data.c.set_layout_order(LayoutOrder::Custom(Arc::new(
+                ferry_data::partitioning::lex_strides,
+            )));
         }
-        data.c.set_layout_order(LayoutOrder::Custom(Arc::new(
-            ferry_data::partitioning::lex_strides,
-        )))
+        let order = super::layout_user::factory_order(f, data.space, op)?;
+        data.c.set_layout_order(order)
     })
 }
