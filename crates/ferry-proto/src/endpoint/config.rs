@@ -111,6 +111,18 @@ impl EndpointConfig {
         }
     }
 
+    /// The bound on outgoing flows past which idle ones are retired
+    /// ([`EndpointConfig::retire_p2p_above`]) for a configured `above` (`tcp.retire_flows_above`)
+    /// in a job of `size` ranks: `above`, or 8 per rank if that is more (a rank that talks to
+    /// every other on a few tags at once should not sweep on every send); 0 stays 0 (never).
+    pub fn retire_bound(above: usize, size: usize) -> usize {
+        if above == 0 {
+            0
+        } else {
+            above.max(size.saturating_mul(8))
+        }
+    }
+
     /// Whether `peer` is served by another transport.
     pub fn is_excluded(&self, peer: usize) -> bool {
         self.excluded.get(peer).copied().unwrap_or(false)
