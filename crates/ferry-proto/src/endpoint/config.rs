@@ -102,10 +102,11 @@ impl EndpointConfig {
             excluded: Vec::new(),
             refused_is_dead: false,
             retain: None,
-            // Off: one CI run of the whole suite (ranks as threads over tcp, a new tag per
-            // iteration) saw a connection closed under a peer while the handshake was in use
-            // ("Broken pipe"), not understood yet. The simulation and the endpoint tests set
-            // a bound themselves (256, or 8 per rank of the job if that is more, is meant).
+            // Off, like `tcp.retire_flows_above`: one CI run of the whole suite (ranks as
+            // threads over tcp, a new tag per iteration) saw a connection closed under a
+            // peer while the handshake was in use ("Broken pipe"), not explained by the
+            // defects the simulation found since. The simulation and the endpoint tests set
+            // a bound themselves ([`EndpointConfig::retire_bound`] of 256 is meant).
             retire_p2p_above: 0,
             retire_every: Duration::from_millis(10),
         }
