@@ -215,3 +215,13 @@ fn a_flow_with_a_receive_waiting_is_kept_and_a_held_send_takes_the_next_serial()
         .iter()
         .any(|x| matches!(x, Action::SendDone(SendId(2)))));
 }
+
+/// `tcp.retire_flows_above` becomes the endpoint's bound: the configured value, or 8 per rank
+/// of the job if that is more; 0 stays off whatever the size.
+#[test]
+fn the_configured_bound_grows_with_the_job_and_zero_stays_off() {
+    assert_eq!(EndpointConfig::retire_bound(256, 4), 256);
+    assert_eq!(EndpointConfig::retire_bound(256, 64), 512);
+    assert_eq!(EndpointConfig::retire_bound(8, 4), 32);
+    assert_eq!(EndpointConfig::retire_bound(0, 1000), 0);
+}

@@ -115,6 +115,11 @@ pub struct Tcp {
     /// Cap on the bytes of sent messages a rank keeps with `retain` (retained plus not yet
     /// taken); a send beyond it fails with an error naming this key.
     pub retain_bytes: usize,
+    /// Once a rank has counters for more outgoing point-to-point flows (peer and tag) than
+    /// this, or 8 per rank of the job if that is more, it agrees with the receivers of its
+    /// idle ones to forget them (a new tag per message keeps the tables bounded). 0: never
+    /// (the default while a connection loss seen once with it on is not understood).
+    pub retire_flows_above: usize,
 }
 
 impl Default for Tcp {
@@ -133,6 +138,7 @@ impl Default for Tcp {
             max_message_bytes: 1 << 32,
             retain: false,
             retain_bytes: 1 << 30,
+            retire_flows_above: 0,
         }
     }
 }

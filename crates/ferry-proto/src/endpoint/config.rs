@@ -102,12 +102,25 @@ impl EndpointConfig {
             excluded: Vec::new(),
             refused_is_dead: false,
             retain: None,
-            // Off: one CI run of the whole suite (ranks as threads over tcp, a new tag per
-            // iteration) saw a connection closed under a peer while the handshake was in use
-            // ("Broken pipe"), not understood yet. The simulation and the endpoint tests set
-            // a bound themselves (256, or 8 per rank of the job if that is more, is meant).
+            // Off, like `tcp.retire_flows_above`: one CI run of the whole suite (ranks as
+            // threads over tcp, a new tag per iteration) saw a connection closed under a
+            // peer while the handshake was in use ("Broken pipe"), not explained by the
+            // defects the simulation found since. The simulation and the endpoint tests set
+            // a bound themselves ([`EndpointConfig::retire_bound`] of 256 is meant).
             retire_p2p_above: 0,
             retire_every: Duration::from_millis(10),
+        }
+    }
+
+    /// The bound on outgoing flows past which idle ones are retired
+    /// ([`EndpointConfig::retire_p2p_above`]) for a configured `above` (`tcp.retire_flows_above`)
+    /// in a job of `size` ranks: `above`, or 8 per rank if that is more (a rank that talks to
+    /// every other on a few tags at once should not sweep on every send); 0 stays 0 (never).
+    pub fn retire_bound(above: usize, size: usize) -> usize {
+        if above == 0 {
+            0
+        } else {
+            above.max(size.saturating_mul(8))
         }
     }
 

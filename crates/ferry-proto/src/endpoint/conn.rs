@@ -76,6 +76,11 @@ pub(crate) struct Conn {
     pub reading: Option<Header>,
     /// Logical time of last use (least recently used eviction).
     pub last_used: u64,
+    /// No flow retirement is proposed on this connection before then: its peer asked to close
+    /// it (or this rank needs its slot under the cap), and proposals, which are optional,
+    /// would keep it busy for ever (each is an outstanding request, and a close is only
+    /// agreed on a connection without any).
+    pub quiet_until: Duration,
 }
 
 impl Conn {
@@ -123,6 +128,7 @@ impl Endpoint {
                 outstanding: 0,
                 reading: None,
                 last_used: self.tick,
+                quiet_until: Duration::ZERO,
             },
         );
         id
@@ -245,6 +251,8 @@ impl Endpoint {
             return Ok(None);
         }
         if self.conns.len() >= self.cfg.connection_cap {
+            // Proposals pause so that a connection they keep busy can be evicted.
+            self.cap_pressed = Some(now);
             self.evict_one();
             if self.conns.len() >= self.cfg.connection_cap {
                 return Ok(None);
@@ -612,7 +620,12 @@ impl Endpoint {
                     self.forget(conn);
                     self.actions.push_back(Action::Close(conn));
                 }
-                Phase::Open => self.transmit_control(conn, FrameType::CloseNak, h),
+                Phase::Open => {
+                    // Busy: refused for now. The peer asks again; meanwhile no proposal of
+                    // ours starts on it, so that only real traffic can keep it open.
+                    c.quiet_until = self.now + 2 * self.cfg.retire_every;
+                    self.transmit_control(conn, FrameType::CloseNak, h)
+                }
                 Phase::ClosingSent => {
                     self.transmit_control(conn, FrameType::CloseAck, h);
                     self.forget(conn);

@@ -395,6 +395,8 @@ pub struct Endpoint {
     pub(crate) retire_sweep_at: usize,
     /// When the last retirement sweep ran.
     pub(crate) retire_last: Duration,
+    /// When a connection was last wanted at the cap (retirement pauses meanwhile).
+    pub(crate) cap_pressed: Option<Duration>,
     #[doc(hidden)]
     pub mutations: Mutations,
 }
@@ -440,6 +442,7 @@ impl Endpoint {
             retiring: FastMap::default(),
             retire_sweep_at: 0,
             retire_last: Duration::ZERO,
+            cap_pressed: None,
             mutations: Mutations::default(),
         }
     }

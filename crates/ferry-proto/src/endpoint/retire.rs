@@ -78,6 +78,13 @@ impl Endpoint {
         if len < self.retire_sweep_at && self.now < self.retire_last + self.cfg.retire_every {
             return;
         }
+        if self
+            .cap_pressed
+            .is_some_and(|t| self.now < t + 2 * self.cfg.retire_every)
+        {
+            // A connection is wanted at the cap: the idle one to close must not be kept busy.
+            return;
+        }
         self.retire_last = self.now;
         let mut busy: FastMap<(usize, MsgKey), ()> = FastMap::default();
         for &(p, k, _) in self.outbox.keys() {
@@ -133,7 +140,8 @@ impl Endpoint {
             return None;
         }
         let id = p.conn?;
-        (self.conns.get(&id)?.phase == Phase::Open).then_some(id)
+        let c = self.conns.get(&id)?;
+        (c.phase == Phase::Open && self.now >= c.quiet_until).then_some(id)
     }
 
     /// `RETIRE` from `peer` (the sender of the flow) on `conn`.
@@ -275,14 +283,20 @@ impl Endpoint {
             let Some(r) = self.retiring.remove(&k) else {
                 continue;
             };
-            for s in r.held.iter().filter(|s| s.data.is_none()) {
-                let e = self.error(
+            // The usual way here is the peer's goodbye crossing the proposal (the peer ended
+            // and dropped the answer): its sends then fail for what the goodbye said (the
+            // peer finished, or ended after another rank failed), like any other send to it.
+            let e = self.peer_gone("send", k.0).unwrap_or_else(|| {
+                self.error(
                     ErrorKind::PeerFailed,
                     "send",
                     k.0,
                     "the connection broke while the flow's retirement was being agreed".into(),
-                );
-                self.actions.push_back(Action::Failed(OpRef::Send(s.op), e));
+                )
+            });
+            for s in r.held.iter().filter(|s| s.data.is_none()) {
+                self.actions
+                    .push_back(Action::Failed(OpRef::Send(s.op), e.clone()));
             }
         }
     }

@@ -90,7 +90,17 @@ pub(crate) fn run_schedule(seed: u64, mutate: &dyn Fn(&mut Endpoint)) -> Vec<Str
     // Workload: a few flows, each a few messages; every rank's script interleaves its sends and
     // receives at random while keeping each flow's order.
     let mut per_node: Vec<Vec<VecDeque<Op>>> = (0..n).map(|_| Vec::new()).collect();
-    let flows = 1 + rng.below(2 * n as u64) as usize;
+    // A third of the schedules that retire after a few flows use a new tag per message
+    // instead (drawn apart, so the other schedules stay what they were): retirements are then
+    // asked all the time, in both directions of a pair, also while the ranks say goodbye.
+    let mut tags_rng = Rng(seed ^ 0x7a95_0e11_d0e5_a11e);
+    let tags = retire_above < 256 && tags_rng.chance(33);
+    let flows = if tags {
+        tag_workload(&mut tags_rng, n, &mut per_node);
+        0
+    } else {
+        1 + rng.below(2 * n as u64) as usize
+    };
     for _ in 0..flows {
         let src = rng.below(n as u64) as usize;
         let dst = if rng.chance(10) {
@@ -182,6 +192,40 @@ pub(crate) fn run_schedule(seed: u64, mutate: &dyn Fn(&mut Endpoint)) -> Vec<Str
     sim.run(600_000_000);
     check_end(&mut sim);
     sim.violations
+}
+
+/// A new tag per message between random pairs of ranks, then the first tags again (a
+/// retired flow starts over at serial 0 on both sides): one queue per pair, so that each
+/// flow's messages keep their order across its tags and rounds.
+fn tag_workload(rng: &mut Rng, n: usize, per_node: &mut [Vec<VecDeque<Op>>]) {
+    let pairs = 1 + rng.below((n * (n - 1)) as u64) as usize;
+    let mut seen = std::collections::HashSet::new();
+    for _ in 0..pairs {
+        let src = rng.below(n as u64) as usize;
+        let dst = (src + 1 + rng.below(n as u64 - 1) as usize) % n;
+        if !seen.insert((src, dst)) {
+            continue;
+        }
+        let tags = 2 + rng.below(10) as u32;
+        let reused = rng.below(u64::from(tags) + 1) as u32;
+        let mut next: HashMap<u32, u64> = HashMap::new();
+        let (mut sends, mut recvs) = (VecDeque::new(), VecDeque::new());
+        for tag in (0..tags).chain(0..reused) {
+            let flow = Flow {
+                src,
+                dst,
+                key: MsgKey::new(0, MsgKind::USER, 100 + tag),
+            };
+            for _ in 0..1 + rng.below(2) {
+                let seq = next.entry(tag).or_insert(0);
+                sends.push_back(Op::Send(flow, *seq));
+                recvs.push_back(Op::Recv(flow, *seq));
+                *seq += 1;
+            }
+        }
+        per_node[src].push(sends);
+        per_node[dst].push(recvs);
+    }
 }
 
 /// Whether rank `r`'s finish may fail with `e`: it names the killed rank, a peer that gave a

@@ -338,6 +338,7 @@ impl TcpTransport {
         // Launcher mode: every address in the store was published by a bound listener, which
         // lives as long as its rank; a refusal means the rank's process is gone.
         cfg.refused_is_dead = watcher.is_none();
+        cfg.retire_p2p_above = EndpointConfig::retire_bound(t.retire_flows_above, size);
         if t.retain {
             if watcher.is_none() {
                 return Err(Error::config(
