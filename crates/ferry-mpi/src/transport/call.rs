@@ -89,6 +89,33 @@ pub(super) fn improbe(
     }))
 }
 
+/// The sender and tag of the next message from `source` with `tag` (or any) if one is there,
+/// without matching it (`MPI_Iprobe`).
+pub(super) fn iprobe(
+    comm: ffi::MPI_Comm,
+    rank: usize,
+    source: c_int,
+    tag: c_int,
+) -> Result<Option<(usize, i32)>> {
+    let mut flag: c_int = 0;
+    // SAFETY: MPI_Status is a plain C struct; zeroed is a valid value to be overwritten.
+    let mut status: ffi::MPI_Status = unsafe { std::mem::zeroed() };
+    // SAFETY: out-pointers point to locals.
+    let rc = unsafe { ffi::MPI_Iprobe(source, tag, comm, &mut flag, &mut status) };
+    if rc != ffi::MPI_SUCCESS as c_int {
+        let e = mpi_error(rank, "recv (MPI_Iprobe)", rc);
+        return Err(if source >= 0 {
+            e.with_peer(source as usize)
+        } else {
+            e
+        });
+    }
+    if flag == 0 || status.MPI_SOURCE < 0 {
+        return Ok(None);
+    }
+    Ok(Some((status.MPI_SOURCE as usize, status.MPI_TAG)))
+}
+
 /// Starts receiving a matched message into `ptr`.
 ///
 /// # Safety

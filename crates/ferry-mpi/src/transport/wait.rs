@@ -390,8 +390,13 @@ impl MpiTransport {
         for slot in self.slots.drain(..).flatten() {
             std::mem::forget(slot.buf);
         }
-        // SAFETY: the communicator was created by MPI_Comm_dup in `setup`.
+        // SAFETY: the communicators were created by MPI_Comm_dup in `setup`, unless they are
+        // MPI_COMM_WORLD, which is never freed.
         unsafe {
+            if self.world {
+                self.comm = ffi::RSMPI_COMM_NULL;
+                self.rest_comm = ffi::RSMPI_COMM_NULL;
+            }
             if self.comm != ffi::RSMPI_COMM_NULL {
                 ffi::MPI_Comm_free(&mut self.comm);
             }
