@@ -187,7 +187,7 @@ enum DrainState {
 ///
 /// **Inside [`Transport::exchange`]** (and `send`/`recv`, which are one-operation exchanges)
 /// MPI works on the caller's memory, because the call does not return while MPI uses it: every
-/// exact-tag receive posts `MPI_Irecv` of [`EAGER_BYTES`] at once (see [`split`]) and receives
+/// exact-tag receive posts `MPI_Irecv` of [`EAGER_BYTES`] at once (see `split.rs`) and receives
 /// the rest of a longer message straight into the caller's `Vec` or slice, and every exact-tag
 /// send is an `MPI_Isend` from the caller's buffer (after a copied first part, if split).
 /// A large send therefore completes when the receiver's MPI library takes the message, not at
