@@ -320,7 +320,8 @@ impl MpiTransport {
     /// rests), so that the program's own traffic can never match ferry's, and finds nodes with
     /// `MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)`. `FERRY_MPI_DUP_COMM=1` forces the
     /// duplicates (and `MPI_COMM_TYPE_SHARED`) in both cases, as does an `MPI_TAG_UB` too small to
-    /// spare the rest bit.
+    /// spare the rest bit. The ranks agree (one `MPI_Allreduce` at start-up): if any rank needs
+    /// duplicates, all use them.
     pub fn init(config: &Config) -> Result<MpiTransport> {
         let requested = requested_thread_level()?;
         let (universe, provided) = match mpi::initialize_with_threading(requested) {

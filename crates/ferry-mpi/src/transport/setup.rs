@@ -56,11 +56,27 @@ impl MpiTransport {
                     ))
             })?;
             let force_dup = std::env::var("FERRY_MPI_DUP_COMM").is_ok_and(|v| v == "1");
-            match TagMap::with_rest_bit(tag_ub) {
-                // Every rank decides alike: the variable comes from the launcher's
-                // environment, and whether the program initialised MPI is the same program's
-                // choice on every rank.
-                Some((tags, rest_bit)) if self.universe.is_some() && !force_dup => {
+            let layout = TagMap::with_rest_bit(tag_ub);
+            // Every rank must choose alike (a rank on MPI_COMM_WORLD never matches one on a
+            // duplicate), and the variable or the program's own MPI_Init may differ between
+            // the applications of an MPMD launch: the ranks agree with one blocking
+            // MPI_Allreduce (a blocking collective registers no libnbc callback).
+            let mine: i32 = i32::from(layout.is_some() && self.universe.is_some() && !force_dup);
+            let mut all: i32 = 0;
+            check(
+                ffi::MPI_Allreduce(
+                    (&mine as *const i32).cast::<c_void>(),
+                    (&mut all as *mut i32).cast::<c_void>(),
+                    1,
+                    ffi::RSMPI_INT32_T,
+                    ffi::RSMPI_MIN,
+                    ffi::RSMPI_COMM_WORLD,
+                ),
+                self.rank,
+                "mpi init (MPI_Allreduce)",
+            )?;
+            match layout {
+                Some((tags, rest_bit)) if all == 1 => {
                     self.tags = tags;
                     self.rest_bit = rest_bit;
                     self.world = true;
