@@ -20,16 +20,21 @@
 //!   `progress_exchange()` only lends MPI backend buffers (see [`MpiTransport`]);
 //! - message keys become MPI tags as described in [`tags`]; serial order within a flow is MPI's
 //!   non-overtaking rule;
-//! - every MPI call returns its error code (`MPI_ERRORS_RETURN` is set on ferry's private
-//!   duplicate of `MPI_COMM_WORLD`), and a failing call becomes a ferry [`ErrorKind::Mpi`]
+//! - ferry communicates on `MPI_COMM_WORLD` itself when it initialised MPI (the program has no
+//!   MPI traffic of its own; no communicator is created, which in Open MPI would leave a
+//!   nonblocking-collective progress callback on every poll), and on private duplicates of
+//!   it when the program initialised MPI first or `FERRY_MPI_DUP_COMM=1` (see
+//!   [`MpiTransport::init`]);
+//! - every MPI call returns its error code (`MPI_ERRORS_RETURN` is set on ferry's
+//!   communicators), and a failing call becomes a ferry [`ErrorKind::Mpi`]
 //!   error naming rank, operation, peer and the MPI error string — never an abort;
 //! - collectives and reductions are **not** mapped to native MPI collectives: ferry's
 //!   collectives are generic over [`Transport`] and run their own deterministic algorithms on
 //!   top of this backend, so a reduction adds its terms in the same order whatever the backend,
 //!   and printed results are identical to the tcp/shm/single runs (the equivalent of LAIK's
 //!   `LAIK_MPI_REDUCE=0`). The only collective MPI calls are made at start-up (node discovery
-//!   with `MPI_Comm_split_type` and `MPI_Allgather` of integers, where order cannot matter) and
-//!   at shutdown.
+//!   with `MPI_Allgather` of processor names, or `MPI_Comm_split_type` and `MPI_Allgather` of
+//!   integers on duplicates, where order cannot matter) and at shutdown.
 //!
 //! [`Transport`]: ferry_core::Transport
 //! [`Exchange`]: ferry_core::Exchange

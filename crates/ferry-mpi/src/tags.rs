@@ -63,6 +63,30 @@ impl TagMap {
         })
     }
 
+    /// The layout for a library whose largest tag is `tag_ub` when the top usable bit is kept
+    /// for the rests of split messages (both share one communicator, see the transport's
+    /// `MPI_COMM_WORLD` mode), and that bit. The tag field keeps the width [`TagMap::new`]
+    /// gives it and the generation field gives up the bit: tags grow with collectives and
+    /// sequence numbers, generations only with recoveries. `None` when `tag_ub` leaves no
+    /// generation bit.
+    pub fn with_rest_bit(tag_ub: i32) -> Option<(TagMap, i32)> {
+        let full = TagMap::new(tag_ub)?;
+        // The full layout's hashed flag is the top usable bit; it becomes the rest bit, and
+        // the next one down is the hashed flag.
+        let rest_bit = full.flag;
+        let exact_bits = rest_bit.trailing_zeros() - 1;
+        let gen_bits = exact_bits.checked_sub(KIND_BITS + full.tag_bits)?;
+        if gen_bits == 0 {
+            return None;
+        }
+        let map = TagMap {
+            tag_bits: full.tag_bits,
+            gen_bits,
+            flag: 1i32 << exact_bits,
+        };
+        Some((map, rest_bit))
+    }
+
     /// Largest user tag that maps exactly (others are hashed).
     pub fn max_exact_tag(&self) -> u32 {
         (1u32 << self.tag_bits) - 1
@@ -166,6 +190,40 @@ mod tests {
         assert_eq!(minimal.flag, 1 << 14);
         assert!(minimal.max_exact_tag() >= 255);
         assert!(TagMap::new(1000).is_none());
+    }
+
+    #[test]
+    fn rest_bit_layout_keeps_the_tag_field_and_stays_below_the_rest_bit() {
+        for ub in [32767, 65535, (1 << 29) - 1, i32::MAX] {
+            let full = TagMap::new(ub).unwrap();
+            let (m, rest) = TagMap::with_rest_bit(ub).unwrap();
+            assert_eq!(m.max_exact_tag(), full.max_exact_tag());
+            assert_eq!(m.gen_bits + 1, full.gen_bits);
+            assert!(
+                rest > 0 && (rest as i64) * 2 - 1 <= ub as i64,
+                "{rest} for {ub}"
+            );
+            for key in [
+                MsgKey::new(0, MsgKind::USER, 0),
+                MsgKey::new(3, MsgKind(3), m.max_exact_tag()),
+                MsgKey::new(0, MsgKind::USER, u32::MAX),
+                MsgKey::new(1 << 20, MsgKind::DATA, 3),
+            ] {
+                let w = m.wire(key);
+                // Exact and hashed tags stay below the rest bit, and a rest tag (exact tag
+                // with the bit set) stays within MPI_TAG_UB.
+                assert!(w.tag >= 0 && w.tag < rest, "{w:?} for ub {ub}");
+                assert!((w.tag | rest) <= ub);
+                if !w.hashed {
+                    assert_eq!(m.exact_key(w.tag), Some(key));
+                }
+                assert_eq!(m.exact_key(w.tag | rest), None);
+            }
+        }
+        assert_eq!(
+            TagMap::with_rest_bit(i32::MAX).unwrap().0.max_exact_tag(),
+            (1 << 20) - 1
+        );
     }
 
     #[test]

@@ -76,6 +76,26 @@ fn exchanges_under_mpirun() {
         }
         // One host: every rank is on node 0.
         assert!(out.contains(&format!("ok nodes {:?}", vec![0; n])), "{out}");
+        // ferry initialised MPI, so it works on MPI_COMM_WORLD itself.
+        assert_eq!(
+            out.lines().filter(|l| *l == "ok comm world").count(),
+            n,
+            "{out}\n{err}"
+        );
+    }
+    // With private duplicates (forced, or because the program initialised MPI itself) every
+    // check passes too.
+    for env in [("FERRY_MPI_DUP_COMM", "1"), ("MPI_SELFTEST_PREINIT", "1")] {
+        let Some((ok, out, err)) = run(2, "check", &[env]) else {
+            return;
+        };
+        assert!(ok, "2 ranks with {env:?} failed:\n{out}\n{err}");
+        assert!(out.contains("ok nodes [0, 0]"), "{out}");
+        assert_eq!(
+            out.lines().filter(|l| *l == "ok comm duplicate").count(),
+            2,
+            "{env:?}:\n{out}\n{err}"
+        );
     }
     // Under an operation timeout short sends stay timed (MPI_Isend and the exchange).
     let env = [("FERRY_GENERAL_OPERATION_TIMEOUT_MS", "120000")];

@@ -393,6 +393,11 @@ pub(crate) fn check(t: &mut MpiTransport) -> Result<(), String> {
 
     let nodes: Vec<usize> = (0..size).map(|r| t.node_of(r)).collect();
     println!("ok nodes {nodes:?}");
+    // Which communicator the transport chose (see `MpiTransport::init`).
+    println!(
+        "ok comm {}",
+        if t.on_world() { "world" } else { "duplicate" }
+    );
     Ok(())
 }
 

@@ -10,6 +10,9 @@
 //!                                     colliding hashed ones, receive order), every byte checked.
 //! `mpirun -n N mpi_selftest threads`  the MPI thread level, and a send from a second thread
 //!                                     (refused below `FERRY_MPI_THREAD_LEVEL=serialized`).
+//!
+//! With `MPI_SELFTEST_PREINIT=1` the program initialises MPI itself before the transport, as
+//! a program with MPI traffic of its own does (the transport then works on duplicates).
 
 mod bench;
 mod check;
@@ -40,6 +43,18 @@ fn main() -> ExitCode {
             eprintln!("{e}");
             return ExitCode::from(2);
         }
+    };
+    // Declared before the transport, so dropped (MPI_Finalize) after it.
+    let _own_mpi = if std::env::var("MPI_SELFTEST_PREINIT").is_ok_and(|v| v == "1") {
+        match mpi::initialize() {
+            Some(universe) => Some(universe),
+            None => {
+                eprintln!("MPI_SELFTEST_PREINIT: MPI was initialised already");
+                return ExitCode::from(2);
+            }
+        }
+    } else {
+        None
     };
     let mut t = match MpiTransport::init(&config) {
         Ok(t) => t,

@@ -89,6 +89,33 @@ pub(super) fn improbe(
     }))
 }
 
+/// The sender and tag of the next message from `source` with `tag` (or any) if one is there,
+/// without matching it (`MPI_Iprobe`).
+pub(super) fn iprobe(
+    comm: ffi::MPI_Comm,
+    rank: usize,
+    source: c_int,
+    tag: c_int,
+) -> Result<Option<(usize, i32)>> {
+    let mut flag: c_int = 0;
+    // SAFETY: MPI_Status is a plain C struct; zeroed is a valid value to be overwritten.
+    let mut status: ffi::MPI_Status = unsafe { std::mem::zeroed() };
+    // SAFETY: out-pointers point to locals.
+    let rc = unsafe { ffi::MPI_Iprobe(source, tag, comm, &mut flag, &mut status) };
+    if rc != ffi::MPI_SUCCESS as c_int {
+        let e = mpi_error(rank, "recv (MPI_Iprobe)", rc);
+        return Err(if source >= 0 {
+            e.with_peer(source as usize)
+        } else {
+            e
+        });
+    }
+    if flag == 0 || status.MPI_SOURCE < 0 {
+        return Ok(None);
+    }
+    Ok(Some((status.MPI_SOURCE as usize, status.MPI_TAG)))
+}
+
 /// Starts receiving a matched message into `ptr`.
 ///
 /// # Safety
@@ -197,11 +224,26 @@ pub(super) unsafe fn irecv(
 /// Tests a posted receive: `Ok(Some(bytes received))` once it completed, `Err` with the MPI
 /// return code if it failed (complete too; see [`is_truncation`]).
 pub(super) fn test_count(req: &mut ffi::MPI_Request) -> std::result::Result<Option<usize>, c_int> {
-    let mut flag: c_int = 0;
+    test_count_into(req, &mut new_status())
+}
+
+/// A status for [`test_count_into`].
+#[inline]
+pub(super) fn new_status() -> ffi::MPI_Status {
     // SAFETY: MPI_Status is a plain C struct; zeroed is a valid value to be overwritten.
-    let mut status: ffi::MPI_Status = unsafe { std::mem::zeroed() };
-    // SAFETY: the request is live; the status is a local.
-    let rc = unsafe { ffi::MPI_Test(req, &mut flag, &mut status) };
+    unsafe { std::mem::zeroed() }
+}
+
+/// [`test_count`] with a status the caller keeps: a poll loop fills it once instead of on
+/// every poll (MPI writes it only when the request completes).
+#[inline]
+pub(super) fn test_count_into(
+    req: &mut ffi::MPI_Request,
+    status: &mut ffi::MPI_Status,
+) -> std::result::Result<Option<usize>, c_int> {
+    let mut flag: c_int = 0;
+    // SAFETY: the request is live; the status is the caller's.
+    let rc = unsafe { ffi::MPI_Test(req, &mut flag, status) };
     if rc != ffi::MPI_SUCCESS as c_int {
         return Err(rc);
     }
@@ -210,7 +252,7 @@ pub(super) fn test_count(req: &mut ffi::MPI_Request) -> std::result::Result<Opti
     }
     let mut count: c_int = 0;
     // SAFETY: status was filled by MPI_Test for a completed receive.
-    let rc = unsafe { ffi::MPI_Get_count(&status, ffi::RSMPI_UINT8_T, &mut count) };
+    let rc = unsafe { ffi::MPI_Get_count(status, ffi::RSMPI_UINT8_T, &mut count) };
     if rc != ffi::MPI_SUCCESS as c_int {
         return Err(rc);
     }

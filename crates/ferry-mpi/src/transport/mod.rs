@@ -5,6 +5,7 @@
 //! - `poll.rs`: one batched test of every request the transport has in MPI's hands;
 //! - `progress.rs`: one progress pass over an exchange (sends, requests on the caller's memory,
 //!   draining of messages nobody asked for yet);
+//! - `setup.rs`: the communicator, the tag layout and node discovery at start-up;
 //! - `recv.rs`: receives (posted first parts, probed messages, the parts of split messages);
 //! - `split.rs`: the wire format of messages of [`EAGER_BYTES`] and more;
 //! - `wait.rs`: waiting (the exchange driver, the single-message fast paths, shutdown);
@@ -14,6 +15,7 @@ mod call;
 mod poll;
 mod progress;
 mod recv;
+mod setup;
 mod split;
 mod store;
 mod wait;
@@ -22,8 +24,7 @@ pub use split::EAGER_BYTES;
 
 use std::cell::Cell;
 use std::collections::{HashMap, VecDeque};
-use std::ffi::{c_int, c_void};
-use std::ptr;
+use std::ffi::c_int;
 use std::time::{Duration, Instant};
 
 use ferry_core::error::{Error, ErrorKind, Result};
@@ -186,7 +187,7 @@ enum DrainState {
 ///
 /// **Inside [`Transport::exchange`]** (and `send`/`recv`, which are one-operation exchanges)
 /// MPI works on the caller's memory, because the call does not return while MPI uses it: every
-/// exact-tag receive posts `MPI_Irecv` of [`EAGER_BYTES`] at once (see [`split`]) and receives
+/// exact-tag receive posts `MPI_Irecv` of [`EAGER_BYTES`] at once (see `split.rs`) and receives
 /// the rest of a longer message straight into the caller's `Vec` or slice, and every exact-tag
 /// send is an `MPI_Isend` from the caller's buffer (after a copied first part, if split).
 /// A large send therefore completes when the receiver's MPI library takes the message, not at
@@ -212,10 +213,18 @@ enum DrainState {
 /// [`Transport::finish`] or on drop — only if this transport initialised it. A process can initialise MPI once: a second
 /// transport after the first was finished is an error, not an abort.
 pub struct MpiTransport {
+    /// `MPI_COMM_WORLD` itself when ferry initialised MPI (the program has no MPI traffic of
+    /// its own to keep apart from), else a private duplicate; see [`MpiTransport::init`].
     comm: ffi::MPI_Comm,
-    /// A second duplicate of `MPI_COMM_WORLD` for the rests of split messages: draining
+    /// Where the rests of split messages travel: a second duplicate of `MPI_COMM_WORLD`, or
+    /// `comm` itself with [`MpiTransport::rest_bit`] set in the tag. Either way draining
     /// (`MPI_ANY_TAG` on `comm`) never takes a rest whose first part another receive holds.
     rest_comm: ffi::MPI_Comm,
+    /// 0 with duplicated communicators; on `MPI_COMM_WORLD`, the tag bit that marks rests
+    /// (above every key's tag, see [`TagMap::with_rest_bit`]).
+    rest_bit: i32,
+    /// Whether `comm` is `MPI_COMM_WORLD` (not freed at shutdown).
+    world: bool,
     rank: usize,
     size: usize,
     nodes: Vec<usize>,
@@ -297,9 +306,22 @@ pub struct MpiTransport {
 unsafe impl Send for MpiTransport {}
 
 impl MpiTransport {
-    /// Initialises MPI (unless the program already did) and sets up this rank: a private
-    /// duplicate of `MPI_COMM_WORLD` that returns errors, the tag layout from `MPI_TAG_UB`, and
-    /// the node of every rank (ranks that can share memory, `MPI_COMM_TYPE_SHARED`).
+    /// Initialises MPI (unless the program already did) and sets up this rank: the
+    /// communicator (below), the tag layout from `MPI_TAG_UB`, and the node of every rank.
+    ///
+    /// **Which communicator.** When ferry initialises MPI, the program makes no MPI calls of
+    /// its own, so ferry uses `MPI_COMM_WORLD` (set to return errors) and tells the rests of
+    /// split messages apart by a tag bit; the node of every rank comes from gathering
+    /// `MPI_Get_processor_name`. No communicator is created: in Open MPI 4.1 creating one
+    /// (`MPI_Comm_dup`, `MPI_Comm_split_type`) allocates its context id with a nonblocking
+    /// collective, which leaves libnbc's progress callback registered for the rest of the run,
+    /// about 30 instructions on every poll of every wait. When the program initialised MPI
+    /// itself, ferry works on two private duplicates of `MPI_COMM_WORLD` (its messages and the
+    /// rests), so that the program's own traffic can never match ferry's, and finds nodes with
+    /// `MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)`. `FERRY_MPI_DUP_COMM=1` forces the
+    /// duplicates (and `MPI_COMM_TYPE_SHARED`) in both cases, as does an `MPI_TAG_UB` too small to
+    /// spare the rest bit. The ranks agree (one `MPI_Allreduce` at start-up): if any rank needs
+    /// duplicates, all use them.
     pub fn init(config: &Config) -> Result<MpiTransport> {
         let requested = requested_thread_level()?;
         let (universe, provided) = match mpi::initialize_with_threading(requested) {
@@ -339,6 +361,8 @@ impl MpiTransport {
             comm: unsafe { ffi::RSMPI_COMM_NULL },
             // SAFETY: as above.
             rest_comm: unsafe { ffi::RSMPI_COMM_NULL },
+            rest_bit: 0,
+            world: false,
             rank: 0,
             size: 1,
             nodes: Vec::new(),
@@ -417,117 +441,17 @@ impl MpiTransport {
         Ok(t)
     }
 
-    fn setup(&mut self) -> Result<()> {
-        // SAFETY: plain MPI calls on handles created here; out-pointers point to locals.
-        unsafe {
-            let mut comm = ffi::RSMPI_COMM_NULL;
-            check(
-                ffi::MPI_Comm_dup(ffi::RSMPI_COMM_WORLD, &mut comm),
-                0,
-                "mpi init (MPI_Comm_dup)",
-            )?;
-            self.comm = comm;
-            check(
-                ffi::MPI_Comm_set_errhandler(comm, ffi::RSMPI_ERRORS_RETURN),
-                0,
-                "mpi init (MPI_Comm_set_errhandler)",
-            )?;
-            let mut rest_comm = ffi::RSMPI_COMM_NULL;
-            check(
-                ffi::MPI_Comm_dup(comm, &mut rest_comm),
-                0,
-                "mpi init (MPI_Comm_dup)",
-            )?;
-            self.rest_comm = rest_comm;
-            check(
-                ffi::MPI_Comm_set_errhandler(rest_comm, ffi::RSMPI_ERRORS_RETURN),
-                0,
-                "mpi init (MPI_Comm_set_errhandler)",
-            )?;
-            let (mut rank, mut size): (c_int, c_int) = (0, 0);
-            check(ffi::MPI_Comm_rank(comm, &mut rank), 0, "mpi init")?;
-            check(ffi::MPI_Comm_size(comm, &mut size), 0, "mpi init")?;
-            self.rank = rank as usize;
-            self.size = size as usize;
-            self.stats = Stats::new(self.rank, self.size, "mpi");
+    /// The MPI tag of the rest of a split message whose first part has tag `tag` (on
+    /// `rest_comm`).
+    #[inline]
+    fn rest_tag(&self, tag: i32) -> i32 {
+        tag | self.rest_bit
+    }
 
-            let mut ub_ptr: *mut c_int = ptr::null_mut();
-            let mut flag: c_int = 0;
-            check(
-                ffi::MPI_Comm_get_attr(
-                    ffi::RSMPI_COMM_WORLD,
-                    ffi::MPI_TAG_UB as c_int,
-                    (&mut ub_ptr as *mut *mut c_int).cast::<c_void>(),
-                    &mut flag,
-                ),
-                self.rank,
-                "mpi init (MPI_TAG_UB)",
-            )?;
-            let tag_ub = if flag != 0 && !ub_ptr.is_null() {
-                *ub_ptr
-            } else {
-                32767
-            };
-            self.tags = TagMap::new(tag_ub).ok_or_else(|| {
-                Error::new(ErrorKind::Mpi, "mpi init")
-                    .on_rank(self.rank)
-                    .with_detail(format!(
-                        "MPI_TAG_UB is {tag_ub}, below the 32767 the MPI standard guarantees"
-                    ))
-            })?;
-
-            // Node discovery: the lowest rank of each shared-memory group names the node.
-            let mut node_comm = ffi::RSMPI_COMM_NULL;
-            check(
-                ffi::MPI_Comm_split_type(
-                    comm,
-                    ffi::RSMPI_COMM_TYPE_SHARED,
-                    rank,
-                    ffi::RSMPI_INFO_NULL,
-                    &mut node_comm,
-                ),
-                self.rank,
-                "mpi init (MPI_Comm_split_type)",
-            )?;
-            let mut leader: c_int = rank;
-            let rc = ffi::MPI_Bcast(
-                (&mut leader as *mut c_int).cast::<c_void>(),
-                1,
-                ffi::RSMPI_INT32_T,
-                0,
-                node_comm,
-            );
-            ffi::MPI_Comm_free(&mut node_comm);
-            check(rc, self.rank, "mpi init (MPI_Bcast)")?;
-            let mut leaders: Vec<c_int> = vec![0; self.size];
-            check(
-                ffi::MPI_Allgather(
-                    (&leader as *const c_int).cast::<c_void>(),
-                    1,
-                    ffi::RSMPI_INT32_T,
-                    leaders.as_mut_ptr().cast::<c_void>(),
-                    1,
-                    ffi::RSMPI_INT32_T,
-                    comm,
-                ),
-                self.rank,
-                "mpi init (MPI_Allgather)",
-            )?;
-            let mut distinct = leaders.clone();
-            distinct.sort_unstable();
-            distinct.dedup();
-            self.nodes = leaders
-                .iter()
-                .map(|l| distinct.binary_search(l).unwrap_or(0))
-                .collect();
-        }
-        tracing::debug!(
-            rank = self.rank,
-            size = self.size,
-            max_exact_tag = self.tags.max_exact_tag(),
-            "mpi backend ready"
-        );
-        Ok(())
+    /// Whether this rank works on `MPI_COMM_WORLD` itself rather than private duplicates (see
+    /// [`MpiTransport::init`]).
+    pub fn on_world(&self) -> bool {
+        self.world
     }
 
     /// The largest user tag that maps to an MPI tag without a key header.

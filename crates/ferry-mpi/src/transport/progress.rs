@@ -8,7 +8,7 @@ use ferry_core::transport::{Exchange, OpState};
 use ferry_core::MsgKey;
 use mpi::ffi;
 
-use super::call::{self, check, mpi_error};
+use super::call::{self, check, mpi_error, Matched};
 use super::split::{self, EAGER_BYTES, PREFIX};
 use super::{
     Borrowed, BorrowedReq, DrainState, Drained, MpiTransport, Polled, SlotKind, BORROWED,
@@ -186,8 +186,9 @@ impl MpiTransport {
         }
         self.send_first(peer, tag, data)?;
         self.split_messages += 1;
+        let rest_tag = self.rest_tag(tag);
         // SAFETY: as above.
-        unsafe { call::isend(self.rest_comm, &data[PREFIX..], peer, tag, self.rank) }
+        unsafe { call::isend(self.rest_comm, &data[PREFIX..], peer, rest_tag, self.rank) }
     }
 
     /// Sends the first part of split message `data` from a copy in backend memory. Not held
@@ -251,8 +252,12 @@ impl MpiTransport {
             self.hashed_messages += 1;
         }
         buf.extend_from_slice(body);
-        let comm = if split { self.rest_comm } else { self.comm };
-        self.isend_owned(comm, peer, wire.tag, buf)?;
+        let (comm, tag) = if split {
+            (self.rest_comm, self.rest_tag(wire.tag))
+        } else {
+            (self.comm, wire.tag)
+        };
+        self.isend_owned(comm, peer, tag, buf)?;
         self.stats.record_send(peer, data.len());
         Ok(true)
     }
@@ -332,9 +337,8 @@ impl MpiTransport {
             if !self.room_to_drain() {
                 break;
             }
-            // SAFETY: reading constants exported by the MPI binding.
-            let (any_source, any_tag) = unsafe { (ffi::RSMPI_ANY_SOURCE, ffi::RSMPI_ANY_TAG) };
-            let Some(mut m) = call::improbe(self.comm, self.rank, any_source, any_tag)? else {
+            let (found, scanned) = self.next_unasked()?;
+            let Some(mut m) = found else {
                 break;
             };
             if m.len > EAGER_BYTES && self.tags.exact_key(m.tag).is_some() {
@@ -356,8 +360,48 @@ impl MpiTransport {
             });
             self.drained_bytes += m.len;
             self.drained_total += 1;
+            if scanned {
+                // One sender-by-sender scan per drain: its cost grows with the job.
+                break;
+            }
         }
         Ok(())
+    }
+
+    /// Matches the next message nobody asked for (`MPI_Improbe` with `MPI_ANY_SOURCE` and
+    /// `MPI_ANY_TAG`), and whether finding it needed a scan sender by sender.
+    ///
+    /// On `MPI_COMM_WORLD` the rests of split messages share the communicator (marked by
+    /// [`MpiTransport::rest_bit`]) and must never be drained: a rest's first part is already
+    /// held by a receive of this rank, which asks for the rest itself, in the flow's order.
+    /// So the next message is first looked at without matching it (`MPI_Iprobe`); if it is a
+    /// rest, the messages behind it from the same sender wait for that receive (`MPI_ANY_TAG`
+    /// keeps a sender's order, so they cannot be reached), and the other senders are looked
+    /// at one by one. Only this thread calls MPI, so the message seen is the one matched.
+    fn next_unasked(&mut self) -> Result<(Option<Matched>, bool)> {
+        // SAFETY: reading constants exported by the MPI binding.
+        let (any_source, any_tag) = unsafe { (ffi::RSMPI_ANY_SOURCE, ffi::RSMPI_ANY_TAG) };
+        if self.rest_bit == 0 {
+            let found = call::improbe(self.comm, self.rank, any_source, any_tag)?;
+            return Ok((found, false));
+        }
+        match call::iprobe(self.comm, self.rank, any_source, any_tag)? {
+            None => return Ok((None, false)),
+            Some((source, tag)) if tag & self.rest_bit == 0 => {
+                let found = call::improbe(self.comm, self.rank, source as c_int, tag)?;
+                return Ok((found, false));
+            }
+            Some(_) => {}
+        }
+        for source in 0..self.size {
+            if let Some((_, tag)) = call::iprobe(self.comm, self.rank, source as c_int, any_tag)? {
+                if tag & self.rest_bit == 0 {
+                    let found = call::improbe(self.comm, self.rank, source as c_int, tag)?;
+                    return Ok((found, true));
+                }
+            }
+        }
+        Ok((None, true))
     }
 
     /// Moves drained messages MPI has finished receiving to the messages kept aside, in the

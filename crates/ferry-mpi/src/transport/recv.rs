@@ -135,6 +135,7 @@ impl MpiTransport {
     ) -> Result<usize> {
         let mut buf = self.take_buffer(total, peer)?;
         buf.extend_from_slice(prefix);
+        let rest_tag = self.rest_tag(tag);
         // SAFETY: `buf` has capacity for `total` bytes, `PREFIX` of them filled; MPI writes the
         // other `total - PREFIX` after them, and the slot keeps the block in place until then.
         let req = unsafe {
@@ -143,7 +144,7 @@ impl MpiTransport {
                 buf.as_mut_ptr().add(PREFIX),
                 total - PREFIX,
                 peer,
-                tag,
+                rest_tag,
                 self.rank,
             )
         };
@@ -332,10 +333,11 @@ impl MpiTransport {
                 unsafe { v.as_mut_ptr().add(PREFIX) }
             }
         };
+        let rest_tag = self.rest_tag(tag);
         // SAFETY: `ptr` is valid for `rest` bytes of the exchange's buffer, which `exchange`
         // does not release before this request completed (`settle_borrowed`), and which
         // nothing resizes meanwhile.
-        let mut req = unsafe { call::irecv(self.rest_comm, ptr, rest, peer, tag, self.rank)? };
+        let mut req = unsafe { call::irecv(self.rest_comm, ptr, rest, peer, rest_tag, self.rank)? };
         self.split_messages += 1;
         self.zero_copy_messages += 1;
         match call::test_count(&mut req) {

@@ -193,13 +193,14 @@ impl MpiTransport {
         let (mut req, mut first) = self.irecv_first(peer, wire.tag)?;
         let mut start = None;
         let mut polls: u32 = 0;
+        let mut status = call::new_status();
+        // Kept lean: per poll only the test, the counter and (every 64th) the clock.
         let outcome = loop {
-            self.request_tests += 1;
-            match call::test_count(&mut req) {
+            polls = polls.wrapping_add(1);
+            match call::test_count_into(&mut req, &mut status) {
                 Ok(None) => {}
                 done => break Some(done),
             }
-            polls = polls.wrapping_add(1);
             if polls.is_multiple_of(64)
                 && start.get_or_insert_with(Instant::now).elapsed() >= self.policy.spin
             {
@@ -209,6 +210,8 @@ impl MpiTransport {
             // its own core gains nothing from yielding it) and no pause instruction (each
             // poll is an MPI call already; a pause only delays noticing the message).
         };
+        // The loop ends within `general.spin_us`, far fewer polls than u32 holds.
+        self.request_tests += u64::from(polls);
         match outcome {
             Some(Ok(Some(len))) if len < EAGER_BYTES => {
                 // SAFETY: MPI wrote `len` bytes, fewer than the EAGER_BYTES of capacity.
@@ -390,8 +393,13 @@ impl MpiTransport {
         for slot in self.slots.drain(..).flatten() {
             std::mem::forget(slot.buf);
         }
-        // SAFETY: the communicator was created by MPI_Comm_dup in `setup`.
+        // SAFETY: the communicators were created by MPI_Comm_dup in `setup`, unless they are
+        // MPI_COMM_WORLD, which is never freed.
         unsafe {
+            if self.world {
+                self.comm = ffi::RSMPI_COMM_NULL;
+                self.rest_comm = ffi::RSMPI_COMM_NULL;
+            }
             if self.comm != ffi::RSMPI_COMM_NULL {
                 ffi::MPI_Comm_free(&mut self.comm);
             }
