@@ -17,33 +17,9 @@ use std::collections::{HashMap, VecDeque};
 
 use ferry_proto::{FifoFlows, MsgKey};
 
-/// splitmix64: small, fast, and good enough to pick schedules.
-struct Rng(u64);
+mod seeded;
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
-
-fn seeds() -> Vec<u64> {
-    if let Ok(s) = std::env::var("FERRY_SIM_SEED") {
-        return vec![s.trim().parse().expect("FERRY_SIM_SEED is a number")];
-    }
-    let count: u64 = std::env::var("FERRY_SIM_SEEDS")
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(2000);
-    (0..count).collect()
-}
+use seeded::{seeds, Rng};
 
 /// A message: its id is its place in the program, so a receive can tell which one it got.
 #[derive(Clone, Copy, Debug)]
@@ -67,17 +43,17 @@ struct Rank {
 
 fn run(seed: u64) {
     let mut rng = Rng(seed);
-    let n = 2 + rng.below(3);
-    let tags = 1 + rng.below(4) as u32;
-    let count = 50 + rng.below(400);
+    let n = 2 + rng.index(3);
+    let tags = 1 + rng.index(4) as u32;
+    let count = 50 + rng.index(400);
     let msgs: Vec<Msg> = (0..count)
         .map(|id| {
-            let source = rng.below(n);
-            let dest = rng.below(n);
+            let source = rng.index(n);
+            let dest = rng.index(n);
             Msg {
                 source,
                 dest,
-                key: MsgKey::user(rng.below(tags as usize) as u32),
+                key: MsgKey::user(rng.index(tags as usize) as u32),
                 id,
             }
         })
@@ -112,7 +88,7 @@ fn run(seed: u64) {
         if live.is_empty() {
             break;
         }
-        let i = live[rng.below(live.len())];
+        let i = live[rng.index(live.len())];
         let ((source, dest, key), ids) = &mut flows[i];
         let id = ids.pop_front().expect("live flow");
         ranks[*dest].recvs.push_back((*source, *key, id));
@@ -139,7 +115,7 @@ fn run(seed: u64) {
             break;
         }
         moves.sort_unstable();
-        let (what, a, b) = moves[rng.below(moves.len())];
+        let (what, a, b) = moves[rng.index(moves.len())];
         match what {
             0 => {
                 let m = ranks[a].sends.pop_front().expect("send");
@@ -217,7 +193,7 @@ fn got(seed: u64, m: usize, want: usize, delivered: &mut [bool]) {
 
 #[test]
 fn fifo_flows_deliver_in_flow_order_and_forget_idle_flows() {
-    for seed in seeds() {
+    for seed in seeds(2000) {
         run(seed);
     }
 }

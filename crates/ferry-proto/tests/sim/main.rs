@@ -53,24 +53,10 @@ mod wire;
 
 use schedule::run_schedule;
 
-/// splitmix64: small, fast, and good enough to pick schedules.
-struct Rng(u64);
+#[path = "../seeded/mod.rs"]
+mod seeded;
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-}
+use seeded::{seeds, Rng};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 struct Flow {
@@ -245,21 +231,10 @@ fn d(us: u64) -> Duration {
     Duration::from_micros(us)
 }
 
-fn seeds() -> Vec<u64> {
-    if let Ok(s) = std::env::var("FERRY_SIM_SEED") {
-        return vec![s.trim().parse().expect("FERRY_SIM_SEED is a number")];
-    }
-    let count: u64 = std::env::var("FERRY_SIM_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(20_000);
-    (0..count).collect()
-}
-
 #[test]
 fn endpoints_survive_seeded_schedules() {
     let mut failed = Vec::new();
-    for seed in seeds() {
+    for seed in seeds(20_000) {
         let v = run_schedule(seed, &|_| {});
         if !v.is_empty() {
             failed.push((seed, v));
